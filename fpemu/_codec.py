@@ -1,0 +1,224 @@
+"""Bit codecs: `encode` values to a format's integer codes, `decode` codes to values, `pack`/`unpack`
+sub-byte codes densely into bytes."""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from fpemu import _convert, _random
+from fpemu._convert import Rounding
+from fpemu._format import Format
+from fpemu._quantize import (
+    RoundingSpec,
+    as_input_array,
+    check_fits,
+    input_format,
+    is_host_float64,
+    rounding_spec,
+)
+from fpemu._registry import get_format
+
+
+@functools.partial(jax.jit, static_argnums=(2,))
+def _encode_jit(x: jax.Array, seeds: jax.Array, spec: RoundingSpec) -> jax.Array:
+    src = input_format(x.dtype)
+    bits = lax.bitcast_convert_type(x, jnp.dtype(src.code_dtype))
+    random = _random.random_uint32(seeds, x.shape) if spec.rounding == "stochastic" else None
+    codes = _convert.round_narrow(
+        bits,
+        src=src,
+        dst=spec.fmt,
+        rounding=spec.rounding,
+        saturate=spec.saturate,
+        subnormals=spec.subnormals,
+        output="dst_code",
+        random=random,
+        random_bits=spec.random_bits,
+    )
+    return codes.astype(spec.fmt.code_dtype)
+
+
+def encode(
+    x: Any,
+    fmt: Any,
+    *,
+    rounding: Rounding = "nearest_even",
+    saturate: bool = False,
+    subnormals: bool = True,
+    key: jax.Array | None = None,
+    random_bits: int | None = None,
+) -> jax.Array:
+    """Round ``x`` to ``fmt`` (exactly as `quantize` does) and return the integer codes.
+
+    Codes are unsigned integers of the smallest sufficient type (``fmt.code_dtype``: uint8 up to 8
+    bits, then uint16, uint32, uint64), laid out as ``sign | exponent | mantissa`` in the low bits.
+    For float32 input and default options this equals ``x.astype(ml_dtype).view(uint)`` bit for bit.
+
+    Special values: NaN gives the format's canonical quiet NaN code with the input's sign (``fnuz``
+    formats have one NaN, ``0x80``; E8M0's is ``0xff``). A format with no NaN code (FP6, FP4) cannot
+    hold NaN: like ml_dtypes, encode gives the zero code with the sign bit inverted (+NaN -> -0,
+    -NaN -> +0), so the NaN is lost; use `quantize` to keep NaN visible. Infinities, overflow,
+    signed zeros, subnormals and unsigned formats follow `quantize`.
+
+    Args:
+      x: float16, bfloat16, float32 or float64 array (or a Python float).
+      fmt: format name, `Format` or dtype; its values must fit ``x``'s dtype.
+      rounding, saturate, subnormals, key, random_bits: as for `quantize`.
+
+    Example:
+      >>> import jax.numpy as jnp, fpemu
+      >>> fpemu.encode(jnp.array([1.0, -6.0, 7.0, 0.25]), "e2m1fn")
+      Array([ 2, 15,  7,  0], dtype=uint8)
+    """
+    spec = rounding_spec(fmt, rounding, saturate, subnormals, key, random_bits)
+    seeds = _random.seeds_from_key(key) if spec.rounding == "stochastic" else jnp.zeros((2,), jnp.uint32)
+    if is_host_float64(x):
+        check_fits(spec.fmt, get_format("fp32"), what="the float64 input (x64 is disabled)")
+        with jax.enable_x64(True):
+            return _encode_jit(jnp.asarray(x, jnp.float64), seeds, spec)
+    x = as_input_array(x)
+    check_fits(spec.fmt, input_format(x.dtype))
+    return _encode_jit(x, seeds, spec)
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def _decode_jit(codes: jax.Array, fmt: Format, out: Format) -> jax.Array:
+    invalid = codes >= fmt.num_codes if fmt.bits < codes.dtype.itemsize * 8 else jnp.zeros(codes.shape, bool)
+    if jnp.issubdtype(codes.dtype, jnp.signedinteger):
+        invalid = invalid | (codes < 0)
+    bits = _convert.widen(codes.astype(fmt.code_dtype), src=fmt, dst=out)
+    bits = jnp.where(invalid, jnp.asarray(out.nan_code, bits.dtype), bits)
+    return lax.bitcast_convert_type(bits.astype(out.code_dtype), out.dtype)
+
+
+def _check_code_range(codes: jax.Array, fmt: Format, name: str) -> None:
+    """Eagerly reject codes outside the format's code space (skipped under jit)."""
+    if isinstance(codes, jax.core.Tracer) or not codes.size:
+        return
+    low, high = int(codes.min()), int(codes.max())
+    if low < 0 or high >= fmt.num_codes:
+        raise ValueError(f"{name} must lie in [0, {fmt.num_codes}) for {fmt.name}, got {low if low < 0 else high}")
+
+
+def decode(codes: Any, fmt: Any, dtype: Any = jnp.float32) -> jax.Array:
+    """Map integer codes of ``fmt`` to their values, in ``dtype`` (float32 by default).
+
+    Every code has a value: NaN codes give NaN (with the code's sign for ``ieee``/``fn`` formats),
+    infinity codes give ±inf, ``-0`` gives -0. Codes outside the format's code space
+    (``>= fmt.num_codes``) raise ValueError when the codes are concrete; under jit they decode to NaN.
+
+    Args:
+      codes: integer array (any integer dtype; values are codes, not bit-cast floats).
+      fmt: format name, `Format` or dtype.
+      dtype: float16, bfloat16, float32 or float64; it must hold every value of ``fmt``.
+
+    Example:
+      >>> import jax.numpy as jnp, fpemu
+      >>> fpemu.decode(jnp.array([0x7e, 0x7f, 0x80, 0x01], jnp.uint8), "e4m3fn")
+      Array([ 4.480000e+02,           nan, -0.000000e+00,  1.953125e-03], dtype=float32)
+    """
+    fmt = get_format(fmt)
+    out = input_format(np.dtype(dtype), what="dtype")
+    check_fits(fmt, out, what="dtype")
+    codes = jnp.asarray(codes)
+    if not jnp.issubdtype(codes.dtype, jnp.integer):
+        raise TypeError(f"codes must be an integer array, got dtype {codes.dtype}")
+    _check_code_range(codes, fmt, "codes")
+    return _decode_jit(codes, fmt, out)
+
+
+def _check_codes(codes: Any, fmt: Format, name: str) -> jax.Array:
+    codes = jnp.asarray(codes)
+    if not jnp.issubdtype(codes.dtype, jnp.integer):
+        raise TypeError(f"{name} must be an integer array, got dtype {codes.dtype}")
+    if codes.ndim == 0:
+        raise ValueError(f"{name} must have at least one dimension (packing runs along the last axis)")
+    return codes
+
+
+def _group(fmt: Format) -> tuple[int, int]:
+    """(codes, bytes) per packing group: the smallest run of codes that fills whole bytes."""
+    codes = 8 // math.gcd(fmt.bits, 8)
+    return codes, codes * fmt.bits // 8
+
+
+def pack(codes: Any, fmt: Any) -> jax.Array:
+    """Pack codes densely into bytes along the last axis (uint8 result).
+
+    The layout is a little-endian bit stream: bit ``j`` of code ``i`` is stream bit
+    ``i * fmt.bits + j``, and stream bit ``t`` is bit ``t % 8`` of byte ``t // 8``. So 4-bit
+    formats store two codes per byte (code ``2i`` in the low nibble), 6-bit formats four codes per
+    three bytes, 8-bit formats one per byte, and wider formats their little-endian bytes.
+
+    Raises:
+      ValueError: if the last axis does not fill whole bytes (a multiple of 2 codes for 4-bit
+        formats, of 4 for 6-bit formats); pad the codes first.
+
+    Example:
+      >>> import jax.numpy as jnp, fpemu
+      >>> fpemu.pack(jnp.array([0x1, 0x2, 0xf, 0x0], jnp.uint8), "e2m1fn")
+      Array([33, 15], dtype=uint8)
+    """
+    fmt = get_format(fmt)
+    codes = _check_codes(codes, fmt, "codes")
+    group, nbytes = _group(fmt)
+    n = codes.shape[-1]
+    if n % group:
+        raise ValueError(
+            f"codes.shape[-1]={n} must be a multiple of {group} to pack {fmt.bits}-bit {fmt.name} codes into whole "
+            "bytes; pad the last axis"
+        )
+    _check_code_range(codes, fmt, "codes")
+    width = fmt.bits
+    codes = codes.astype(fmt.code_dtype) & jnp.asarray((1 << width) - 1, fmt.code_dtype)
+    if width == 4:  # the common FP4 case, without the bit-level detour
+        pairs = codes.astype(jnp.uint8).reshape(*codes.shape[:-1], n // 2, 2)
+        return pairs[..., 0] | (pairs[..., 1] << jnp.uint8(4))
+    if width % 8 == 0:
+        return lax.bitcast_convert_type(codes, jnp.uint8).reshape(*codes.shape[:-1], n * width // 8)
+    shifts = jnp.arange(width, dtype=codes.dtype)
+    stream = ((codes[..., None] >> shifts) & 1).astype(jnp.uint8).reshape(*codes.shape[:-1], n * width // 8, 8)
+    return jnp.sum(stream << jnp.arange(8, dtype=jnp.uint8), axis=-1, dtype=jnp.uint8)
+
+
+def unpack(packed: Any, fmt: Any) -> jax.Array:
+    """Inverse of `pack`: bytes (uint8, last axis) to codes of ``fmt.code_dtype``.
+
+    Raises:
+      TypeError: if ``packed`` is not uint8.
+      ValueError: if the last axis is not a whole number of packing groups (e.g. a multiple of 3
+        bytes for 6-bit formats).
+
+    Example:
+      >>> import jax.numpy as jnp, fpemu
+      >>> fpemu.unpack(jnp.array([33, 15], jnp.uint8), "e2m1fn")
+      Array([ 1,  2, 15,  0], dtype=uint8)
+    """
+    fmt = get_format(fmt)
+    packed = _check_codes(packed, fmt, "packed")
+    if packed.dtype != jnp.uint8:
+        raise TypeError(f"packed must be a uint8 array (the output of fpemu.pack), got dtype {packed.dtype}")
+    group, nbytes = _group(fmt)
+    m = packed.shape[-1]
+    if m % nbytes:
+        raise ValueError(
+            f"packed.shape[-1]={m} must be a multiple of {nbytes} bytes for {fmt.bits}-bit {fmt.name} codes"
+        )
+    width, out = fmt.bits, jnp.dtype(fmt.code_dtype)
+    n = m * 8 // width
+    if width == 4:
+        low, high = packed & jnp.uint8(0xF), packed >> jnp.uint8(4)
+        return jnp.stack([low, high], axis=-1).reshape(*packed.shape[:-1], n)
+    if width == 8:
+        return packed
+    if width % 8 == 0:
+        return lax.bitcast_convert_type(packed.reshape(*packed.shape[:-1], n, width // 8), out)
+    bits = ((packed[..., None] >> jnp.arange(8, dtype=jnp.uint8)) & 1).reshape(*packed.shape[:-1], n, width)
+    return jnp.sum(bits.astype(out) << jnp.arange(width, dtype=out), axis=-1, dtype=out)

@@ -1,0 +1,223 @@
+"""`quantize`: round an array to a format, keep the exact result in the input's dtype."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from fpemu import _convert, _random
+from fpemu._convert import ROUNDING_MODES, Rounding
+from fpemu._format import Format
+from fpemu._registry import get_format
+
+_INPUT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundingSpec:
+    """Validated, static rounding options (hashable: a jit static argument)."""
+
+    fmt: Format
+    rounding: str = "nearest_even"
+    saturate: bool = False
+    subnormals: bool = True
+    random_bits: int = _convert.DEFAULT_RANDOM_BITS
+
+
+def rounding_spec(fmt, rounding, saturate, subnormals, key, random_bits) -> RoundingSpec:
+    """Validate the options shared by quantize and encode; errors name the argument."""
+    fmt = get_format(fmt)
+    if rounding not in ROUNDING_MODES:
+        raise ValueError(f"rounding must be one of {', '.join(ROUNDING_MODES)}; got {rounding!r}")
+    for name, value in (("saturate", saturate), ("subnormals", subnormals)):
+        if not isinstance(value, (bool, np.bool_)):
+            raise TypeError(f"{name} must be a bool, got {value!r}")
+    if rounding == "stochastic":
+        if key is None:
+            raise ValueError("rounding='stochastic' needs key=jax.random.key(...)")
+        if random_bits is None:
+            random_bits = _convert.DEFAULT_RANDOM_BITS
+        if not isinstance(random_bits, (int, np.integer)) or isinstance(random_bits, bool) or not 1 <= random_bits <= 32:
+            raise ValueError(f"random_bits must be None or an int in [1, 32], got {random_bits!r}")
+    else:
+        if key is not None:
+            raise ValueError(f"key is only used with rounding='stochastic', not {rounding!r}")
+        if random_bits is not None:
+            raise ValueError(f"random_bits is only used with rounding='stochastic', not {rounding!r}")
+        random_bits = _convert.DEFAULT_RANDOM_BITS
+    return RoundingSpec(fmt, rounding, bool(saturate), bool(subnormals), int(random_bits))
+
+
+def input_format(dtype: np.dtype, what: str = "x") -> Format:
+    """The registry format of a float input dtype; TypeError for anything else."""
+    dtype = np.dtype(dtype)
+    if dtype.name not in _INPUT_DTYPES:
+        kind = {"i": "integer", "u": "integer", "b": "bool", "c": "complex"}.get(dtype.kind, "non-IEEE")
+        raise TypeError(
+            f"{what} must be a float16, bfloat16, float32 or float64 array, got {kind} dtype {dtype.name}"
+            + (" (convert low-precision arrays with .astype(jnp.float32) first)" if dtype.kind == "V" or kind == "non-IEEE" else "")
+        )
+    return get_format(dtype)
+
+
+def check_fits(fmt: Format, container: Format, what: str = "x") -> None:
+    if not _convert.fits(fmt, container):
+        raise ValueError(
+            f"format {fmt.name} has values that {container.name} cannot hold exactly "
+            f"(max {fmt.max:g} vs {container.max:g}, smallest {fmt.min_subnormal:g} vs {container.min_subnormal:g}, "
+            f"{fmt.mantissa_bits} vs {container.mantissa_bits} mantissa bits); pass {what} in a wider dtype, "
+            "e.g. .astype(jnp.float32)"
+            + (" (float64 needs jax.config.update('jax_enable_x64', True))" if container.name == "fp32" else "")
+        )
+
+
+def is_host_float64(x: Any) -> bool:
+    """A NumPy/Python float64 value that JAX would silently round to float32 (x64 disabled)."""
+    if jax.config.jax_enable_x64:
+        return False
+    if isinstance(x, float):
+        return True
+    return isinstance(x, (np.ndarray, np.generic)) and np.dtype(x.dtype) == np.float64
+
+
+def as_input_array(x: Any) -> jax.Array:
+    if isinstance(x, (bool, int, complex, np.bool_)) and not isinstance(x, float):
+        raise TypeError(f"x must be a floating-point array, got {type(x).__name__} {x!r}")
+    if isinstance(x, float):
+        x = np.float64(x)
+    return jnp.asarray(x)
+
+
+def _seeds(spec: RoundingSpec, key) -> jax.Array:
+    if spec.rounding == "stochastic":
+        return _random.seeds_from_key(key)
+    return jnp.zeros((2,), jnp.uint32)
+
+
+def _round_array(x: jax.Array, seeds: jax.Array, spec: RoundingSpec) -> jax.Array:
+    src = input_format(x.dtype)
+    bits_dtype = jnp.dtype(src.code_dtype)
+    bits = lax.bitcast_convert_type(x, bits_dtype)
+    random = _random.random_uint32(seeds, x.shape) if spec.rounding == "stochastic" else None
+    out = _convert.round_narrow(
+        bits,
+        src=src,
+        dst=spec.fmt,
+        rounding=spec.rounding,
+        saturate=spec.saturate,
+        subnormals=spec.subnormals,
+        output="src_bits",
+        random=random,
+        random_bits=spec.random_bits,
+    )
+    return lax.bitcast_convert_type(out.astype(bits_dtype), x.dtype)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
+def _quantize_ste(x: jax.Array, seeds: jax.Array, spec: RoundingSpec) -> jax.Array:
+    return _round_array(x, seeds, spec)
+
+
+@_quantize_ste.defjvp
+def _quantize_ste_jvp(spec, primals, tangents):
+    x, seeds = primals
+    x_dot, _ = tangents
+    return _quantize_ste(x, seeds, spec), x_dot  # straight-through: d quantize(x) / dx = 1
+
+
+_quantize_jit = jax.jit(_quantize_ste, static_argnums=(2,))
+
+
+def _quantize_host_float64(x, spec: RoundingSpec, seeds) -> jax.Array:
+    """NumPy float64 input with x64 off: round from float64 exactly, return float32 (JAX's float)."""
+    fp32 = get_format("fp32")
+    check_fits(spec.fmt, fp32, what="the float64 input (x64 is disabled, so the result is float32)")
+    with jax.enable_x64(True):
+        x64 = jnp.asarray(x, jnp.float64)
+        y64 = _quantize_jit(x64, seeds, spec)
+        bits64 = lax.bitcast_convert_type(y64, jnp.uint64)
+        fp64 = get_format("fp64")
+        bits32 = _convert.round_narrow(
+            bits64, src=fp64, dst=fp32, rounding="toward_zero", saturate=False, subnormals=True, output="dst_code"
+        ).astype(jnp.uint32)
+    return lax.bitcast_convert_type(bits32, jnp.float32)
+
+
+def quantize(
+    x: Any,
+    fmt: Any,
+    *,
+    rounding: Rounding = "nearest_even",
+    saturate: bool = False,
+    subnormals: bool = True,
+    key: jax.Array | None = None,
+    random_bits: int | None = None,
+) -> jax.Array:
+    """Round ``x`` to the format ``fmt`` and return the exact rounded values, in ``x``'s dtype.
+
+    Special values first:
+
+    - NaN stays NaN (also for formats with no NaN code, so that it stays visible); -0 stays -0
+      where the format has -0, else becomes +0, and a negative value rounding to zero in such a
+      format gives +0.
+    - Overflow (``saturate=False``): the IEEE result for the mode: nearest, stochastic and the
+      outward directed mode give infinity, toward_zero, to_odd and the inward directed mode give
+      the largest finite value; "infinity" is NaN for formats with NaN but no infinity, and the
+      largest finite value for formats with neither (ml_dtypes: e4m3fn 464 -> 448,
+      464.00003 -> NaN; e2m1fn 7 -> 6).
+    - ±infinity gives the format's infinity, else NaN, else ±max. ``saturate=True`` clamps every
+      non-NaN input, infinities included, to [-max, max].
+    - Subnormals are kept; ``subnormals=False`` flushes every nonzero result smaller than
+      ``min_normal`` to zero of the same sign.
+    - Unsigned formats (E8M0): negative inputs give NaN; E8M0 has no zero, so 0 gives NaN and
+      positive values below its smallest value give that value.
+
+    Rounding modes: ``nearest_even`` (default; ties away from zero for formats with no mantissa
+    bits, as ml_dtypes does), ``nearest_away``, ``toward_zero``, ``toward_positive``,
+    ``toward_negative``, ``to_odd`` (the neighbour with an odd code; never overflows) and
+    ``stochastic`` (needs ``key``; rounds up with probability equal to the distance to the lower
+    neighbour over the gap; ``random_bits=k`` adds k random bits to the k leading discarded bits,
+    the default is unbiased to 2**-32 of the gap). There is exactly one rounding from the input value.
+
+    The gradient is the identity (straight-through estimator). Pure and jit/vmap/grad-compatible;
+    a NumPy float64 input while ``jax_enable_x64`` is off is rounded from its float64 value (no
+    silent float32 rounding first) and returned as float32.
+
+    Args:
+      x: float16, bfloat16, float32 or float64 array (or a Python float).
+      fmt: format name, `Format`, or dtype; its values must fit ``x``'s dtype.
+      rounding: the rounding mode.
+      saturate: clamp overflow and infinities to ±max.
+      subnormals: keep subnormal results (``False`` flushes them to zero).
+      key: a JAX PRNG key, for (and only for) ``rounding="stochastic"``.
+      random_bits: random bits per element for stochastic rounding, 1..32, or None.
+
+    Returns:
+      An array of ``x``'s shape and dtype holding values of ``fmt`` (or NaN).
+
+    Raises:
+      TypeError: integer, bool or complex input.
+      ValueError: unknown format or mode, a format that ``x``'s dtype cannot hold (fp16 in a
+        bfloat16 array), stochastic rounding without a key.
+
+    Example:
+      >>> import jax.numpy as jnp, fpemu
+      >>> fpemu.quantize(jnp.array([1.0625, 1.0625001, 464.0, 500.0]), "e4m3fn")
+      Array([1.   , 1.125, 448.  ,   nan], dtype=float32)
+      >>> fpemu.quantize(jnp.array([500.0, -jnp.inf]), "e4m3fn", saturate=True)
+      Array([ 448., -448.], dtype=float32)
+      >>> fpemu.quantize(jnp.array([1.0625, -1.0625]), "e4m3fn", rounding="toward_positive")
+      Array([ 1.125, -1.   ], dtype=float32)
+    """
+    spec = rounding_spec(fmt, rounding, saturate, subnormals, key, random_bits)
+    if is_host_float64(x):
+        return _quantize_host_float64(x, spec, _seeds(spec, key))
+    x = as_input_array(x)
+    check_fits(spec.fmt, input_format(x.dtype))
+    return _quantize_jit(x, _seeds(spec, key), spec)

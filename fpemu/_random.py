@@ -1,0 +1,65 @@
+"""Counter-based random bits for stochastic rounding: a keyed integer hash of the element index.
+
+``bits[i] = mix(mix(i + k0) ^ k1)`` where ``i`` is the row-major element index, ``(k0, k1)`` are two
+32-bit seeds folded from the JAX PRNG key, and ``mix`` is a 32-bit avalanche bijection (xorshift-
+multiply, Wellons' "lowbias32" constants). A pure function of (key, index): the same key gives the
+same bits whatever the backend, block size or sharding, at a fraction of the cost of
+``jax.random.bits`` (no Threefry rounds). It is a statistical generator, not a cryptographic one.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+_MAX_ELEMENTS = 1 << 32
+
+
+def _mix(h: jnp.ndarray) -> jnp.ndarray:
+    h = h ^ (h >> jnp.uint32(16))
+    h = h * jnp.uint32(0x21F0AAAD)
+    h = h ^ (h >> jnp.uint32(15))
+    h = h * jnp.uint32(0x735A2D97)
+    return h ^ (h >> jnp.uint32(15))
+
+
+def seeds_from_key(key) -> jnp.ndarray:
+    """Fold a JAX PRNG key (typed, or a legacy uint32 key array) into two uint32 seeds.
+
+    Raises:
+      TypeError: if ``key`` is not a PRNG key.
+      ValueError: if ``key`` holds more than one key (use ``jax.vmap`` over keys instead).
+    """
+    if isinstance(key, jax.Array) and jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        if key.shape != ():
+            raise ValueError(f"key must be a single PRNG key, got a key array of shape {key.shape}; vmap over keys")
+        words = jax.random.key_data(key)
+    else:
+        words = jnp.asarray(key) if isinstance(key, (jax.Array, np.ndarray)) else None
+        if words is None or words.dtype != jnp.uint32 or words.ndim != 1:
+            raise TypeError(
+                f"key must be a JAX PRNG key (jax.random.key(...) or jax.random.PRNGKey(...)), got {type(key).__name__}"
+            )
+    words = words.reshape(-1).astype(jnp.uint32)
+    h0, h1 = jnp.uint32(0x6A09E667), jnp.uint32(0xBB67AE85)
+    for i in range(words.shape[0]):
+        h0 = _mix(h0 ^ words[i])
+        h1 = _mix(h1 + words[i] + h0)
+    return jnp.stack([h0, h1])
+
+
+def random_uint32(seeds: jnp.ndarray, shape: tuple[int, ...], offset=0) -> jnp.ndarray:
+    """Uniform uint32 bits for every element of an array of ``shape``, from the element index.
+
+    ``offset`` is added to the row-major index (for a block of a larger array).
+
+    Raises:
+      ValueError: for arrays of 2**32 elements or more (the index is 32 bits wide).
+    """
+    size = int(np.prod(shape, dtype=np.int64))
+    if size > _MAX_ELEMENTS:
+        raise ValueError(f"stochastic rounding supports arrays of at most 2**32 elements, got shape {shape}")
+    index = lax.iota(jnp.uint32, max(size, 1))[:size].reshape(shape) + jnp.uint32(offset)
+    return _mix(_mix(index + seeds[0]) ^ seeds[1])
