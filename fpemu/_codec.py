@@ -183,9 +183,9 @@ def pack(codes: Any, fmt: Any) -> jax.Array:
         return pairs[..., 0] | (pairs[..., 1] << jnp.uint8(4))
     if width % 8 == 0:
         return lax.bitcast_convert_type(codes, jnp.uint8).reshape(*codes.shape[:-1], n * width // 8)
-    shifts = jnp.arange(width, dtype=codes.dtype)
-    stream = ((codes[..., None] >> shifts) & 1).astype(jnp.uint8).reshape(*codes.shape[:-1], n * width // 8, 8)
-    return jnp.sum(stream << jnp.arange(8, dtype=jnp.uint8), axis=-1, dtype=jnp.uint8)
+    stream = ((codes[..., None] >> _lanes(width, codes.dtype, codes.ndim + 1)) & 1).astype(jnp.uint8)
+    stream = stream.reshape(*codes.shape[:-1], n * width // 8, 8)
+    return jnp.sum(stream << _lanes(8, jnp.uint8, stream.ndim), axis=-1, dtype=jnp.uint8)
 
 
 def unpack(packed: Any, fmt: Any) -> jax.Array:
@@ -220,5 +220,10 @@ def unpack(packed: Any, fmt: Any) -> jax.Array:
         return packed
     if width % 8 == 0:
         return lax.bitcast_convert_type(packed.reshape(*packed.shape[:-1], n, width // 8), out)
-    bits = ((packed[..., None] >> jnp.arange(8, dtype=jnp.uint8)) & 1).reshape(*packed.shape[:-1], n, width)
-    return jnp.sum(bits.astype(out) << jnp.arange(width, dtype=out), axis=-1, dtype=out)
+    bits = ((packed[..., None] >> _lanes(8, jnp.uint8, packed.ndim + 1)) & 1).reshape(*packed.shape[:-1], n, width)
+    return jnp.sum(bits.astype(out) << _lanes(width, out, bits.ndim), axis=-1, dtype=out)
+
+
+def _lanes(width: int, dtype, ndim: int) -> jax.Array:
+    """``0, 1, ..., width - 1`` along the last of ``ndim`` axes (explicit rank: no implicit promotion)."""
+    return jnp.arange(width, dtype=dtype).reshape((1,) * (ndim - 1) + (width,))

@@ -1,0 +1,31 @@
+# The two commands a newcomer needs: `make demo` and `make test`. Each creates .venv and installs fpemu.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: install demo test test-slow bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/fpemu demo
+
+# Unit tests, doctests in the package, and the examples in README.md and docs/.
+test: $(STAMP)
+	$(BIN)/python -m pytest tests fpemu kernels README.md docs --doctest-modules --doctest-glob='*.md' -p no:cacheprovider
+
+# Long sweeps (every float32 input, thorough hypothesis profile): not run in CI.
+test-slow: $(STAMP)
+	FPEMU_HYPOTHESIS_PROFILE=thorough $(BIN)/python -m pytest tests -m slow -p no:cacheprovider
+
+bench: $(STAMP)
+	$(BIN)/python -m pytest bench --benchmark-only --benchmark-min-rounds=5 -p no:cacheprovider
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis .benchmarks
