@@ -74,8 +74,8 @@ def encode(
 
     Example:
       >>> import jax.numpy as jnp, fpemu
-      >>> fpemu.encode(jnp.array([1.0, -6.0, 7.0, 0.25]), "e2m1fn")
-      Array([ 2, 15,  7,  0], dtype=uint8)
+      >>> fpemu.encode(jnp.array([1.0, -6.0, 7.0, 0.25]), "e2m1fn").tolist()
+      [2, 15, 7, 0]
     """
     spec = rounding_spec(fmt, rounding, saturate, subnormals, key, random_bits)
     seeds = _random.seeds_from_key(key) if spec.rounding == "stochastic" else jnp.zeros((2,), jnp.uint32)
@@ -121,8 +121,8 @@ def decode(codes: Any, fmt: Any, dtype: Any = jnp.float32) -> jax.Array:
 
     Example:
       >>> import jax.numpy as jnp, fpemu
-      >>> fpemu.decode(jnp.array([0x7e, 0x7f, 0x80, 0x01], jnp.uint8), "e4m3fn")
-      Array([ 4.480000e+02,           nan, -0.000000e+00,  1.953125e-03], dtype=float32)
+      >>> fpemu.decode(jnp.array([0x7e, 0x7f, 0x80, 0x01], jnp.uint8), "e4m3fn").tolist()
+      [448.0, nan, -0.0, 0.001953125]
     """
     fmt = get_format(fmt)
     out = input_format(np.dtype(dtype), what="dtype")
@@ -163,8 +163,8 @@ def pack(codes: Any, fmt: Any) -> jax.Array:
 
     Example:
       >>> import jax.numpy as jnp, fpemu
-      >>> fpemu.pack(jnp.array([0x1, 0x2, 0xf, 0x0], jnp.uint8), "e2m1fn")
-      Array([33, 15], dtype=uint8)
+      >>> fpemu.pack(jnp.array([0x1, 0x2, 0xf, 0x0], jnp.uint8), "e2m1fn").tolist()
+      [33, 15]
     """
     fmt = get_format(fmt)
     codes = _check_codes(codes, fmt, "codes")
@@ -198,8 +198,8 @@ def unpack(packed: Any, fmt: Any) -> jax.Array:
 
     Example:
       >>> import jax.numpy as jnp, fpemu
-      >>> fpemu.unpack(jnp.array([33, 15], jnp.uint8), "e2m1fn")
-      Array([ 1,  2, 15,  0], dtype=uint8)
+      >>> fpemu.unpack(jnp.array([33, 15], jnp.uint8), "e2m1fn").tolist()
+      [1, 2, 15, 0]
     """
     fmt = get_format(fmt)
     packed = _check_codes(packed, fmt, "packed")

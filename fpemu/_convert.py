@@ -31,11 +31,8 @@ import numpy as np
 from jax import lax
 
 from fpemu._format import Format
+from fpemu._modes import ROUNDING_MODES, Rounding  # noqa: F401  (re-exported)
 
-Rounding = Literal[
-    "nearest_even", "nearest_away", "toward_zero", "toward_positive", "toward_negative", "to_odd", "stochastic"
-]
-ROUNDING_MODES: tuple[str, ...] = Rounding.__args__  # type: ignore[attr-defined]
 
 # Modes in which a result beyond the largest finite value overflows to infinity (for positive and
 # negative results respectively); in the other cases it clamps to the largest finite value.
@@ -164,9 +161,12 @@ def round_narrow(
     one = u(1)
     rem = sig_g & ((one << shg) - one)
     half = one << (shg - one)
+    smallest = value_bits(dst.min_subnormal, src)
+    tiny = a < u(smallest)  # below the smallest positive value: the result is 0 or that value
     if m_t == 0:
-        # No stored mantissa: the code's parity is the exponent's (ties-to-even is replaced by ties-away).
-        lsb = ((ex + dst.bias) & 1).astype(uw)
+        # No stored mantissa: the code's parity is the exponent's (ties-to-even is replaced by ties-away);
+        # below the smallest value the truncated code is 0.
+        lsb = jnp.where(tiny, u(0), ((ex + dst.bias) & 1).astype(uw))
     else:
         lsb = (sig_g >> shg) & one
     negative = s != 0
@@ -199,8 +199,6 @@ def round_narrow(
         raise ValueError(f"rounding must be one of {ROUNDING_MODES}, got {rounding!r}")
     up_u = up.astype(uw)
 
-    smallest = value_bits(dst.min_subnormal, src)
-    tiny = a < u(smallest)
     ovf_pos, ovf_neg = _OVERFLOWS[rounding]
 
     if output == "src_bits":

@@ -58,7 +58,7 @@ class Format:
     Example:
       >>> fmt = Format(name="e6m9", exponent_bits=6, mantissa_bits=9)
       >>> fmt.bias, fmt.max, fmt.min_normal, fmt.eps
-      (31, 4292870144.0, 9.313225746154785e-10, 0.001953125)
+      (31, 4290772992.0, 9.313225746154785e-10, 0.001953125)
       >>> Format(name="e4m3fn_like", exponent_bits=4, mantissa_bits=3, specials="fn").max
       448.0
     """

@@ -208,12 +208,12 @@ def quantize(
 
     Example:
       >>> import jax.numpy as jnp, fpemu
-      >>> fpemu.quantize(jnp.array([1.0625, 1.0625001, 464.0, 500.0]), "e4m3fn")
-      Array([1.   , 1.125, 448.  ,   nan], dtype=float32)
-      >>> fpemu.quantize(jnp.array([500.0, -jnp.inf]), "e4m3fn", saturate=True)
-      Array([ 448., -448.], dtype=float32)
-      >>> fpemu.quantize(jnp.array([1.0625, -1.0625]), "e4m3fn", rounding="toward_positive")
-      Array([ 1.125, -1.   ], dtype=float32)
+      >>> fpemu.quantize(jnp.array([1.0625, 1.0625001, 464.0, 500.0]), "e4m3fn").tolist()
+      [1.0, 1.125, 448.0, nan]
+      >>> fpemu.quantize(jnp.array([500.0, -jnp.inf]), "e4m3fn", saturate=True).tolist()
+      [448.0, -448.0]
+      >>> fpemu.quantize(jnp.array([1.0625, -1.0625]), "e4m3fn", rounding="toward_positive").tolist()
+      [1.125, -1.0]
     """
     spec = rounding_spec(fmt, rounding, saturate, subnormals, key, random_bits)
     if is_host_float64(x):
