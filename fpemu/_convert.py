@@ -152,8 +152,9 @@ def round_narrow(
     a, s, sig = x.a, x.s, x.sig
     ex = x.exponent(precise=dst.emin < src.emin, width=width)
     sh = (jnp.maximum(ex, dst.emin) - m_t) - (jnp.maximum(ex, src.emin) - m_in)
-    # A guard bit keeps the shift >= 1 when the precisions are equal, so that `half` exists.
-    guard = 1 if m_t == m_in else 0
+    # A guard bit keeps the shift >= 1, so that `half` exists, wherever the shift can be 0: where the
+    # precisions are equal, or the smallest quanta (reached through the subnormal ranges) are.
+    guard = 1 if min(m_in - m_t, dst.min_subnormal_exponent - src.min_subnormal_exponent) == 0 else 0
     sh_c = jnp.clip(sh, 0, m_in + 2)  # beyond m_in + 1 every decision is the same: q = 0, rem < half
     shg_i = sh_c + guard
     shg = shg_i.astype(uw)

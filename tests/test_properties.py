@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import assume, given, note
+from hypothesis import assume, example, given, note
 from hypothesis import strategies as st
 
 import fpemu
@@ -105,6 +105,12 @@ def test_float64_boundaries_builtin_formats(fmt, rounding, saturate, subnormals,
 
 @given(fmt=custom_formats(), rounding=rounding_modes, saturate=st.booleans(), subnormals=st.booleans(),
        seed=st.integers(0, 2**16))  # fmt: skip
+# Found by hypothesis: to_odd below the smallest value of a format with a zero and no mantissa bits.
+@example(fmt=fpemu.Format(name="e2m0fn", exponent_bits=2, mantissa_bits=0, specials="fn"), rounding="to_odd",
+         saturate=False, subnormals=True, seed=0)  # fmt: skip
+# Found by hypothesis: a format whose smallest quantum equals float32's (rounding shift 0 on subnormals).
+@example(fmt=fpemu.Format(name="e8m21b129", exponent_bits=8, mantissa_bits=21, bias=129), rounding="nearest_even",
+         saturate=False, subnormals=True, seed=0)  # fmt: skip
 def test_custom_formats(fmt, rounding, saturate, subnormals, seed):
     if fits(fmt, fpemu.get_format("fp32")):
         _assert_matches_reference(boundary_inputs(fmt, np.float32, seed), fmt, rounding, saturate, subnormals)
