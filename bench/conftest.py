@@ -1,8 +1,9 @@
 """Speed suite configuration: the shared input, result recording and the ns/element summary.
 
-Run with ``.venv/bin/pytest bench`` (see bench/README.md). Every benchmark records its median
-time here; ``pytest_terminal_summary`` prints, after pytest-benchmark's own tables, one table of
-ns/element (with each row's ratio to the NumPy copy) and one of the ratios the targets are about.
+Run with ``.venv/bin/pytest bench`` (see bench/README.md). Every benchmark records its median and
+minimum time here; ``pytest_terminal_summary`` prints, after pytest-benchmark's own tables, a table
+of ns/element (with each row's ratio to the NumPy copy), the ratio tables (of medians and of
+minimums) and one verdict line per performance target.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ SEED = 20261121
 SPREAD_EVERY = 16  # every 16th element is a random finite float32 bit pattern (the whole range)
 
 _DEFAULT_COLUMNS = ["median", "iqr", "min", "max", "rounds"]
-_MEDIANS = pytest.StashKey[dict]()
+_TIMES = pytest.StashKey[dict]()
 
 
 def make_input() -> np.ndarray:
@@ -34,7 +35,7 @@ def make_input() -> np.ndarray:
     x = rng.standard_normal(N, dtype=np.float32) * np.float32(100)
     bits = rng.integers(0, 1 << 32, size=N // SPREAD_EVERY, dtype=np.uint64).astype(np.uint32)
     nonfinite = (bits & np.uint32(0x7F800000)) == np.uint32(0x7F800000)
-    bits = np.where(nonfinite, bits & ~np.uint32(1 << 30), bits)  # exponent 0xff -> 0xbf: finite
+    bits = np.where(nonfinite, bits & ~np.uint32(1 << 30), bits)  # exponent field 0xff -> 0x7f: finite
     x[::SPREAD_EVERY] = bits.view(np.float32)
     assert np.isfinite(x).all()
     return x
@@ -47,19 +48,26 @@ def x_np() -> np.ndarray:
 
 @pytest.fixture(scope="session")
 def x(x_np) -> jax.Array:
-    return jnp.asarray(x_np).block_until_ready()
+    x = jnp.asarray(x_np).block_until_ready()
+    # Bring the process (thread pool, allocator, page cache) to a steady state before the first
+    # timed row: without this, the first benchmark of a session ran up to 5x slower.
+    twice = jax.jit(lambda v: v * 2)
+    for _ in range(20):
+        twice(x).block_until_ready()
+        x_np.copy()
+    return x
 
 
 @pytest.fixture
 def record(request, benchmark):
-    """``record(fmt, row)``: keep this benchmark's median for the summary (nothing when disabled)."""
+    """``record(fmt, row)``: keep this benchmark's median and min for the summary (nothing when disabled)."""
 
     def _record(fmt: str, row: str) -> None:
         if benchmark.stats is None:  # --benchmark-disable / --benchmark-skip
             return
-        median = benchmark.stats["median"]
-        benchmark.extra_info["ns_per_element"] = median / N * 1e9
-        request.config.stash.setdefault(_MEDIANS, {})[fmt, row] = median
+        times = {stat: benchmark.stats[stat] for stat in ("median", "min")}
+        benchmark.extra_info["ns_per_element_median"] = times["median"] / N * 1e9
+        request.config.stash.setdefault(_TIMES, {})[fmt, row] = times
 
     return _record
 
@@ -90,79 +98,94 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def _fmt_ratio(num: float | None, den: float | None) -> str:
+def _ratio(num: float | None, den: float | None) -> str:
     return "n/a" if num is None or den is None else f"{num / den:.2f}"
 
 
-def summary_lines(medians: dict[tuple[str, str], float]) -> list[str]:
-    """Markdown tables of ns/element and ratios, from ``{(format, row): median seconds}``."""
-    ns = {key: t / N * 1e9 for key, t in medians.items()}
-    formats = list(dict.fromkeys(f for f, _ in ns))  # in the order they ran
-    rows = list(dict.fromkeys(r for _, r in ns))
+# Ratio columns: (heading, row, peer).
+RATIOS = [
+    ("NE / reduce_precision", "fpemu-nearest_even", "reduce_precision"),
+    ("NE / astype", "fpemu-nearest_even", "astype_roundtrip"),
+    ("NE / ml_dtypes", "fpemu-nearest_even", "ml_dtypes_roundtrip"),
+    ("SR / NE", "fpemu-stochastic", "fpemu-nearest_even"),
+    ("TZ / NE", "fpemu-toward_zero", "fpemu-nearest_even"),
+    ("NE / reduce_precision, donated", "fpemu-nearest_even-donated", "reduce_precision-donated"),
+    ("NE / astype, donated", "fpemu-nearest_even-donated", "astype_roundtrip-donated"),
+    ("NE donated / ml_dtypes", "fpemu-nearest_even-donated", "ml_dtypes_roundtrip"),
+    ("NE donated / x*2 donated", "fpemu-nearest_even-donated", "xla_times2-donated"),
+]
+
+# Targets from the issue: (label, row, peer, limit, strict). "Several times faster" is taken as >= 3x.
+# The donated lines repeat them without the fresh-output page faults (computation and memory traffic only).
+TARGETS = [
+    ("nearest_even <= 1.2x lax.reduce_precision", "fpemu-nearest_even", "reduce_precision", 1.2, False),
+    ("nearest_even faster than the jitted astype round trip", "fpemu-nearest_even", "astype_roundtrip", 1.0, True),
+    ("stochastic <= 2x nearest_even", "fpemu-stochastic", "fpemu-nearest_even", 2.0, False),
+    ("nearest_even >= 3x faster than ml_dtypes", "fpemu-nearest_even", "ml_dtypes_roundtrip", 1 / 3, False),
+    ("donated: nearest_even <= 1.2x reduce_precision", "fpemu-nearest_even-donated", "reduce_precision-donated", 1.2, False),
+    ("donated: nearest_even faster than astype", "fpemu-nearest_even-donated", "astype_roundtrip-donated", 1.0, True),
+    ("donated: nearest_even >= 3x faster than ml_dtypes", "fpemu-nearest_even-donated", "ml_dtypes_roundtrip", 1 / 3, False),
+]
+
+
+def summary_lines(times: dict[tuple[str, str], dict[str, float]]) -> list[str]:
+    """Markdown tables of ns/element and ratios, from ``{(format, row): {"median": s, "min": s}}``."""
+    ns = {stat: {key: t[stat] / N * 1e9 for key, t in times.items()} for stat in ("median", "min")}
+    formats = list(dict.fromkeys(f for f, _ in times))  # in the order they ran
+    rows = list(dict.fromkeys(r for _, r in times))
     lines = [
-        f"fpemu speed summary: {N} float32 elements, median of rounds; "
-        f"cell = ns/element (ratio to the NumPy copy of the same format's group)",
-        f"machine: {_cpu_model()}, {jax.device_count()} x {jax.devices()[0].platform}, "
-        f"{len(os.sched_getaffinity(0))} CPUs usable; jax {jax.__version__}, "
-        f"jaxlib {jaxlib.__version__}, ml_dtypes {ml_dtypes.__version__}, numpy {np.__version__}; "
-        f"commit {_git_commit()}",
+        f"{N} float32 elements; cell = median ns/element (ratio to the NumPy copy of the same group)",
+        f"machine: {_cpu_model()}, {len(os.sched_getaffinity(0))} CPUs usable, JAX backend {jax.default_backend()}; "
+        f"jax {jax.__version__}, jaxlib {jaxlib.__version__}, ml_dtypes {ml_dtypes.__version__}, "
+        f"numpy {np.__version__}; commit {_git_commit()}; "
+        + "; ".join(f"{var}={os.environ.get(var, '(unset)')}" for var in ("GLIBC_TUNABLES", "XLA_FLAGS")),
         "",
         "| row | " + " | ".join(formats) + " |",
         "|---|" + "---:|" * len(formats),
     ]
+    med = ns["median"]
     for row in rows:
-        cells = []
-        for f in formats:
-            v, copy = ns.get((f, row)), ns.get((f, "numpy_copy"))
-            cells.append("skipped" if v is None else f"{v:.2f} ({_fmt_ratio(v, copy)})")
+        cells = [
+            "skipped" if (f, row) not in med else f"{med[f, row]:.2f} ({_ratio(med[f, row], med.get((f, 'numpy_copy')))})"
+            for f in formats
+        ]
         lines.append(f"| {row} | " + " | ".join(cells) + " |")
 
-    def g(f, row):
-        return ns.get((f, row))
+    for stat in ("median", "min"):
+        t = ns[stat]
+        lines += [
+            "",
+            f"ratios of {stat}s:",
+            "| format | " + " | ".join(h for h, _, _ in RATIOS) + " |",
+            "|---|" + "---:|" * len(RATIOS),
+        ]
+        for f in formats:
+            lines.append(f"| {f} | " + " | ".join(_ratio(t.get((f, r)), t.get((f, p))) for _, r, p in RATIOS) + " |")
 
-    lines += [
-        "",
-        "| format | NE / reduce_precision | NE / astype | NE / ml_dtypes | ml_dtypes / NE | SR / NE | TZ / NE "
-        "| NE / reduce_precision, donated | NE donated / x*2 donated |",
-        "|---|" + "---:|" * 8,
-    ]
-    for f in formats:
-        ne = g(f, "fpemu-nearest_even")
-        lines.append(
-            f"| {f} | {_fmt_ratio(ne, g(f, 'reduce_precision'))} | {_fmt_ratio(ne, g(f, 'astype_roundtrip'))} "
-            f"| {_fmt_ratio(ne, g(f, 'ml_dtypes_roundtrip'))} | {_fmt_ratio(g(f, 'ml_dtypes_roundtrip'), ne)} "
-            f"| {_fmt_ratio(g(f, 'fpemu-stochastic'), ne)} | {_fmt_ratio(g(f, 'fpemu-toward_zero'), ne)} "
-            f"| {_fmt_ratio(g(f, 'fpemu-nearest_even-donated'), g(f, 'reduce_precision-donated'))} "
-            f"| {_fmt_ratio(g(f, 'fpemu-nearest_even-donated'), g(f, 'xla_times2-donated'))} |"
-        )
-
-    # Targets (from the issue): NE <= 1.2x reduce_precision, NE < astype round trip, SR <= 2x NE,
-    # NE "several" (here: >= 3) times faster than the ml_dtypes NumPy round trip.
-    targets = [
-        ("nearest_even <= 1.2x lax.reduce_precision", "fpemu-nearest_even", "reduce_precision", 1.2),
-        ("nearest_even faster than the jitted astype round trip", "fpemu-nearest_even", "astype_roundtrip", 1.0),
-        ("stochastic <= 2x nearest_even", "fpemu-stochastic", "fpemu-nearest_even", 2.0),
-        ("nearest_even >= 3x faster than ml_dtypes (ratio <= 1/3)", "fpemu-nearest_even", "ml_dtypes_roundtrip", 1 / 3),
-    ]
     lines.append("")
-    for label, num, den, limit in targets:
-        ratios = {f: g(f, num) / g(f, den) for f in formats if g(f, num) and g(f, den)}
-        if not ratios:
-            continue
-        missed = [f for f, r in ratios.items() if not (r < limit if limit == 1.0 else r <= limit)]
-        worst = max(ratios, key=ratios.get)
-        verdict = "MET" if not missed else f"MISSED for {', '.join(missed)}"
-        lines.append(f"target {label}: {verdict} (worst {worst} {ratios[worst]:.2f}, limit {limit:.2f})")
+    for label, row, peer, limit, strict in TARGETS:
+        verdicts = []
+        for stat in ("median", "min"):
+            t = ns[stat]
+            ratios = {f: t[f, row] / t[f, peer] for f in formats if (f, row) in t and (f, peer) in t}
+            if not ratios:
+                break
+            missed = [f for f, r in ratios.items() if (r >= limit if strict else r > limit)]
+            worst = max(ratios, key=ratios.get)
+            verdict = "met" if not missed else f"MISSED for {', '.join(missed)}"
+            verdicts.append(f"by {stat}: {verdict} (worst {worst} {ratios[worst]:.2f})")
+        if verdicts:
+            lines.append(f"target {label} [limit {limit:.2f}]: " + "; ".join(verdicts))
     return lines
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_terminal_summary(terminalreporter, config):
-    medians = config.stash.get(_MEDIANS, {})
-    if not medians:
+    times = config.stash.get(_TIMES, {})
+    if not times:
         return
-    terminalreporter.write_sep("-", "fpemu speed summary (ns/element)")
-    for line in summary_lines(medians):
+    terminalreporter.write_sep("-", "fpemu speed summary")
+    for line in summary_lines(times):
         terminalreporter.write_line(line)
 
 

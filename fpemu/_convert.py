@@ -119,10 +119,11 @@ class _Src:
 
 
 def _shift(x: jnp.ndarray, amount: jnp.ndarray, width: int) -> jnp.ndarray:
-    """``x * 2**amount`` for a per-element signed shift, truncating; shifts are clamped to the width."""
+    """``floor(x * 2**amount)`` for a per-element signed shift (left shifts must not overflow)."""
     left = jnp.clip(amount, 0, width - 1).astype(x.dtype)
     right = jnp.clip(-amount, 0, width - 1).astype(x.dtype)
-    return jnp.where(amount >= 0, x << left, x >> right)
+    shifted = jnp.where(amount >= 0, x << left, x >> right)
+    return jnp.where(amount <= -width, jnp.zeros_like(x), shifted)  # every bit shifted out
 
 
 def round_narrow(
@@ -137,89 +138,105 @@ def round_narrow(
     random: jnp.ndarray | None = None,
     random_bits: int = DEFAULT_RANDOM_BITS,
 ) -> jnp.ndarray:
-    """Round ``src`` codes to ``dst`` (which must fit in ``src``); see the module docstring.
+    """Round codes of the IEEE input format ``src`` to ``dst`` (which must fit in ``src``).
 
     ``random`` (uint32, same shape) supplies the random bits for ``rounding="stochastic"``: its
-    ``random_bits`` most significant bits are used.
+    ``random_bits`` most significant bits are used. See the module docstring for the method.
     """
     assert fits(dst, src), (src.name, dst.name)
+    assert src.specials == "ieee" and src.signed and src.has_zero, src.name
+    if rounding not in _OVERFLOWS:
+        raise ValueError(f"rounding must be one of {ROUNDING_MODES}, got {rounding!r}")
     uw = _uint(max(src.code_dtype.itemsize, dst.code_dtype.itemsize) * 8)
     width = uw.itemsize * 8
     m_in, m_t = src.mantissa_bits, dst.mantissa_bits
     u = uw.type
-
-    x = _Src(src, bits.astype(uw), uw)
-    a, s, sig = x.a, x.s, x.sig
-    ex = x.exponent(precise=dst.emin < src.emin, width=width)
-    sh = (jnp.maximum(ex, dst.emin) - m_t) - (jnp.maximum(ex, src.emin) - m_in)
-    # A guard bit keeps the shift >= 1, so that `half` exists, wherever the shift can be 0: where the
-    # precisions are equal, or the smallest quanta (reached through the subnormal ranges) are.
-    guard = 1 if min(m_in - m_t, dst.min_subnormal_exponent - src.min_subnormal_exponent) == 0 else 0
-    sh_c = jnp.clip(sh, 0, m_in + 2)  # beyond m_in + 1 every decision is the same: q = 0, rem < half
-    shg_i = sh_c + guard
-    shg = shg_i.astype(uw)
-    sig_g = sig << u(guard) if guard else sig
     one = u(1)
-    rem = sig_g & ((one << shg) - one)
-    half = one << (shg - one)
-    smallest = value_bits(dst.min_subnormal, src)
-    tiny = a < u(smallest)  # below the smallest positive value: the result is 0 or that value
-    if m_t == 0:
-        # No stored mantissa: the code's parity is the exponent's (ties-to-even is replaced by ties-away);
-        # below the smallest value the truncated code is 0.
-        lsb = jnp.where(tiny, u(0), ((ex + dst.bias) & 1).astype(uw))
-    else:
-        lsb = (sig_g >> shg) & one
-    negative = s != 0
 
-    mode = rounding
-    if mode == "nearest_even" and m_t == 0:
-        mode = "nearest_away"
+    b = bits.astype(uw)
+    a = b & u(src.sign_mask - 1)
+    s = b ^ a
+    negative = s != 0
+    e = jnp.maximum(a >> u(m_in), one)  # biased exponent field; subnormals read as 1 (same quantum)
+    # Per element, the rounding position sh = (target quantum exponent) - (input quantum exponent).
+    if dst.emin >= src.emin:
+        # Below the target's normal range the target quantum is fixed: sh grows as the exponent falls.
+        e_min_normal = dst.emin + src.bias  # input exponent field of the target's smallest normal
+        sh = u(e_min_normal + m_in - m_t) - jnp.minimum(e, u(e_min_normal))
+        ex = None
+        if m_t == 0 or output == "dst_code":
+            ex = e.astype(jnp.int32) - src.bias
+    else:
+        # The target has normal binades below the input's smallest normal (E8M0 in float32): the
+        # quantum of an input subnormal depends on its leading bit.
+        bit_length = width - lax.clz(a).astype(jnp.int32)
+        ex = jnp.where(a < u(1 << m_in), bit_length - 1 - m_in + src.emin, e.astype(jnp.int32) - src.bias)
+        sh = ((jnp.maximum(ex, dst.emin) - m_t) - (jnp.maximum(ex, src.emin) - m_in)).astype(uw)
+    sh_c = jnp.minimum(sh, u(m_in + 1))  # inputs beyond this are below the smallest value (`tiny`)
+    mask = (one << sh_c) - one
+    if m_t == 0:
+        # No stored mantissa: the code's parity is the exponent's (ties-to-even becomes ties-away).
+        lsb = ((ex + dst.bias) & 1).astype(uw)
+    else:
+        lsb = ((a | u(1 << m_in)) >> sh_c) & one  # the implicit bit is the code's last bit at sh == m_in
+
+    # Rounding adds `inc` (< 2**sh) and truncates: the carry out of the discarded bits rounds up.
+    # Inputs below the smallest positive value (`tiny`) instead go to 0 or that value (`tiny_up`).
+    smallest = value_bits(dst.min_subnormal, src)
+    tiny = a < u(smallest)
+    half_smallest = (
+        value_bits(dst.min_subnormal / 2, src) if dst.min_subnormal_exponent > src.min_subnormal_exponent else smallest
+    )
+    mode = "nearest_away" if rounding == "nearest_even" and m_t == 0 else rounding
+    zero = jnp.zeros(a.shape, uw)
     if mode == "nearest_even":
-        up = (rem > half) | ((rem == half) & (lsb == one))
+        inc = (mask + lsb) >> one  # half - 1 + lsb, and 0 when sh == 0
+        tiny_up = a > u(half_smallest)  # the tie goes to 0, the even code
     elif mode == "nearest_away":
-        up = rem >= half
+        inc = (mask + one) >> one
+        tiny_up = a >= u(half_smallest)
     elif mode == "toward_zero":
-        up = jnp.zeros(rem.shape, bool)
-    elif mode == "toward_positive":
-        up = (rem != 0) & ~negative
-    elif mode == "toward_negative":
-        up = (rem != 0) & negative
+        inc = zero
+        tiny_up = jnp.zeros(a.shape, bool)
+    elif mode in ("toward_positive", "toward_negative"):
+        outward = ~negative if mode == "toward_positive" else negative
+        inc = jnp.where(outward, mask, zero)
+        tiny_up = outward & (a != 0)
     elif mode == "to_odd":
-        up = (rem != 0) & (lsb == 0)
-    elif mode == "stochastic":
+        inc = jnp.where(lsb == 0, mask, zero)  # inexact and even: up to the odd neighbour
+        tiny_up = a != 0
+    else:  # stochastic
         if random is None:
             raise ValueError("stochastic rounding needs random bits")
         k = random_bits
         wide = np.dtype(np.uint64) if width > 32 else np.dtype(np.uint32)
-        # The k most significant discarded bits, floor(2**k * rem / 2**sh), from the unclamped shift.
-        top = _shift(rem.astype(wide), k - (sh + guard), wide.itemsize * 8).astype(jnp.uint32)
-        draw = random.astype(jnp.uint32) >> jnp.uint32(32 - k)
-        up = draw > (jnp.uint32((1 << k) - 1) - top)  # draw + top >= 2**k, without overflow
-    else:
-        raise ValueError(f"rounding must be one of {ROUNDING_MODES}, got {rounding!r}")
-    up_u = up.astype(uw)
+        wide_bits = wide.itemsize * 8
+        draw = (random.astype(jnp.uint32) >> jnp.uint32(32 - k)).astype(wide)
+        # k random bits added at the k leading discarded bits (below them when fewer are discarded)
+        inc = _shift(draw, sh_c.astype(jnp.int32) - k, wide_bits).astype(uw)
+        # below the smallest value: up with probability floor(2**k * x / smallest) / 2**k
+        sig = jnp.where(a < u(1 << m_in), a, (a & u((1 << m_in) - 1)) | u(1 << m_in)).astype(wide)
+        top = _shift(sig, k - sh.astype(jnp.int32), wide_bits)
+        tiny_up = draw > (wide.type((1 << k) - 1) - top)  # draw + top >= 2**k, without overflow
 
     ovf_pos, ovf_neg = _OVERFLOWS[rounding]
-
     if output == "src_bits":
-        sh_u = sh_c.astype(uw)
-        mask = (one << sh_u) - one
-        res = (a & ~mask) + (up_u << sh_u)
-        res = jnp.where(tiny, jnp.where(up | (not dst.has_zero), u(smallest), u(0)), res)
+        res = (a + inc) & ~mask
+        res = jnp.where(tiny, jnp.where(tiny_up | (not dst.has_zero), u(smallest), u(0)), res)
         v_max = u(value_bits(dst.max, src))
         v_min_normal = u(value_bits(dst.min_normal, src))
-        v_nan = u(src.nan_code)
-        v_inf = u(src.inf_code)
+        v_nan, v_inf = u(src.nan_code), u(src.inf_code)
         sign = s
     elif output == "dst_code":
-        q = sig_g >> shg
-        base = (jnp.maximum(ex, dst.emin) - dst.emin).astype(uw)
-        res = q + up_u + (base << u(m_t))
-        if not dst.has_zero:
+        sig = jnp.where(a < u(1 << m_in), a, (a & u((1 << m_in) - 1)) | u(1 << m_in))
+        base = (jnp.maximum(ex, dst.emin) - dst.emin).astype(uw)  # binades above the smallest normal
+        res = ((sig + inc) >> sh_c) + (base << u(m_t))
+        if dst.has_zero:
+            res = jnp.where(tiny, tiny_up.astype(uw), res)
+        else:
             res = jnp.where(tiny, u(0), res - u(1 << m_t))
         v_max = u(dst.max_code)
-        v_min_normal = u((1 if dst.has_zero else 0) << m_t)
+        v_min_normal = u(1 << m_t if dst.has_zero else 0)
         v_nan = u(dst.nan_code if dst.has_nan else 0)
         v_inf = u(dst.inf_code if dst.has_inf else 0)
         sign = jnp.where(negative, u(dst.sign_mask), u(0))
@@ -234,32 +251,30 @@ def round_narrow(
         ovf_value = v_overflow
     else:
         ovf_value = jnp.where(negative == ovf_neg, v_overflow, v_max)
-    res = jnp.where(res > v_max, ovf_value, res)
+    res = jnp.where(res > v_max, ovf_value, res)  # infinite inputs land here too
     if not subnormals and dst.has_subnormals:
         res = jnp.where(res < v_min_normal, u(0), res)
-    res = jnp.where(x.is_inf, v_max if saturate else v_overflow, res)
+    if not saturate and not (ovf_pos and ovf_neg):  # where overflow clamps, infinity still maps to infinity
+        res = jnp.where(a == u(src.inf_code), v_overflow, res)
 
     if dst.has_negative_zero:
         res = res | sign
     elif dst.signed:
         res = res | jnp.where(res != 0, sign, u(0))  # no -0 (fnuz): zero results are +0
 
+    is_nan = a > u(src.inf_code)
     if output == "src_bits":
-        nan_out = bits.astype(uw)  # NaN inputs come out unchanged (payload and sign kept)
-        res = jnp.where(x.is_nan, nan_out, res)
-        if not dst.signed:  # negative numbers and infinities (and zero, for E8M0) have no code: NaN
-            res = jnp.where(negative & (a != 0), v_nan, res)
-            res = jnp.where(a == 0, v_nan if not dst.has_zero else u(0), res)
+        res = jnp.where(is_nan, b, res)  # NaN inputs come out unchanged (payload and sign kept)
+    elif dst.has_nan:
+        signed_nan = dst.nan_code | (dst.sign_mask if dst.specials in ("ieee", "fn") else 0)
+        res = jnp.where(is_nan, jnp.where(negative, u(signed_nan), u(dst.nan_code)), res)
     else:
-        if dst.has_nan:
-            nan_code = dst.nan_code | (dst.sign_mask if dst.specials in ("ieee", "fn") else 0)
-            res = jnp.where(x.is_nan, jnp.where(negative, u(nan_code), u(dst.nan_code)), res)
-        else:
-            # ml_dtypes' conversion of NaN into a NaN-less format: the zero code with the sign inverted.
-            res = jnp.where(x.is_nan, jnp.where(negative, u(0), u(dst.sign_mask)), res)
-        if not dst.signed:
-            res = jnp.where(negative & (a != 0), v_nan, res)
-            res = jnp.where(a == 0, v_nan if not dst.has_zero else u(0), res)
+        # ml_dtypes' conversion of NaN into a NaN-less format: the zero code with the sign inverted.
+        res = jnp.where(is_nan, jnp.where(negative, u(0), u(dst.sign_mask)), res)
+    if not dst.signed:  # negative numbers and infinities (and zero, for E8M0) have no code: NaN
+        res = jnp.where(negative & (a != 0), v_nan, res)
+        if not dst.has_zero:
+            res = jnp.where(a == 0, v_nan, res)
     return res
 
 

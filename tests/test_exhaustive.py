@@ -63,3 +63,21 @@ def test_every_16_bit_pattern(fmt, option, patterns):
 @pytest.mark.parametrize("fmt", ["e4m3fn", "bf16", "e2m1fn", "e8m0fnu"])
 def test_every_16_bit_pattern_with_few_random_bits(fmt, random_bits, patterns):
     _check(fpemu.get_format(fmt), patterns, "stochastic", False, True, random_bits=random_bits)
+
+
+@pytest.mark.parametrize("fmt", [f for f in fpemu.formats() if f.exponent_bits == 8 and f.specials == "ieee"],
+                         ids=lambda f: f.name)  # fmt: skip
+def test_reduce_precision_fast_path_equals_the_integer_path(fmt, patterns):
+    """quantize dispatches bf16/tf32/fp32 nearest-even on float32 to lax.reduce_precision: prove it exact."""
+    from fpemu._quantize import RoundingSpec, _round_array, reduce_precision_is_exact
+
+    spec = RoundingSpec(fmt)
+    assert reduce_precision_is_exact(fpemu.get_format("fp32"), spec)
+    x = jnp.asarray(np.concatenate([patterns, np.random.default_rng(0).integers(0, 2**32, 1 << 18, np.uint32).view(np.float32)]))
+    seeds = jnp.zeros((2,), jnp.uint32)
+    fast, integer = np.asarray(_round_array(x, seeds, spec)), np.asarray(_round_array(x, seeds, spec, integer_only=True))
+    np.testing.assert_array_equal(np.isnan(fast), np.isnan(integer))
+    np.testing.assert_array_equal(fast[~np.isnan(fast)].view(np.uint32), integer[~np.isnan(integer)].view(np.uint32))
+    if fmt.bits <= 16:
+        expected = reference.round_array(np.asarray(x), fmt)
+        np.testing.assert_array_equal(fast[~np.isnan(fast)], expected[~np.isnan(expected)].astype(np.float32))
