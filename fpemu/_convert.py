@@ -14,12 +14,13 @@ Bit patterns do not care.
 How `round_narrow` works. For a finite input ``x`` with leading-bit exponent ``ex``, the input's
 quantum is ``2**u_in`` with ``u_in = max(ex, src.emin) - src.mantissa_bits`` and the target's is
 ``2**u_t`` with ``u_t = max(ex, dst.emin) - dst.mantissa_bits``. Rounding to the target is rounding the
-significand ``sig`` (implicit bit included) at bit ``sh = u_t - u_in``: keep ``q = sig >> sh``, decide
-from the discarded ``rem`` and the mode whether to add one quantum. In ``src`` bits this is
-``(a & ~mask) + (up << sh)``: IEEE encodings are linear within a binade and a carry into the exponent
-field lands exactly on the next binade, so no renormalisation is needed. Inputs below the target's
-smallest value (``tiny``) round to 0 or that value. Overflow is a comparison with the largest finite
-value, after rounding.
+input's magnitude bits ``a`` at bit ``sh = u_t - u_in``: add a per-mode increment ``inc < 2**sh``
+(``half - 1 + lsb`` for nearest-even, ``mask`` for the outward directed mode, k random bits for
+stochastic rounding, ...) and clear the low ``sh`` bits. The carry out of the discarded bits is the
+round-up. IEEE encodings are linear within a binade and a carry into the exponent field lands exactly
+on the next binade, so no renormalisation is needed. Inputs below the target's smallest value
+(``tiny``) round to 0 or that value by comparison with static thresholds. Overflow is one
+comparison with the largest finite value, after rounding (infinite inputs land there too).
 """
 
 from __future__ import annotations
@@ -57,11 +58,9 @@ def fits(inner: Format, outer: Format) -> bool:
     )
 
 
-def _uint(bits: int) -> np.dtype:
-    for dtype in (np.uint8, np.uint16, np.uint32, np.uint64):
-        if bits <= np.iinfo(dtype).bits:
-            return np.dtype(dtype)
-    raise AssertionError(bits)
+def _work_dtype(src: Format, dst: Format) -> np.dtype:
+    """The unsigned type that holds the codes of both formats."""
+    return max(src.code_dtype, dst.code_dtype, key=lambda dtype: dtype.itemsize)
 
 
 def value_bits(value: float, fmt: Format) -> int:
@@ -147,7 +146,7 @@ def round_narrow(
     assert src.specials == "ieee" and src.signed and src.has_zero, src.name
     if rounding not in _OVERFLOWS:
         raise ValueError(f"rounding must be one of {ROUNDING_MODES}, got {rounding!r}")
-    uw = _uint(max(src.code_dtype.itemsize, dst.code_dtype.itemsize) * 8)
+    uw = _work_dtype(src, dst)
     width = uw.itemsize * 8
     m_in, m_t = src.mantissa_bits, dst.mantissa_bits
     u = uw.type
@@ -286,7 +285,7 @@ def widen(bits: jnp.ndarray, *, src: Format, dst: Format) -> jnp.ndarray:
     """
     assert fits(src, dst), (src.name, dst.name)
     assert dst.has_nan or not src.has_nan, dst.name
-    uw = _uint(max(src.code_dtype.itemsize, dst.code_dtype.itemsize) * 8)
+    uw = _work_dtype(src, dst)
     width = uw.itemsize * 8
     u = uw.type
     b = bits.astype(uw)

@@ -10,6 +10,7 @@ import pytest
 
 import fpemu
 from fpemu._convert import ROUNDING_MODES
+from fpemu.testing import reference
 from tests.corner_cases import CASES, F64, case_id
 
 
@@ -300,3 +301,57 @@ def test_ml_dtypes_names_and_dtypes_quantize_alike():
     x = _sample(1000)
     assert_same_bits(fpemu.quantize(x, "float8_e4m3fn"), fpemu.quantize(x, ml_dtypes.float8_e4m3fn))
     assert_same_bits(fpemu.quantize(x, jnp.bfloat16), fpemu.quantize(x, "BF16"))
+
+
+@pytest.mark.parametrize("random_bits", [1, 2, 3, 5, 8])
+@pytest.mark.parametrize("fmt", ["e4m3fn", "e2m1fn", "bf16", "e8m0fnu"])
+def test_stochastic_up_probability_is_exact_over_all_random_values(fmt, random_bits):
+    """Feed the engine every k-bit random value: exactly floor(2**k * f) of them round up."""
+    from fractions import Fraction
+
+    from fpemu._convert import round_narrow
+
+    fmt = fpemu.get_format(fmt)
+    fp32 = fpemu.get_format("fp32")
+    k = random_bits
+    rng = np.random.default_rng(k)
+    # inputs between neighbours (normal, subnormal and below the smallest value), plus exact values
+    x = np.concatenate(
+        [rng.uniform(0.5, 3.0, 24), rng.uniform(0, 4, 8) * fmt.min_subnormal, [fmt.min_normal, 1.0]]
+    ).astype(np.float32)
+    draws = (np.arange(1 << k, dtype=np.uint32) << np.uint32(32 - k)).astype(np.uint32)
+    bits = np.repeat(x.view(np.uint32)[:, None], 1 << k, axis=1)
+    random = np.broadcast_to(draws, bits.shape)
+    out = round_narrow(
+        jnp.asarray(bits), src=fp32, dst=fmt, rounding="stochastic", saturate=False, subnormals=True,
+        output="src_bits", random=jnp.asarray(random), random_bits=k,
+    )  # fmt: skip
+    y = np.asarray(out).view(np.float32)
+    for i, xi in enumerate(x.tolist()):
+        lo = reference.round_scalar(xi, fmt, rounding="toward_zero")
+        hi = reference.round_scalar(xi, fmt, rounding="toward_positive")
+        ups = int(np.sum(y[i] == np.float32(hi))) if hi != lo else 0
+        if hi == lo:
+            assert np.all(y[i] == np.float32(lo)), xi  # representable: never moves
+            continue
+        f = (Fraction(xi) - Fraction(lo)) / (Fraction(hi) - Fraction(lo))
+        assert set(y[i].tolist()) <= {lo, hi}
+        assert ups == int(f * (1 << k)), (xi, lo, hi, ups, f)
+
+
+_PUBLIC_OPS = {
+    "quantize": lambda v: fpemu.quantize(v, "e3m2fn", rounding="nearest_away"),
+    "encode": lambda v: fpemu.encode(v, "e2m3fn", rounding="toward_negative"),
+    "decode": lambda v: fpemu.decode(fpemu.encode(v, "e5m2"), "e5m2"),
+    "pack": lambda v: fpemu.pack(fpemu.encode(v, "e2m1fn"), "e2m1fn"),
+    "unpack": lambda v: fpemu.unpack(fpemu.pack(fpemu.encode(v, "e3m2fn"), "e3m2fn"), "e3m2fn"),
+}
+
+
+@pytest.mark.parametrize("op", _PUBLIC_OPS, ids=str)
+def test_every_public_op_is_the_same_eager_jitted_and_vmapped(op):
+    fn = _PUBLIC_OPS[op]
+    x = _sample(8 * 16).reshape(8, 16)
+    eager = np.asarray(fn(x))
+    np.testing.assert_array_equal(np.asarray(jax.jit(fn)(x)), eager, strict=True)
+    np.testing.assert_array_equal(np.asarray(jax.vmap(fn)(x)), eager, strict=True)
