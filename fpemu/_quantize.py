@@ -61,7 +61,7 @@ def input_format(dtype: np.dtype, what: str = "x") -> Format:
         kind = {"i": "integer", "u": "integer", "b": "bool", "c": "complex"}.get(dtype.kind, "non-IEEE")
         raise TypeError(
             f"{what} must be a float16, bfloat16, float32 or float64 array, got {kind} dtype {dtype.name}"
-            + (" (convert low-precision arrays with .astype(jnp.float32) first)" if dtype.kind == "V" or kind == "non-IEEE" else "")
+            + (" (convert low-precision arrays with .astype(jnp.float32) first)" if kind == "non-IEEE" else "")
         )
     return get_format(dtype)
 
