@@ -13,7 +13,7 @@ import numpy as np
 from jax import lax
 
 from fpemu import _convert, _random
-from fpemu._convert import Rounding
+from fpemu._modes import Rounding
 from fpemu._format import Format
 from fpemu._quantize import (
     RoundingSpec,
@@ -21,6 +21,7 @@ from fpemu._quantize import (
     check_fits,
     input_format,
     is_host_float64,
+    round_bits,
     rounding_spec,
 )
 from fpemu._registry import get_format
@@ -28,21 +29,7 @@ from fpemu._registry import get_format
 
 @functools.partial(jax.jit, static_argnums=(2,))
 def _encode_jit(x: jax.Array, seeds: jax.Array, spec: RoundingSpec) -> jax.Array:
-    src = input_format(x.dtype)
-    bits = lax.bitcast_convert_type(x, jnp.dtype(src.code_dtype))
-    random = _random.random_uint32(seeds, x.shape) if spec.rounding == "stochastic" else None
-    codes = _convert.round_narrow(
-        bits,
-        src=src,
-        dst=spec.fmt,
-        rounding=spec.rounding,
-        saturate=spec.saturate,
-        subnormals=spec.subnormals,
-        output="dst_code",
-        random=random,
-        random_bits=spec.random_bits,
-    )
-    return codes.astype(spec.fmt.code_dtype)
+    return round_bits(x, seeds, spec, "dst_code").astype(spec.fmt.code_dtype)
 
 
 def encode(

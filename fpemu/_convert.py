@@ -32,7 +32,7 @@ import numpy as np
 from jax import lax
 
 from fpemu._format import Format
-from fpemu._modes import ROUNDING_MODES, Rounding  # noqa: F401  (re-exported)
+from fpemu._modes import ROUNDING_MODES
 
 
 # Modes in which a result beyond the largest finite value overflows to infinity (for positive and

@@ -12,7 +12,7 @@ import numpy as np
 from jax import lax
 
 from fpemu import _convert, _random
-from fpemu._convert import ROUNDING_MODES, Rounding
+from fpemu._modes import ROUNDING_MODES, Rounding
 from fpemu._format import Format
 from fpemu._registry import get_format
 
@@ -120,25 +120,31 @@ def reduce_precision_is_exact(src: Format, spec: RoundingSpec) -> bool:
     )
 
 
-def _round_array(x: jax.Array, seeds: jax.Array, spec: RoundingSpec, integer_only: bool = False) -> jax.Array:
+def round_bits(x: jax.Array, seeds: jax.Array, spec: RoundingSpec, output: str) -> jax.Array:
+    """Round a float array with the integer engine: ``output="src_bits"`` gives the rounded values'
+    bit patterns in ``x``'s format, ``"dst_code"`` the format's codes (random bits drawn from ``seeds``)."""
     src = input_format(x.dtype)
-    if not integer_only and reduce_precision_is_exact(src, spec):
-        return lax.reduce_precision(x, exponent_bits=spec.fmt.exponent_bits, mantissa_bits=spec.fmt.mantissa_bits)
-    bits_dtype = jnp.dtype(src.code_dtype)
-    bits = lax.bitcast_convert_type(x, bits_dtype)
+    bits = lax.bitcast_convert_type(x, jnp.dtype(src.code_dtype))
     random = _random.random_uint32(seeds, x.shape) if spec.rounding == "stochastic" else None
-    out = _convert.round_narrow(
+    return _convert.round_narrow(
         bits,
         src=src,
         dst=spec.fmt,
         rounding=spec.rounding,
         saturate=spec.saturate,
         subnormals=spec.subnormals,
-        output="src_bits",
+        output=output,
         random=random,
         random_bits=spec.random_bits,
     )
-    return lax.bitcast_convert_type(out.astype(bits_dtype), x.dtype)
+
+
+def _round_array(x: jax.Array, seeds: jax.Array, spec: RoundingSpec, integer_only: bool = False) -> jax.Array:
+    src = input_format(x.dtype)
+    if not integer_only and reduce_precision_is_exact(src, spec):
+        return lax.reduce_precision(x, exponent_bits=spec.fmt.exponent_bits, mantissa_bits=spec.fmt.mantissa_bits)
+    out = round_bits(x, seeds, spec, "src_bits")
+    return lax.bitcast_convert_type(out.astype(src.code_dtype), x.dtype)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
