@@ -53,7 +53,8 @@ def seeds_from_key(key) -> jnp.ndarray:
 def random_uint32(seeds: jnp.ndarray, shape: tuple[int, ...], offset=0) -> jnp.ndarray:
     """Uniform uint32 bits for every element of an array of ``shape``, from the element index.
 
-    ``offset`` is added to the row-major index (for a block of a larger array).
+    ``offset`` (an int or a traced integer scalar) is added to the row-major index, for a block of a
+    larger array (a Pallas kernel's grid step, a shard).
 
     Raises:
       ValueError: for arrays of 2**32 elements or more (the index is 32 bits wide).
@@ -61,5 +62,10 @@ def random_uint32(seeds: jnp.ndarray, shape: tuple[int, ...], offset=0) -> jnp.n
     size = int(np.prod(shape, dtype=np.int64))
     if size > _MAX_ELEMENTS:
         raise ValueError(f"stochastic rounding supports arrays of at most 2**32 elements, got shape {shape}")
-    index = lax.iota(jnp.uint32, max(size, 1))[:size].reshape(shape) + jnp.uint32(offset)
+    index = lax.iota(jnp.uint32, max(size, 1))[:size].reshape(shape) + jnp.asarray(offset).astype(jnp.uint32)
+    return hash_index(seeds, index)
+
+
+def hash_index(seeds: jnp.ndarray, index: jnp.ndarray) -> jnp.ndarray:
+    """The random bits of the elements with these (uint32, row-major, global) indices."""
     return _mix(_mix(index + seeds[0]) ^ seeds[1])

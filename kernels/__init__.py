@@ -1,8 +1,11 @@
 """Pallas kernels, installed as ``fpemu.kernels``.
 
-The fused quantize and quantized-matmul kernels are tracked in their own issue; this namespace exists
-so that the package layout (``kernels/`` in the source tree, ``fpemu.kernels`` once installed) is in
-place. It exports nothing yet.
+- `quantize`: `fpemu.quantize` as a fused Pallas kernel, bit-identical to the XLA path (tested in
+  interpret mode on CPU; the compiled GPU path is still to be verified on a GPU).
+
+The quantized-matmul kernel is still to come (see the kernels issue).
 """
 
-__all__: list[str] = []
+from fpemu.kernels.quantize import BlockSizes, quantize
+
+__all__ = ["BlockSizes", "quantize"]

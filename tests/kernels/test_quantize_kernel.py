@@ -1,0 +1,109 @@
+"""The Pallas quantize kernel against the XLA path: compiled on a GPU (skipped without one) and in
+interpret mode on CPU, so CI exercises the kernel."""
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import fpemu
+from fpemu._convert import ROUNDING_MODES
+from fpemu.kernels import BlockSizes
+from fpemu.kernels import quantize as kernel_quantize
+
+SMALL_FORMATS = [f for f in fpemu.formats() if f.bits <= 16]
+
+
+def _patterns() -> np.ndarray:
+    h = np.arange(1 << 16, dtype=np.uint16)
+    return np.concatenate([h.view(np.float16).astype(np.float32), (h.astype(np.uint32) << 16).view(np.float32)])
+
+
+def _assert_same(actual, expected):
+    actual, expected = np.asarray(actual), np.asarray(expected)
+    assert actual.dtype == expected.dtype and actual.shape == expected.shape
+    with np.errstate(invalid="ignore"):  # signalling-NaN inputs warn in NumPy's isnan
+        nan, actual_nan = np.isnan(expected), np.isnan(actual)
+    np.testing.assert_array_equal(actual_nan, nan)
+    bits = {2: np.uint16, 4: np.uint32}[actual.dtype.itemsize]
+    np.testing.assert_array_equal(actual[~nan].view(bits), expected[~nan].view(bits))
+
+
+# CI: every format with nearest-even and stochastic rounding, every mode for a few formats, the
+# saturate/subnormal options for one. The full cross product is behind the `slow` marker.
+_FAST_CASES = (
+    [(f.name, m, False, True) for f in SMALL_FORMATS for m in ("nearest_even", "stochastic")]
+    + [(f, m, False, True) for f in ("e4m3fn", "e2m1fn", "e8m0fnu") for m in ROUNDING_MODES if m not in ("nearest_even", "stochastic")]
+    + [("e5m2", "toward_positive", s, sub) for s, sub in ((True, True), (False, False), (True, False))]
+)  # fmt: skip
+_ALL_CASES = [
+    (f.name, m, s, sub) for f in SMALL_FORMATS for m, s, sub in itertools.product(ROUNDING_MODES, (False, True), (True, False))
+]  # fmt: skip
+
+
+def _case_id(case):
+    return "-".join(str(c) for c in case)
+
+
+class QuantizeKernelTest:
+    """Compiled on a GPU. The interpret-mode subclass runs the same cases on CPU."""
+
+    interpret = False
+
+    @pytest.fixture(autouse=True)
+    def _platform(self):
+        if not self.interpret and jax.default_backend() != "gpu":
+            pytest.skip("compiled Pallas kernels need a GPU")
+
+    def _check(self, fmt, rounding, saturate, subnormals, x, block=1 << 16):
+        kw = {"rounding": rounding, "saturate": saturate, "subnormals": subnormals}
+        if rounding == "stochastic":
+            kw["key"] = jax.random.key(5)
+        got = kernel_quantize(x, fmt, block_sizes=BlockSizes(block=block), interpret=self.interpret, **kw)
+        _assert_same(got, fpemu.quantize(x, fmt, **kw))
+
+    @pytest.mark.parametrize("case", _FAST_CASES, ids=_case_id)
+    def test_exhaustive_16_bit_inputs(self, case):
+        self._check(*case, jnp.asarray(_patterns()))
+
+    @pytest.mark.slow
+    @pytest.mark.parametrize("case", _ALL_CASES, ids=_case_id)
+    def test_exhaustive_16_bit_inputs_every_option(self, case):
+        self._check(*case, jnp.asarray(_patterns()))
+
+    @pytest.mark.parametrize("shape", [(), (0,), (1,), (7, 3), (1000,), (3, 1, 4097)])
+    def test_ragged_shapes_and_small_blocks(self, shape):
+        x = jnp.asarray(np.random.default_rng(1).standard_normal(shape).astype(np.float32) * 300)
+        self._check("e4m3fn", "stochastic", False, True, x, block=1024)
+
+    @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+    def test_narrow_input_dtypes(self, dtype):
+        x = jnp.asarray(np.arange(1 << 16, dtype=np.uint16).view(jnp.dtype(dtype)))
+        self._check("e4m3fn", "nearest_even", False, True, x)
+
+    def test_stochastic_bits_do_not_depend_on_the_block_size(self):
+        x = jnp.asarray(np.random.default_rng(2).standard_normal(5000).astype(np.float32))
+        kw = {"rounding": "stochastic", "key": jax.random.key(9), "interpret": self.interpret}
+        a = kernel_quantize(x, "e2m1fn", block_sizes=BlockSizes(block=256), **kw)
+        b = kernel_quantize(x, "e2m1fn", block_sizes=BlockSizes(block=4096), **kw)
+        _assert_same(a, b)
+
+    def test_errors_name_the_argument(self):
+        with pytest.raises(ValueError, match="block=3 must be a positive power of two"):
+            BlockSizes(block=3)
+        with pytest.raises(TypeError, match="block_sizes must be"):
+            kernel_quantize(jnp.ones(4), "e4m3fn", block_sizes=1024, interpret=self.interpret)
+        with pytest.raises(ValueError, match="rounding must be one of"):
+            kernel_quantize(jnp.ones(4), "e4m3fn", rounding="up", interpret=self.interpret)
+        with pytest.raises(TypeError, match="integer"):
+            kernel_quantize(jnp.ones(4, jnp.int32), "e4m3fn", interpret=self.interpret)
+
+
+class TestQuantizeKernelGpu(QuantizeKernelTest):
+    pass
+
+
+class TestQuantizeKernelInterpret(QuantizeKernelTest):
+    interpret = True
