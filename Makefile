@@ -20,9 +20,9 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest tests fpemu kernels README.md docs --doctest-modules --doctest-glob='*.md' -p no:cacheprovider
 
-# Long sweeps (every float32 input, thorough hypothesis profile): not run in CI.
+# Long sweeps (every float32 input, the full kernel sweep, thorough hypothesis profile): not run in CI.
 test-slow: $(STAMP)
-	FPEMU_HYPOTHESIS_PROFILE=thorough $(BIN)/python -m pytest tests -m slow -p no:cacheprovider
+	FPEMU_HYPOTHESIS_PROFILE=thorough $(BIN)/python -m pytest tests -m 'slow or fpemu_exhaustive' --fpemu-exhaustive -p no:cacheprovider
 
 bench: $(STAMP)
 	$(BIN)/python -m pytest bench --benchmark-only --benchmark-min-rounds=5 -p no:cacheprovider

@@ -1,18 +1,23 @@
-"""Test configuration: JAX in strict mode, hypothesis profiles."""
+"""Test configuration: JAX in strict mode; hypothesis profiles from fpemu's pytest plugin.
 
-import os
+The plugin (fpemu.testing.plugin) registers the ``ci``/``dev``/``thorough`` profiles;
+``--hypothesis-profile NAME`` or ``FPEMU_HYPOTHESIS_PROFILE=NAME`` (set to ``thorough`` by
+``make test-slow``) selects one. Without either, fpemu's own tests run the ``ci`` profile.
+"""
 
 import jax
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import settings
+
+from fpemu.testing import plugin  # noqa: F401  (registers the profiles, also under `-p no:fpemu`)
 
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
-settings.register_profile("ci", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile("dev", max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile("thorough", max_examples=5000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-settings.load_profile(os.environ.get("FPEMU_HYPOTHESIS_PROFILE", "ci"))
+# This file is imported before pytest_configure, where the plugin and hypothesis load a chosen
+# profile; if it is imported later, a profile has already been chosen and is kept.
+if settings.get_current_profile_name() == "default":
+    settings.load_profile("ci")
 
 
 @pytest.fixture

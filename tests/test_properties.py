@@ -1,5 +1,5 @@
 """Hypothesis: float32 and float64 inputs near every kind of boundary, and random custom formats of
-every special-value layout, fast path against the exact scalar reference."""
+every special-value layout (`fpemu.testing.formats`), fast path against the exact scalar reference."""
 
 import math
 
@@ -14,34 +14,10 @@ import fpemu
 from fpemu import _random
 from fpemu._convert import ROUNDING_MODES, fits
 from fpemu.testing import reference
+from fpemu.testing import _strategies as fpemu_strategies
 
 BUILTINS = list(fpemu.formats())
 rounding_modes = st.sampled_from(ROUNDING_MODES)
-
-
-@st.composite
-def custom_formats(draw):
-    """Custom formats: exponent 2..11 bits, mantissa 0..23 bits, every special-value layout."""
-    e = draw(st.integers(2, 11))
-    m = draw(st.integers(0, 23))
-    layout = draw(st.sampled_from(["ieee", "fn", "fnuz", "none", "unsigned_ieee", "unsigned_fn", "e8m0_like"]))
-    signed = not layout.startswith("unsigned") and layout != "e8m0_like"
-    specials = {"unsigned_ieee": "ieee", "unsigned_fn": "fn", "e8m0_like": "fn"}.get(layout, layout)
-    if specials == "ieee":
-        m = max(m, 1)
-    bias = 2 ** (e - 1) - 1 + draw(st.integers(-2, 2))
-    try:
-        return fpemu.Format(
-            name=f"h_e{e}m{m}_{layout}_b{bias}",
-            exponent_bits=e,
-            mantissa_bits=m,
-            bias=bias,
-            signed=signed,
-            specials=specials,
-            has_zero=layout != "e8m0_like",
-        )
-    except ValueError:
-        assume(False)
 
 
 def boundary_inputs(fmt, dtype, seed: int, n: int = 48) -> np.ndarray:
@@ -103,7 +79,7 @@ def test_float64_boundaries_builtin_formats(fmt, rounding, saturate, subnormals,
         _assert_matches_reference(boundary_inputs(fmt, np.float64, seed), fmt, rounding, saturate, subnormals)
 
 
-@given(fmt=custom_formats(), rounding=rounding_modes, saturate=st.booleans(), subnormals=st.booleans(),
+@given(fmt=fpemu_strategies.formats(), rounding=rounding_modes, saturate=st.booleans(), subnormals=st.booleans(),
        seed=st.integers(0, 2**16))  # fmt: skip
 # Found by hypothesis: to_odd below the smallest value of a format with a zero and no mantissa bits.
 @example(fmt=fpemu.Format(name="e2m0fn", exponent_bits=2, mantissa_bits=0, specials="fn"), rounding="to_odd",

@@ -1,9 +1,75 @@
 """Test helpers for fpemu and for code built on it.
 
-`reference` is the exact, slow oracle for rounding into any format: it shares no code with the
-fast path and is what fpemu's own tests check the fast path against.
+- `reference`: the exact, slow oracle for rounding into any format. It shares no code with the
+  fast path and is what fpemu's own tests check the fast path against.
+- Hypothesis strategies (need ``hypothesis``): `values`, `codes`, `boundaries`, `arrays`,
+  `formats`, `from_dtype`.
+- Assertions: `assert_bit_exact`, `assert_representable`, `assert_close`, `ulp_distance`, and the
+  default tolerances of other frameworks, `tolerances` / `TOLERANCES`.
+- Exhaustive sweeps: `sweep` (every code of a format of <= 16 bits, or every float32), returning
+  a `SweepReport`.
+- Precision alignment: `compare` runs a JAX function in several precisions against float64 and
+  returns a `CompareReport`.
+- A pytest plugin, `fpemu.testing.plugin` (registered by entry point): hypothesis profiles
+  ``ci``/``dev``/``thorough`` and the ``--fpemu-exhaustive`` option.
+
+See docs/testing.md for the guide and docs/tutorial_pallas.md for a worked example.
 """
 
-from fpemu.testing import reference
+from typing import Any
 
-__all__ = ["reference"]
+from fpemu.testing import reference
+from fpemu.testing._assertions import (
+    TOLERANCES,
+    Tolerance,
+    assert_bit_exact,
+    assert_close,
+    assert_representable,
+    tolerances,
+    ulp_distance,
+)
+from fpemu.testing._compare import CompareReport, CompareRow, compare
+from fpemu.testing._sweeps import Mismatch, SweepReport, sweep
+
+__all__ = [
+    "TOLERANCES",
+    "CompareReport",
+    "CompareRow",
+    "Mismatch",
+    "SweepReport",
+    "Tolerance",
+    "arrays",
+    "assert_bit_exact",
+    "assert_close",
+    "assert_representable",
+    "boundaries",
+    "codes",
+    "compare",
+    "formats",
+    "from_dtype",
+    "reference",
+    "sweep",
+    "tolerances",
+    "ulp_distance",
+    "values",
+]
+
+# The strategies import hypothesis, a test-only dependency: load them on first use, so that the rest
+# of fpemu.testing works without it.
+_STRATEGIES = ("arrays", "boundaries", "codes", "formats", "from_dtype", "values")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _STRATEGIES:
+        try:
+            from fpemu.testing import _strategies
+        except ImportError as err:
+            raise ImportError(
+                f"fpemu.testing.{name} is a hypothesis strategy and needs hypothesis: pip install hypothesis"
+            ) from err
+        return getattr(_strategies, name)
+    raise AttributeError(f"module 'fpemu.testing' has no attribute {name!r}")
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(_STRATEGIES))

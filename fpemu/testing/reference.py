@@ -49,7 +49,7 @@ from __future__ import annotations
 import functools
 import math
 from fractions import Fraction
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import ml_dtypes
 import numpy as np

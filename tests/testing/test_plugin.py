@@ -1,0 +1,107 @@
+"""fpemu's pytest plugin, run in throwaway pytest sessions (pytester): the exhaustive option and
+marker, the hypothesis profiles and how they are chosen."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import settings
+
+from fpemu.testing import plugin
+
+pytest_plugins = ["pytester"]
+
+EXHAUSTIVE_TESTS = """
+import pytest
+
+@pytest.mark.fpemu_exhaustive
+def test_sweep():
+    pass
+
+def test_plain():
+    pass
+"""
+
+PROFILE_PROBE = """
+from hypothesis import settings
+
+def test_profile():
+    print("PROFILE", settings.get_current_profile_name(), settings.default.max_examples, settings.default.deadline)
+"""
+
+
+@pytest.fixture(autouse=True)
+def keep_profile(monkeypatch):
+    """The inner sessions run in this process and may load a profile: restore ours afterwards."""
+    monkeypatch.delenv(plugin.ENV_PROFILE, raising=False)
+    before = settings.get_current_profile_name()
+    yield
+    settings.load_profile(before)
+
+
+def test_exhaustive_tests_are_skipped_by_default(pytester):
+    pytester.makepyfile(EXHAUSTIVE_TESTS)
+    result = pytester.runpytest("--strict-markers", "-rs")
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["*exhaustive sweep: run with --fpemu-exhaustive*"])
+
+
+def test_exhaustive_option_runs_them(pytester):
+    pytester.makepyfile(EXHAUSTIVE_TESTS)
+    result = pytester.runpytest("--strict-markers", "--fpemu-exhaustive")
+    result.assert_outcomes(passed=2)
+
+
+def test_marker_and_option_are_documented(pytester):
+    result = pytester.runpytest("--markers")
+    result.stdout.fnmatch_lines(["@pytest.mark.fpemu_exhaustive: *skipped unless --fpemu-exhaustive*"])
+    result = pytester.runpytest("--help")
+    result.stdout.fnmatch_lines(["*--fpemu-exhaustive*"])
+
+
+def test_plugin_can_be_disabled(pytester):
+    pytester.makepyfile(EXHAUSTIVE_TESTS)
+    result = pytester.runpytest("-p", "no:fpemu", "--fpemu-exhaustive")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*unrecognized arguments: --fpemu-exhaustive*"])
+
+
+@pytest.mark.parametrize("name", ["ci", "dev", "thorough"])
+def test_environment_selects_a_profile(pytester, monkeypatch, name):
+    pytester.makepyfile(PROFILE_PROBE)
+    monkeypatch.setenv(plugin.ENV_PROFILE, name)
+    result = pytester.runpytest("-s")
+    result.assert_outcomes(passed=1)
+    examples = plugin.PROFILES[name]["max_examples"]
+    result.stdout.fnmatch_lines([f"*PROFILE {name} {examples} None*"])
+    result.stdout.fnmatch_lines([f"fpemu: hypothesis profile '{name}', exhaustive sweeps off*"])
+
+
+def test_command_line_wins_over_the_environment(pytester, monkeypatch):
+    pytester.makepyfile(PROFILE_PROBE)
+    monkeypatch.setenv(plugin.ENV_PROFILE, "thorough")
+    result = pytester.runpytest("-s", "--hypothesis-profile", "dev")
+    result.stdout.fnmatch_lines(["*PROFILE dev 200 None*"])
+
+
+def test_no_choice_changes_nothing(pytester):
+    """Projects that choose no profile keep whatever hypothesis has (the plugin loads nothing)."""
+    settings.load_profile("default")
+    pytester.makepyfile(PROFILE_PROBE)
+    result = pytester.runpytest("-s")
+    result.stdout.fnmatch_lines(["*PROFILE default 100 *"])
+
+
+def test_bad_environment_value_lists_the_profiles(pytester, monkeypatch):
+    pytester.makepyfile(PROFILE_PROBE)
+    monkeypatch.setenv(plugin.ENV_PROFILE, "fast")
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*FPEMU_HYPOTHESIS_PROFILE='fast' is not a profile*choose one of ci, dev, thorough*"])
+
+
+def test_profiles_are_registered_on_import():
+    assert plugin.register_profiles()
+    for name, options in plugin.PROFILES.items():
+        profile = settings.get_profile(name)
+        assert profile.max_examples == options["max_examples"] and profile.deadline is None
+    assert plugin.PROFILES["thorough"]["max_examples"] >= 1000 > plugin.PROFILES["ci"]["max_examples"]
