@@ -1,5 +1,6 @@
 """fpemu: bit-exact low-precision floating-point emulation for JAX."""
 
+from fpemu import scaled
 from fpemu._codec import decode, encode, pack, unpack
 from fpemu._emulate import DotPolicy, Policy, emulate
 from fpemu._format import Format
@@ -23,6 +24,7 @@ __all__ = [
     "pack",
     "quantize",
     "register_format",
+    "scaled",
     "testing",
     "unpack",
 ]

@@ -1,0 +1,175 @@
+"""Speed of scaled (block) quantization beside plain `fpemu.quantize` to the element format.
+
+One table (group) per recipe, on the suite's shared input (2**24 float32 values, conftest.py), with
+blocks along its only axis. Every row is jitted, compiled and run once before timing, and each
+timed call ends in ``block_until_ready``. ``-donated`` rows pass a fresh, already written copy of
+the input with ``donate_argnums=0`` (made outside the timed region), so the output reuses its pages
+(see bench/README.md, "Page faults"). After timing, each row checks a prefix of its output: MX rows
+against the NumPy reference (`fpemu.scaled.reference`), NVFP4 against `quantize(...).dequantize()`
+(its tensor scale needs the whole input), plain rows against ml_dtypes.
+
+The module prints its own summary (ratios of each scaled row to plain quantize of the same group,
+and the verdict on the issue's target: MX quantize + dequantize within 2x of plain quantize).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import jaxlib
+import ml_dtypes
+import numpy as np
+import pytest
+
+import fpemu
+from fpemu import scaled
+from fpemu.scaled import reference
+
+CHECK = 1 << 16  # elements checked after timing (whole blocks)
+GROUPS = {"mxfp8_e4m3": "e4m3fn", "mxfp4": "e2m1fn", "nvfp4": "e2m1fn"}
+ROWS = {
+    "scaled qdq": "jit scaled.quantize_dequantize(x, recipe): the fused simulation path",
+    "plain quantize": "jit fpemu.quantize(x, element): the same tensor to the element format, unscaled",
+    "scaled quantize": "jit scaled.quantize(x, recipe): a ScaledArray (float32 values + uint8 scales)",
+    "scaled qdq-donated": "the fused path, donate_argnums=0",
+    "plain quantize-donated": "plain quantize, donate_argnums=0",
+}
+CASES = [(g, r) for g in GROUPS for r in ROWS]
+_TIMES: dict[tuple[str, str], dict[str, float]] = {}
+
+
+def _fn(group: str, row: str):
+    base = row.removesuffix("-donated")
+    if base == "scaled qdq":
+        return lambda x: scaled.quantize_dequantize(x, group)
+    if base == "plain quantize":
+        return lambda x: fpemu.quantize(x, GROUPS[group])
+    if base == "scaled quantize":
+        return lambda x: scaled.quantize(x, group)
+    raise ValueError(f"unknown row {row!r}; rows: {', '.join(ROWS)}")
+
+
+def _run(benchmark, rounds_for, fn, x, donated: bool):
+    if not donated:
+        jitted = jax.jit(fn)
+
+        def call():
+            return jax.block_until_ready(jitted(x))
+
+        call()  # compile and warm up
+        return benchmark(call)
+    jitted = jax.jit(fn, donate_argnums=0)
+
+    def setup():  # a fresh input buffer per round, written before the timer starts
+        return (jnp.copy(x).block_until_ready(),), {}
+
+    def call(arg):
+        return jax.block_until_ready(jitted(arg))
+
+    call(*setup()[0])  # compile and warm up
+    args, _ = setup()
+    start = time.perf_counter()
+    call(*args)
+    rounds = rounds_for(time.perf_counter() - start)
+    return benchmark.pedantic(call, setup=setup, rounds=rounds, warmup_rounds=1)
+
+
+def _check(group: str, row: str, x_np: np.ndarray, x: jax.Array, out) -> None:
+    base = row.removesuffix("-donated")
+    prefix = x_np[:CHECK]
+    if base == "plain quantize":
+        y = np.asarray(out)[:CHECK]
+        with np.errstate(over="ignore", invalid="ignore"):
+            expected = prefix.astype(fpemu.get_format(GROUPS[group]).dtype).astype(np.float32)
+        reference.assert_equal(y, expected, f"{group} {row}")
+        return
+    if base == "scaled quantize":
+        y = np.asarray(out.dequantize())[:CHECK]
+    else:
+        y = np.asarray(out)[:CHECK]
+    if group == "nvfp4":  # the tensor scale depends on the whole input
+        reference.assert_equal(y, np.asarray(scaled.quantize(x, group).dequantize())[:CHECK], f"{group} {row}")
+    else:
+        reference.assert_equal(y, reference.quantize(prefix, group).dequantized, f"{group} {row}")
+
+
+@pytest.mark.parametrize(("group", "row"), CASES, ids=[f"{g}-{r}" for g, r in CASES])
+def test_scaled_speed(benchmark, rounds_for, x, x_np, group, row):
+    benchmark.group = f"scaled {group}"
+    benchmark.extra_info["row"] = ROWS[row]
+    out = _run(benchmark, rounds_for, _fn(group, row), x, row.endswith("-donated"))
+    if benchmark.stats is not None:
+        _TIMES[group, row] = {stat: benchmark.stats[stat] for stat in ("median", "min")}
+        benchmark.extra_info["ns_per_element_median"] = benchmark.stats["median"] / x.size * 1e9
+    _check(group, row, x_np, x, out)
+
+
+def _git_commit() -> str:
+    root = Path(__file__).resolve().parent.parent
+    try:
+        def git(*args):
+            return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout
+
+        head, dirty = git("rev-parse", "--short", "HEAD"), git("status", "--porcelain")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head.strip() + (" (with uncommitted changes)" if dirty.strip() else "")
+
+
+def summary_lines(times: dict[tuple[str, str], dict[str, float]], n: int = 1 << 24) -> list[str]:
+    cpu = "unknown"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:
+        cpu = platform.processor() or platform.machine()
+    lines = [
+        f"{n} float32 elements; machine: {cpu}, {len(os.sched_getaffinity(0))} CPUs usable, JAX backend "
+        f"{jax.default_backend()}; jax {jax.__version__}, jaxlib {jaxlib.__version__}, "
+        f"ml_dtypes {ml_dtypes.__version__}, numpy {np.__version__}; commit {_git_commit()}; "
+        + "; ".join(f"{var}={os.environ.get(var, '(unset)')}" for var in ("GLIBC_TUNABLES", "XLA_FLAGS")),
+        "",
+        "| recipe | row | median ns/element | min ns/element | median / plain | min / plain |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for (group, row), t in times.items():
+        peer = "plain quantize-donated" if row.endswith("-donated") else "plain quantize"
+        base = times.get((group, peer))
+        ratio = lambda s: f"{t[s] / base[s]:.2f}" if base else "n/a"  # noqa: E731
+        ns = f"{t['median'] / n * 1e9:.2f} | {t['min'] / n * 1e9:.2f}"
+        lines.append(f"| {group} | {row} | {ns} | {ratio('median')} | {ratio('min')} |")
+    lines.append("")
+    for suffix in ("", "-donated"):
+        for group in ("mxfp8_e4m3", "mxfp4"):
+            a, b = times.get((group, "scaled qdq" + suffix)), times.get((group, "plain quantize" + suffix))
+            if a and b:
+                verdicts = [
+                    f"by {s}: {'met' if a[s] <= 2 * b[s] else 'MISSED'} ({a[s] / b[s]:.2f})" for s in ("median", "min")
+                ]
+                label = f"target {group} qdq{suffix} <= 2x plain quantize to {GROUPS[group]}: "
+                lines.append(label + "; ".join(verdicts))
+    return lines
+
+
+class _SummaryPlugin:
+    """Prints the summary after pytest-benchmark's tables (a test module cannot define hooks itself)."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_terminal_summary(self, terminalreporter):
+        if _TIMES:
+            terminalreporter.write_sep("-", "fpemu scaled speed summary")
+            for line in summary_lines(_TIMES):
+                terminalreporter.write_line(line)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _summary_plugin(request):
+    name = "fpemu-scaled-bench-summary"
+    if not request.config.pluginmanager.has_plugin(name):
+        request.config.pluginmanager.register(_SummaryPlugin(), name)

@@ -1,0 +1,149 @@
+"""Exact float32 arithmetic on bit patterns, for the handful of operations XLA:CPU would get wrong.
+
+XLA:CPU runs float arithmetic with flush-to-zero and denormals-are-zero, and rewrites a division by
+a broadcast or a constant into a multiplication by the reciprocal. The scaled formats need exact
+powers-of-two scaling (into and out of the float32 subnormal range), exact products of a short
+significand with a float32, and reciprocals of subnormals, so those are done here with uint32/int32
+operations, or with float operations only where every operand and result is normal.
+
+All functions take and return uint32 float32 bit patterns unless they say otherwise, and work
+elementwise (arguments broadcast).
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+from jax import lax
+
+U32 = jnp.uint32
+I32 = jnp.int32
+SIGN = 0x80000000
+ABS = 0x7FFFFFFF
+INF = 0x7F800000
+MANT = 0x007FFFFF
+IMPLICIT = 0x00800000
+FLT_MAX = 0x7F7FFFFF
+
+
+def to_bits(x: jnp.ndarray) -> jnp.ndarray:
+    return lax.bitcast_convert_type(x, U32)
+
+
+def from_bits(b: jnp.ndarray) -> jnp.ndarray:
+    return lax.bitcast_convert_type(b, jnp.float32)
+
+
+def pow2_bits(k: jnp.ndarray) -> jnp.ndarray:
+    """Bits of the normal float32 ``2**k`` (k in [-126, 127])."""
+    return (k + 127).astype(U32) << U32(23)
+
+
+def unpack(a: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
+    """``(ex, sig)`` of a nonzero finite magnitude: value ``sig * 2**(ex - 23)``, ``2**23 <= sig < 2**24``.
+
+    ``ex`` (int32) is the exponent of the leading bit, also for subnormals, which are normalised
+    through the exact uint32 -> float32 conversion of their mantissa (below 2**23, so exact).
+    Zero gives meaningless values: mask it.
+    """
+    e = (a >> U32(23)).astype(I32)
+    sub = e == 0
+    fa = to_bits(jnp.where(sub, a, U32(0)).astype(jnp.float32))  # a * 2**149 as a normal float
+    ex = jnp.where(sub, (fa >> U32(23)).astype(I32) - 127 - 149, e - 127)
+    mant = jnp.where(sub, fa, a) & U32(MANT)
+    return ex, mant | U32(IMPLICIT)
+
+
+def rne_shift(v: jnp.ndarray, sh: jnp.ndarray) -> jnp.ndarray:
+    """``v / 2**sh`` rounded to nearest, ties to even, for uint32 ``v`` and int32 ``sh >= 0``."""
+    shc = jnp.clip(sh, 0, 31).astype(U32)
+    q = v >> shc
+    rem = v & ((U32(1) << shc) - U32(1))
+    half = (U32(1) << shc) >> U32(1)
+    up = (shc > U32(0)) & ((rem > half) | ((rem == half) & ((q & U32(1)) == U32(1))))
+    res = q + up.astype(U32)
+    res = jnp.where(sh == 32, (v > U32(1 << 31)).astype(U32), res)  # v / 2**32 < 1: the tie 1/2 goes to 0
+    return jnp.where(sh > 32, U32(0), res)
+
+
+def scale_down(b: jnp.ndarray, k: jnp.ndarray) -> jnp.ndarray:
+    """``x * 2**-k`` for rounding into an element format whose smallest value is at least 2**-92.
+
+    Exact where the result is a normal float32. A nonzero result below 2**-126 becomes ±2**-126 and
+    one beyond float32's range ±FLT_MAX: every rounding mode (stochastic with at most 32 random bits
+    included) rounds those exactly as it rounds the true product, since the element format's
+    smallest value is at least 2**34 times larger and its largest far smaller. Zeros, infinities and
+    NaN pass through. Subnormal inputs are normalised first, so nothing is flushed.
+    """
+    sign = b & U32(SIGN)
+    a = b & U32(ABS)
+    ex, sig = unpack(a)
+    field = ex - k + 127
+    normal = sign | (jnp.clip(field, 1, 254).astype(U32) << U32(23)) | (sig & U32(MANT))
+    res = jnp.where(field < 1, sign | U32(IMPLICIT), normal)
+    res = jnp.where(field > 254, sign | U32(FLT_MAX), res)
+    return jnp.where((a == U32(0)) | (a >= U32(INF)), b, res)
+
+
+def scale_up(q: jnp.ndarray, k: jnp.ndarray) -> jnp.ndarray:
+    """``q * 2**k`` rounded to float32 (nearest even; overflow gives ±inf), for normal or zero ``q``.
+
+    Exact whenever the product is representable, which the recipes guarantee for element values.
+    Zeros, infinities and NaN pass through.
+    """
+    sign = q & U32(SIGN)
+    a = q & U32(ABS)
+    field = (a >> U32(23)).astype(I32) + k
+    mant = a & U32(MANT)
+    normal = sign | (jnp.clip(field, 1, 254).astype(U32) << U32(23)) | mant
+    sub = sign | rne_shift(mant | U32(IMPLICIT), 1 - field)
+    res = jnp.where(field < 1, sub, normal)
+    res = jnp.where(field > 254, sign | U32(INF), res)
+    return jnp.where((a == U32(0)) | (a >= U32(INF)), q, res)
+
+
+def mul_exact(a: jnp.ndarray, b: jnp.ndarray) -> jnp.ndarray:
+    """The float32 product ``a * b`` rounded to nearest even, subnormals and overflow included.
+
+    ``a`` must have at most 8 significant bits (so the exact product fits 32 bits); both finite.
+    """
+    sign = (a ^ b) & U32(SIGN)
+    aa, ab = a & U32(ABS), b & U32(ABS)
+    exa, siga = unpack(aa)
+    exb, sigb = unpack(ab)
+    p = (siga >> U32(16)) * sigb  # exact: 8 x 24 bits, in [2**30, 2**32)
+    base = exa + exb - 30  # p * 2**base is the product
+    lead = jnp.where(p >= U32(1 << 31), 31, 30)
+    qe = jnp.maximum(base + lead - 23, -149)  # exponent of the result's last bit
+    r = rne_shift(p, qe - base)
+    field = qe + 149
+    res = (jnp.clip(field, 0, 255).astype(U32) << U32(23)) + r  # a carry out of r bumps the exponent
+    overflow = field + (r >> U32(23)).astype(I32) >= 255  # the biased exponent of the result
+    res = jnp.where(overflow, U32(INF), res)
+    return jnp.where((aa == U32(0)) | (ab == U32(0)), U32(0), res) | sign
+
+
+def reciprocal(p: jnp.ndarray) -> jnp.ndarray:
+    """``1 / p`` rounded to float32 for a non-negative finite ``p`` whose reciprocal is normal or
+    overflows (``p <= 2**126``), subnormal ``p`` included; ``1 / 0`` is inf. Returns a float32 array."""
+    sub = (p < U32(IMPLICIT)) & (p != U32(0))
+    fa = to_bits(jnp.where(sub, p, U32(1)).astype(jnp.float32))  # p * 2**149, normal
+    scaled = from_bits(fa - U32(117 << 23))  # p * 2**32: normal, exactly
+    one = jnp.float32(1)
+    return jnp.where(sub, (one / scaled) * jnp.float32(2.0**32), one / from_bits(p))
+
+
+def mul_flushing(x: jnp.ndarray, m: jnp.ndarray) -> jnp.ndarray:
+    """The float32 product ``x * m`` (x as bits, m a positive normal float32 <= 2**128, returns float32).
+
+    Exact (nearest even) wherever the product is a normal float32 or overflows, subnormal ``x``
+    included. A product below 2**-126 may come back as a zero of the right sign (XLA:CPU flushes it):
+    callers round it into an element format whose smallest value is far above 2**-126, where the
+    modes they allow give zero for both.
+    """
+    sign = x & U32(SIGN)
+    a = x & U32(ABS)
+    sub = (a < U32(IMPLICIT)) & (a != U32(0))
+    fa = to_bits(jnp.where(sub, a, U32(1)).astype(jnp.float32))  # |x| * 2**149
+    xs = from_bits((fa - U32(125 << 23)) | sign)  # x * 2**24, normal
+    small = (xs * m) * jnp.float32(2.0**-24)
+    return jnp.where(sub, small, from_bits(x) * m)

@@ -1,0 +1,334 @@
+"""The fast path: group layout, encode (scale, then round the elements) and decode, as pure JAX.
+
+Nothing here validates arguments or defines gradients: `_quantize` and `_array` do that. Inputs are
+float32; the element rounding is `fpemu.quantize` on the scaled values.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+import fpemu
+from fpemu.scaled import _bits, _rne
+from fpemu.scaled._bits import ABS, IMPLICIT, INF, U32
+from fpemu.scaled._recipes import Recipe, is_twos_complement
+from fpemu.scaled._scale import float_encode_scale, pow2_exponent, two_level_scales
+
+F32 = jnp.float32
+I32 = jnp.int32
+_NAN = 0x7FC00000
+MATERIALIZE_MIN_SIZE = 1 << 16  # arrays from this many elements compute per-group values once (see materialize)
+
+
+class Layout(NamedTuple):
+    """Which elements share a scale: ``axis`` (non-negative, or None for the whole tensor) and
+    ``block`` (elements per scale along the axis, or None for the whole slice)."""
+
+    axis: int | None
+    block: int | None
+
+
+def group_shape(shape: tuple[int, ...], layout: Layout) -> tuple[int, ...]:
+    """The shape of the scales: ``shape`` with the axis replaced by the number of groups along it
+    (all ones for a per-tensor scale)."""
+    if layout.axis is None:
+        return (1,) * len(shape)
+    n = shape[layout.axis]
+    groups = 1 if layout.block is None else -(-n // layout.block)
+    return shape[: layout.axis] + (groups,) + shape[layout.axis + 1 :]
+
+
+def group_max(u: jnp.ndarray, layout: Layout) -> jnp.ndarray:
+    """Per-group maximum of uint32 magnitudes (0 for empty groups), in `group_shape`."""
+    zero = U32(0)
+    if layout.axis is None:
+        return jnp.max(u, axis=tuple(range(u.ndim)), keepdims=True, initial=zero)
+    axis = layout.axis
+    if layout.block is None:
+        return jnp.max(u, axis=axis, keepdims=True, initial=zero)
+    n, block = u.shape[axis], layout.block
+    groups = -(-n // block)
+    if groups * block != n:  # a shorter last block: zeros do not change its amax
+        pad = [(0, 0)] * u.ndim
+        pad[axis] = (0, groups * block - n)
+        u = jnp.pad(u, pad)
+    blocked = u.reshape(u.shape[:axis] + (groups, block) + u.shape[axis + 1 :])
+    return jnp.max(blocked, axis=axis + 1, initial=zero)
+
+
+def expand(g: jnp.ndarray, layout: Layout, shape: tuple[int, ...]) -> jnp.ndarray:
+    """Broadcast per-group values back to the elements."""
+    if layout.axis is None or layout.block is None:
+        return jnp.broadcast_to(g, shape)
+    axis, block = layout.axis, layout.block
+    lead = shape[:axis]
+    groups = g.shape[axis]
+    g = jnp.broadcast_to(g, lead + (groups,) + shape[axis + 1 :])  # per-tensor-like leading dims, if any
+    blocked = jnp.broadcast_to(jnp.expand_dims(g, axis + 1), lead + (groups, block) + shape[axis + 1 :])
+    full = blocked.reshape(lead + (groups * block,) + shape[axis + 1 :])  # a broadcast, not a gather
+    if groups * block != shape[axis]:
+        full = lax.slice_in_dim(full, 0, shape[axis], axis=axis)
+    return jnp.broadcast_to(full, shape)
+
+
+def _is_nan_bits(b: jnp.ndarray) -> jnp.ndarray:
+    return (b & U32(ABS)) > U32(INF)
+
+
+def materialize(arrays: tuple[jnp.ndarray, ...]) -> tuple[jnp.ndarray, ...]:
+    """The same arrays, computed once (per group) rather than fused into every element's loop.
+
+    XLA fuses an elementwise producer into its consumer even through a broadcast, so per-group
+    values (the scale exponent, the grid's limits: dozens of operations) would be recomputed for
+    each of a group's elements. On CPU (where optimization barriers are removed before fusion) they
+    are passed through an identity ``lax.cond`` on a data-dependent predicate, which fusion cannot
+    cross; either branch returns the arrays unchanged, so the predicate does not matter.
+    """
+    if not arrays or any(a.size == 0 for a in arrays):
+        return arrays
+    probe = _xor_zero(arrays[0].reshape(-1)[:1])
+    pred = jnp.any(probe.astype(jnp.bool_) if probe.dtype == jnp.bool_ else probe == jnp.zeros((), probe.dtype))
+    identity = lambda t: t  # noqa: E731
+
+    def no_op(t):  # the identity again, written differently so that XLA keeps the conditional
+        return tuple(_xor_zero(a) for a in t)
+
+    def on_cpu(t):
+        return lax.cond(pred, identity, no_op, t)
+
+    return lax.platform_dependent(arrays, cpu=on_cpu, default=identity)
+
+
+def _xor_zero(a: jnp.ndarray) -> jnp.ndarray:
+    if a.dtype == jnp.bool_:
+        return a | jnp.zeros((), jnp.bool_)
+    if jnp.issubdtype(a.dtype, jnp.integer):
+        return a ^ jnp.zeros((), a.dtype)
+    uint = jnp.dtype(f"uint{8 * a.dtype.itemsize}")
+    bits = lax.bitcast_convert_type(a, uint)
+    return lax.bitcast_convert_type(bits ^ jnp.zeros((), uint), a.dtype)
+
+
+class Work(NamedTuple):
+    """The elementwise work runs in ``x``'s own shape; per-group values are materialized once and
+    broadcast to the elements (a broadcast-and-reshape that XLA vectorises; computing in a blocked
+    ``(..., groups, block)`` shape instead makes XLA:CPU emit scalar index arithmetic)."""
+
+    shape: tuple[int, ...]
+    layout: Layout
+
+    @classmethod
+    def of(cls, shape: tuple[int, ...], layout: Layout) -> Work:
+        return cls(shape, layout)
+
+    def per_element(self, *groups: jnp.ndarray):
+        """Group values (in `group_shape`) broadcast against the elements: one array, or a tuple."""
+        if math.prod(self.shape) >= MATERIALIZE_MIN_SIZE:  # small arrays: not worth the compile time
+            groups = materialize(groups)
+        if self.layout.axis is None or self.layout.block is None:
+            out = groups  # keepdims: they broadcast as they are
+        else:
+            out = tuple(expand(g, self.layout, self.shape) for g in groups)
+        return out if len(out) > 1 else out[0]
+
+
+def encode(
+    x: jnp.ndarray,
+    recipe: Recipe,
+    layout: Layout,
+    *,
+    rounding: str,
+    key,
+    random_bits,
+    scale: jnp.ndarray | None = None,
+    enc: jnp.ndarray | None = None,
+) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray | None]:
+    """(element values, scale leaf, global scale leaf or None) for a float32 array ``x``.
+
+    With neither ``scale`` (decode scales) nor ``enc`` (encode scales, float rule only) given, the
+    scales come from each group's amax ("current scaling"), and a group holding NaN or inf gets the
+    NaN scale and zero elements. Given scales are used as they are, and non-finite elements are
+    rounded one by one.
+    """
+    bits = _bits.to_bits(x)
+    w = Work.of(x.shape, layout)
+    xb = bits
+    current = scale is None and enc is None
+    s_fmt = recipe.scale_format
+    global_leaf = None
+    nan = None
+    if recipe.is_pow2:
+        k, nan = _pow2_scales(bits, recipe, layout, scale)
+        y = _bits.from_bits(_bits.scale_down(xb, w.per_element(k)))
+        if recipe.scale_kind == "pow2":
+            scale_leaf = jnp.where(nan, jnp.uint8(s_fmt.nan_code), (k + s_fmt.bias).astype(jnp.uint8))
+        else:
+            scale_leaf = _bits.from_bits(jnp.where(nan, U32(_NAN), _bits.pow2_bits(k)))
+    elif recipe.scale_kind == "fp32":
+        if current:
+            enc, nan = float_encode_scale(group_max(bits & U32(ABS), layout), recipe)
+            s = F32(1) / enc
+        elif enc is not None:
+            s = F32(1) / enc
+        else:
+            s = scale
+            enc = _bits.reciprocal(_bits.to_bits(scale) & U32(ABS))
+        y = _bits.mul_flushing(xb, w.per_element(enc))
+        scale_leaf = s if nan is None else jnp.where(nan, F32(jnp.nan), s)
+    else:
+        amax_block = group_max(bits & U32(ABS), layout)
+        finite = jnp.where(amax_block < U32(INF), amax_block, U32(0))  # blocks with NaN/inf do not count
+        amax_tensor = jnp.max(finite, axis=tuple(range(x.ndim)), keepdims=True, initial=U32(0))
+        codes, g, enc_b, nan = two_level_scales(amax_tensor, amax_block, recipe)
+        y = _bits.mul_flushing(xb, w.per_element(enc_b))
+        scale_leaf = jnp.where(nan, jnp.asarray(s_fmt.nan_code, codes.dtype), codes)
+        global_leaf = g if recipe.global_scale else None
+    values = fpemu.quantize(
+        y, recipe.element, rounding=rounding, saturate=recipe.saturate, key=key, random_bits=random_bits
+    )
+    if is_twos_complement(recipe.element):
+        values = jnp.where(values == F32(0), F32(0), values)  # two's complement int8 has no -0
+    if current:
+        values = jnp.where(w.per_element(nan), F32(0), values)
+    return values, scale_leaf, global_leaf
+
+
+def _pow2_scales(bits: jnp.ndarray, recipe: Recipe, layout: Layout, scale) -> tuple[jnp.ndarray, jnp.ndarray]:
+    """(k, NaN mask) per group: from the amax (current scaling) or from given power-of-two scales."""
+    if scale is None:
+        return pow2_exponent(group_max(bits & U32(ABS), layout), recipe)
+    sb = _bits.to_bits(scale)
+    return ((sb >> U32(23)) & U32(0xFF)).astype(I32) - 127, _is_nan_bits(sb)
+
+
+def _rne_on_grid(xb: jnp.ndarray, k: jnp.ndarray, recipe: Recipe, w: Work) -> jnp.ndarray:
+    """float32 bits of round_nearest_even(x / 2**k) * 2**k (the element values times their scale)."""
+    fmt = recipe.element
+    grid = _rne.Grid(*w.per_element(*_rne.Grid.for_scale(fmt, k)))
+    negative_zero = fmt.has_negative_zero and not is_twos_complement(fmt)
+    return _rne.round_rne(xb, grid, fmt, saturate=recipe.saturate, negative_zero=negative_zero)
+
+
+def quantize_dequantize(
+    x: jnp.ndarray,
+    recipe: Recipe,
+    layout: Layout,
+    *,
+    rounding: str,
+    key,
+    random_bits,
+    scale: jnp.ndarray | None = None,
+    enc: jnp.ndarray | None = None,
+) -> jnp.ndarray:
+    """float32 ``decode(encode(x))``; for power-of-two recipes and nearest even, in one rounding pass."""
+    if not (recipe.is_pow2 and rounding == "nearest_even"):
+        values, scale_leaf, global_leaf = encode(
+            x, recipe, layout, rounding=rounding, key=key, random_bits=random_bits, scale=scale, enc=enc
+        )
+        return decode(values, scale_leaf, global_leaf, recipe, layout)
+    bits = _bits.to_bits(x)
+    w = Work.of(x.shape, layout)
+    k, nan = _pow2_scales(bits, recipe, layout, scale)
+    out = _rne_on_grid(bits, k, recipe, w)
+    out = jnp.where(w.per_element(nan), U32(_NAN), out)
+    return _bits.from_bits(out)
+
+
+def scale_bits(scale_leaf: jnp.ndarray, recipe: Recipe) -> tuple[jnp.ndarray, jnp.ndarray]:
+    """(float32 bits of the decode scale, NaN mask) of each group, from the scale leaf."""
+    kind = recipe.scale_kind
+    if kind == "fp32":
+        sb = _bits.to_bits(scale_leaf.astype(F32))
+        return sb, _is_nan_bits(sb)
+    if kind == "pow2":
+        s_fmt = recipe.scale_format
+        codes = scale_leaf.astype(I32)
+        nan = codes == s_fmt.nan_code
+        # E8M0 codes are biased exponents; 2**-127 (code 0) is a float32 subnormal
+        k = codes - s_fmt.bias
+        sb = jnp.where(k >= -126, _bits.pow2_bits(jnp.maximum(k, -126)), U32(IMPLICIT >> 1))
+        return sb, nan
+    sb = _bits.to_bits(fpemu.decode(scale_leaf, recipe.scale_format))
+    return sb, _is_nan_bits(sb)
+
+
+def exponents(scale_leaf: jnp.ndarray, recipe: Recipe) -> tuple[jnp.ndarray, jnp.ndarray]:
+    """(k, NaN mask) of power-of-two scales."""
+    if recipe.scale_kind == "pow2":
+        codes = scale_leaf.astype(I32)
+        return codes - recipe.scale_format.bias, codes == recipe.scale_format.nan_code
+    sb = _bits.to_bits(scale_leaf.astype(F32))
+    return ((sb >> U32(23)) & U32(0xFF)).astype(I32) - 127, _is_nan_bits(sb)
+
+
+def decode(
+    values: jnp.ndarray, scale_leaf: jnp.ndarray, global_leaf: jnp.ndarray | None, recipe: Recipe, layout: Layout
+) -> jnp.ndarray:
+    """float32 ``values * scale`` (and ``* global``), each product rounded once; NaN-scale groups give NaN."""
+    w = Work.of(values.shape, layout)
+    vb = _bits.to_bits(values.astype(F32))
+    if recipe.is_pow2:
+        k, nan = exponents(scale_leaf, recipe)
+        out = _bits.scale_up(vb, w.per_element(k))
+    else:
+        sb, nan = scale_bits(scale_leaf, recipe)
+        if recipe.scale_kind == "narrow" and _products_are_normal(recipe):  # exact in float32
+            out = _bits.to_bits(_bits.from_bits(vb) * _bits.from_bits(w.per_element(sb)))
+        else:
+            out = _bits.mul_exact(vb, w.per_element(sb))
+        if recipe.scale_kind == "narrow" and global_leaf is not None:
+            out = _bits.mul_exact(out, _bits.to_bits(global_leaf.astype(F32)))  # (1,) * ndim: broadcasts
+        out = jnp.where((vb & U32(ABS)) >= U32(INF), vb, out)  # inf and NaN elements pass through
+    out = jnp.where(w.per_element(nan), U32(_NAN), out)
+    return _bits.from_bits(out)
+
+
+def _products_are_normal(recipe: Recipe) -> bool:
+    """Whether every nonzero element value times every nonzero narrow scale is a normal float32
+    (then the product, of at most 8 significant bits, is exact in float arithmetic)."""
+    return recipe.element.min_subnormal * recipe.scale_format.min_subnormal >= 2.0**-126
+
+
+def grad_scale(scale_leaf: jnp.ndarray, global_leaf: jnp.ndarray | None, recipe: Recipe) -> jnp.ndarray:
+    """The per-group scale the straight-through gradient divides by (float32, normal, positive).
+
+    The decode scale, except: NaN or zero scales count as 1 and scales below 2**-126 as 2**-126
+    (so that no subnormal reaches XLA's float arithmetic).
+    """
+    if recipe.is_pow2:
+        k, nan = exponents(scale_leaf, recipe)
+        sb = _bits.pow2_bits(jnp.clip(k, -126, 127))
+    else:
+        sb, nan = scale_bits(scale_leaf, recipe)
+        if recipe.scale_kind == "narrow" and global_leaf is not None:
+            sb = _bits.mul_exact(sb, _bits.to_bits(global_leaf.astype(F32)))
+        sb = sb & U32(ABS)
+        nan = nan | (sb == U32(0)) | (sb >= U32(INF))
+        sb = jnp.maximum(sb, U32(IMPLICIT))
+    return _bits.from_bits(jnp.where(nan, _bits.to_bits(F32(1)), sb))
+
+
+def resolve_axis(axis: int | None, ndim: int) -> int | None:
+    if axis is None:
+        return None
+    return axis % ndim if ndim else axis
+
+
+def size_of(shape: tuple[int, ...]) -> int:
+    return math.prod(shape)
+
+
+def zeros_tangent(leaf):
+    """A zero tangent for a leaf: float0 for integer leaves, None for None."""
+    if leaf is None:
+        return None
+    if jnp.issubdtype(leaf.dtype, jnp.integer):
+        import numpy as np
+
+        return np.zeros(leaf.shape, dtype=jax.dtypes.float0)
+    return jnp.zeros(leaf.shape, leaf.dtype)

@@ -1,0 +1,162 @@
+"""Delayed scaling: quantize with a scale computed from the amax history of earlier steps.
+
+A functional state (`DelayedScalingState`) is passed in and a new one returned, as FP8 training
+recipes do (Transformer Engine's ``DelayedScaling``, flax's fp8 ops); nothing is stored globally.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Literal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fpemu.scaled import _bits, _core
+from fpemu.scaled._array import ScaledArray
+from fpemu.scaled._bits import ABS, INF, U32
+from fpemu.scaled._quantize import Config, prepare, qdq_jit, quantize_jit
+from fpemu.scaled._recipes import Recipe, get_recipe
+from fpemu.scaled._scale import float_encode_scale, pow2_exponent
+
+F32 = jnp.float32
+Reduction = Literal["max", "most_recent"]
+REDUCTIONS = ("max", "most_recent")
+
+
+@functools.partial(jax.tree_util.register_dataclass, data_fields=["amax_history", "scale"], meta_fields=[])
+@dataclasses.dataclass(frozen=True, eq=False, slots=True)
+class DelayedScalingState:
+    """The state of delayed scaling, a pytree of two float32 arrays.
+
+    ``amax_history``: shape ``(history_length, *scale_shape)``, row 0 the most recent step's amax
+    (NaN or inf if that step's group held one). ``scale``: the decode scale the next step uses,
+    in `ScaledArray`'s scale shape (``(1,) * ndim`` per tensor).
+    """
+
+    amax_history: jax.Array
+    scale: jax.Array
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class DelayedScaling:
+    """Delayed scaling: each step is quantized with the scale derived from the amax history so far.
+
+    Step ``t`` quantizes ``x_t`` with ``state.scale`` (computed at step ``t - 1``), then pushes
+    ``amax(x_t)`` into the history and computes the next scale from the reduced history with the
+    recipe's rule (and margin). While the reduced amax is 0 or not finite, the scale is kept. The
+    initial state has scale 1 and a zero history.
+
+    For ``"float"`` recipes the elements are ``round(fl(x * fl(1 / scale)))``: the decode scale is
+    what the state holds, as in flax (``x / scale``, which XLA compiles to that product).
+
+    Args:
+      recipe: a single-level recipe (name or `Recipe`): float32 or E8M0 scales, any granularity.
+      history_length: how many steps the history keeps (>= 1).
+      reduction: ``"max"`` (the largest amax in the history) or ``"most_recent"``.
+      axis: the axis of per-slice or block scales, or None for one scale per tensor.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from fpemu import scaled
+      >>> ds = scaled.DelayedScaling(recipe="fp8_e4m3", history_length=4)
+      >>> state = ds.init(jnp.zeros(3))
+      >>> y, state = ds.quantize_dequantize(jnp.array([1.0, 2.0, 896.0]), state)   # scale 1: 896 saturates
+      >>> y.tolist(), state.scale.tolist()
+      ([1.0, 2.0, 448.0], [2.0])
+      >>> y, state = ds.quantize_dequantize(jnp.array([1.0, 2.0, 896.0]), state)   # now scaled by 2
+      >>> y.tolist()
+      [1.0, 2.0, 896.0]
+    """
+
+    recipe: Recipe | str = "fp8_e4m3"
+    history_length: int = 1024
+    reduction: Reduction = "max"
+    axis: int | None = None
+
+    def __post_init__(self) -> None:
+        recipe = get_recipe(self.recipe)
+        if recipe.scale_kind == "narrow":
+            raise ValueError(
+                f"DelayedScaling needs a single-level recipe (float32 or E8M0 scales), got {recipe.name} "
+                f"with {recipe.scale_format.name} block scales"
+            )
+        object.__setattr__(self, "recipe", recipe)
+        if not isinstance(self.history_length, int) or isinstance(self.history_length, bool) or self.history_length < 1:
+            raise ValueError(f"history_length must be an int >= 1, got {self.history_length!r}")
+        if self.reduction not in REDUCTIONS:
+            raise ValueError(f"reduction must be one of {', '.join(REDUCTIONS)}, got {self.reduction!r}")
+        if self.axis is not None and (not isinstance(self.axis, int) or isinstance(self.axis, bool)):
+            raise ValueError(f"axis must be an int or None, got {self.axis!r}")
+        if self.axis is None and recipe.block_size is not None:
+            raise ValueError(f"recipe {recipe.name} has blocks along an axis: axis must be an int, not None")
+
+    def _layout(self, shape: tuple[int, ...]) -> _core.Layout:
+        axis = None if self.axis is None else self.axis % len(shape)
+        return _core.Layout(axis, self.recipe.block_size)
+
+    def init(self, x: Any) -> DelayedScalingState:
+        """The initial state for arrays shaped like ``x`` (an array or a shape): scale 1, zero history."""
+        shape = tuple(x) if isinstance(x, (tuple, list)) else tuple(np.shape(x))
+        if self.axis is not None and not -len(shape) <= self.axis < len(shape):
+            raise ValueError(f"axis={self.axis} is out of range for shape {shape}")
+        gshape = _core.group_shape(shape, self._layout(shape))
+        return DelayedScalingState(jnp.zeros((self.history_length, *gshape), F32), jnp.ones(gshape, F32))
+
+    def _config(self, x, rounding, key, random_bits) -> tuple[jax.Array, Config]:
+        return prepare(x, self.recipe, self.axis, rounding, key, random_bits, True, {})
+
+    def _check_state(self, x: jax.Array, state: DelayedScalingState) -> None:
+        gshape = _core.group_shape(x.shape, self._layout(x.shape))
+        if tuple(state.scale.shape) != gshape or tuple(state.amax_history.shape) != (self.history_length, *gshape):
+            raise ValueError(
+                f"state does not fit x of shape {x.shape}: expected scale {gshape} and history "
+                f"{(self.history_length, *gshape)}, got {tuple(state.scale.shape)} and "
+                f"{tuple(state.amax_history.shape)} (make it with init(x))"
+            )
+
+    def update(self, x: Any, state: DelayedScalingState) -> DelayedScalingState:
+        """The next state: ``amax(x)`` pushed into the history, and the scale recomputed from it."""
+        x, cfg = self._config(x, "nearest_even", None, None)
+        self._check_state(x, state)
+        return _update(x, state, cfg, self.reduction)
+
+    def quantize(
+        self, x: Any, state: DelayedScalingState, *, rounding: str = "nearest_even", key=None, random_bits=None
+    ) -> tuple[ScaledArray, DelayedScalingState]:
+        """(``x`` quantized with ``state.scale``, the next state)."""
+        x, cfg = self._config(x, rounding, key, random_bits)
+        self._check_state(x, state)
+        sa = quantize_jit(x, key, jax.lax.stop_gradient(state.scale), None, cfg, x.dtype)
+        return sa, _update(x, state, cfg, self.reduction)
+
+    def quantize_dequantize(
+        self, x: Any, state: DelayedScalingState, *, rounding: str = "nearest_even", key=None, random_bits=None
+    ) -> tuple[jax.Array, DelayedScalingState]:
+        """(``x`` quantized with ``state.scale`` and dequantized, the next state); straight-through gradient."""
+        x, cfg = self._config(x, rounding, key, random_bits)
+        self._check_state(x, state)
+        y = qdq_jit(x, key, jax.lax.stop_gradient(state.scale), None, cfg)
+        return y, _update(x, state, cfg, self.reduction)
+
+
+@functools.partial(jax.jit, static_argnums=(2, 3))
+def _update(x: jax.Array, state: DelayedScalingState, cfg: Config, reduction: str) -> DelayedScalingState:
+    recipe = cfg.recipe
+    layout = _core.Layout(cfg.axis, recipe.block_size)
+    xb = _bits.to_bits(jax.lax.stop_gradient(x).astype(F32))
+    amax = _core.group_max(xb & U32(ABS), layout)
+    old = _bits.to_bits(jax.lax.stop_gradient(state.amax_history))
+    history = jnp.concatenate([amax[None], old[:-1]], axis=0)
+    reduced = jnp.max(history, axis=0) if reduction == "max" else history[0]  # NaN bit patterns win
+    keep = (reduced == U32(0)) | (reduced >= U32(INF))
+    if recipe.is_pow2:
+        k, _ = pow2_exponent(reduced, recipe)
+        new = jnp.where(k >= -126, _bits.pow2_bits(jnp.maximum(k, -126)), U32(0x00400000))  # 2**-127: subnormal
+    else:
+        enc, _ = float_encode_scale(reduced, recipe)
+        new = _bits.to_bits(F32(1) / enc)
+    scale = jnp.where(keep, _bits.to_bits(state.scale), new)
+    return DelayedScalingState(_bits.from_bits(history), _bits.from_bits(scale))

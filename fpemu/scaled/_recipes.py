@@ -1,0 +1,333 @@
+"""Scaling recipes as data: the `Recipe` descriptor, the scale rules, and the built-in table.
+
+A recipe says which element format the scaled values are rounded to, how many elements share a
+scale (a block along one axis, a whole slice, or the whole tensor), which format the scale is
+stored in, and which rule turns a group's absolute maximum (amax) into its scale. Everything else
+(element max, emax, the scale format's range and NaN code) is read from the formats themselves.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+from typing import Any, Literal, get_args
+
+from fpemu._format import Format
+from fpemu._registry import get_format
+
+ScaleRule = Literal["ocp", "ceil", "even", "ceil_log2", "float"]
+SCALE_RULES: tuple[str, ...] = get_args(ScaleRule)
+POW2_RULES: tuple[str, ...] = ("ocp", "ceil", "even", "ceil_log2")
+RULE_ALIASES: dict[str, str] = {"floor": "ocp", "round_up": "ceil", "rceil": "ceil"}
+
+# Element rounding modes the float-scale recipes accept. Their scaled value is a float32 product
+# (x times the encode scale); where XLA:CPU flushes a float32 product below 2**-126 to zero, these
+# modes give the same element as the exact product would (zero), so the result does not depend on
+# the backend. Power-of-two recipes scale in the integer domain and accept every mode.
+FLOAT_SCALE_ROUNDINGS: tuple[str, ...] = ("nearest_even", "nearest_away", "toward_zero", "stochastic")
+
+#: The MXINT8 element: two's complement int8 ``k`` with an implicit scale of 2**-6, so values
+#: ``k / 64``. As an fpemu format it is sign-magnitude e1m6 with bias 1 and no specials: its
+#: magnitude code is ``|k|`` and its values are exactly ``k / 64`` for ``|k| <= 127``. Conversion
+#: saturates symmetrically to ±127/64 (the OCP spec's -128 code, -2.0, is never produced; it
+#: decodes to -2.0). `ScaledArray.codes` returns the two's complement int8 codes.
+MXINT8_ELEMENT = Format(name="int8_mx", exponent_bits=1, mantissa_bits=6, bias=1, specials="none")
+
+_FP32 = get_format("fp32")
+
+
+def is_twos_complement(fmt: Format) -> bool:
+    """Whether element codes are stored as two's complement integers (the MXINT8 element)."""
+    return fmt.encoding == MXINT8_ELEMENT.encoding
+
+_MAX_MARGIN = 64  # keeps 2**±margin a normal float32 constant
+
+
+def scale_kind(scale_format: Format) -> Literal["pow2", "fp32", "narrow"]:
+    """How a scale format holds scales: powers of two (E8M0), float32 values, or a narrow float (E4M3)."""
+    if scale_format.encoding == _FP32.encoding:
+        return "fp32"
+    if scale_format.mantissa_bits == 0:
+        return "pow2"
+    return "narrow"
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Recipe:
+    """A scaled or block format: element format, scaling granularity, scale format and scale rule.
+
+    Scales are *decode* scales: ``x ≈ element_value * scale``. The groups that share a scale are set
+    by ``block_size`` and the ``axis`` argument of `fpemu.scaled.quantize`: ``block_size=None`` with
+    ``axis=None`` is one scale per tensor, ``block_size=None`` with an axis is one scale per slice
+    along that axis (per row / per channel), and an integer ``block_size`` is one scale per run of
+    ``block_size`` consecutive elements along the axis (MX, NVFP4).
+
+    Scale rules (``amax`` is the group's largest magnitude, ``M`` and ``emax`` the element format's
+    largest value and its exponent):
+
+    - ``"ocp"`` (alias ``"floor"``): ``2**(floor(log2(amax)) - emax)``, OCP MX v1.0. Elements above
+      ``M`` after scaling saturate.
+    - ``"ceil"`` (aliases ``"round_up"``, ``"rceil"``): ``2**ceil(log2(amax / M))``, the smallest
+      power of two with which no element overflows (cuBLAS, ``jax.nn``'s MX helpers).
+    - ``"even"``: ``2**(floor(log2(round(amax))) - emax)`` where ``round`` keeps the element's
+      precision, ties away (torchao's EVEN).
+    - ``"ceil_log2"``: ``2**(ceil(log2(amax)) - emax)`` (torchao's CEIL).
+    - ``"float"``: a non-power-of-two scale: float32 ``amax / M`` (stored as float32, via the
+      encode scale ``M / amax`` as Transformer Engine computes it), or, for a narrow scale format
+      (E4M3), that ratio rounded into the scale format, under an optional float32 per-tensor
+      scale (``global_scale=True``, NVFP4). See docs/scaling.md for the exact float32 sequence.
+
+    Args:
+      name: A label (shown in reprs).
+      element: The element format (name or `fpemu.Format`): signed, with zero, at most 16 bits.
+      block_size: Elements per scale along the axis, or None (per tensor / per slice).
+      scale_format: ``"e8m0fnu"`` (powers of two), ``"fp32"``, or a narrow float with NaN such as
+        ``"e4m3fn"``.
+      scale_rule: One of ``"ocp"``, ``"ceil"``, ``"even"``, ``"ceil_log2"``, ``"float"`` (or an alias).
+      global_scale: A float32 per-tensor scale above narrow block scales (NVFP4's second level).
+      saturate: Clamp elements that overflow after scaling to ±M (OCP MX saturates). If False, they
+        overflow as `fpemu.quantize` does.
+      margin: An integer ``m``: scales are multiplied by ``2**m`` (power-of-two rules add ``m`` to the
+        exponent), leaving headroom as Transformer Engine's ``margin`` does.
+
+    Raises:
+      ValueError: naming the field, for an unknown format or rule, a rule the scale format cannot
+        hold, or an element format the exact scaling arithmetic does not cover.
+
+    Example:
+      >>> r = Recipe(name="mxfp4_b16_ceil", element="e2m1fn", block_size=16, scale_format="e8m0fnu",
+      ...            scale_rule="round_up")
+      >>> r.scale_rule, r.element.name, r.bits_per_element
+      ('ceil', 'e2m1fn', 4.5)
+    """
+
+    name: str
+    element: Format
+    block_size: int | None = None
+    scale_format: Format = _FP32
+    scale_rule: str = "float"
+    global_scale: bool = False
+    saturate: bool = True
+    margin: int = 0
+
+    def __post_init__(self) -> None:
+        where = f"recipe {self.name!r}: "
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise ValueError(f"name must be a non-empty string, got {self.name!r}")
+        for field in ("element", "scale_format"):
+            try:
+                object.__setattr__(self, field, get_format(getattr(self, field)))
+            except (ValueError, TypeError) as e:
+                raise ValueError(where + f"{field}: {e}") from None
+        rule = RULE_ALIASES.get(self.scale_rule, self.scale_rule) if isinstance(self.scale_rule, str) else None
+        if rule not in SCALE_RULES:
+            raise ValueError(
+                where + f"scale_rule must be one of {', '.join(SCALE_RULES)} (aliases: "
+                f"{', '.join(f'{a}={r}' for a, r in RULE_ALIASES.items())}), got {self.scale_rule!r}"
+            )
+        object.__setattr__(self, "scale_rule", rule)
+        if self.block_size is not None and (not _is_int(self.block_size) or self.block_size < 1):
+            raise ValueError(where + f"block_size must be None or an int >= 1, got {self.block_size!r}")
+        for field in ("global_scale", "saturate"):
+            if not isinstance(getattr(self, field), bool):
+                raise ValueError(where + f"{field} must be a bool, got {getattr(self, field)!r}")
+        if not _is_int(self.margin) or abs(self.margin) > _MAX_MARGIN:
+            raise ValueError(where + f"margin must be an int in [-{_MAX_MARGIN}, {_MAX_MARGIN}], got {self.margin!r}")
+        self._check_element(where)
+        self._check_scale(where)
+
+    def _check_element(self, where: str) -> None:
+        e = self.element
+        if not (e.signed and e.has_zero) or e.bits > 16:
+            raise ValueError(
+                where + f"element must be a signed format with zero of at most 16 bits, got {e.name} "
+                f"({e.bits} bits, signed={e.signed}, has_zero={e.has_zero})"
+            )
+        if e.mantissa_bits > 10 or e.max > _FP32.max or e.min_subnormal_exponent < -92:
+            raise ValueError(
+                where + f"element {e.name} is too wide or too fine for exact float32 scaling: it needs at most 10 "
+                f"mantissa bits and a smallest value of at least 2**-92 (has {e.mantissa_bits}, "
+                f"2**{e.min_subnormal_exponent})"
+            )
+        if e.max < 1:
+            raise ValueError(where + f"element {e.name} has max {e.max} < 1; scaled formats need max >= 1")
+
+    def _check_scale(self, where: str) -> None:
+        s, e, rule = self.scale_format, self.element, self.scale_rule
+        kind = scale_kind(s)
+        if kind == "pow2":
+            if s.signed or s.has_zero or not s.has_nan:
+                raise ValueError(
+                    where + f"a scale format without mantissa bits must be E8M0-like (unsigned, no zero, with NaN), "
+                    f"got {s.name}"
+                )
+            if rule == "float":
+                raise ValueError(
+                    where + f"scale_format {s.name} holds only powers of two: scale_rule must be one of "
+                    f"{', '.join(POW2_RULES)}, not 'float'"
+                )
+        elif kind == "narrow":
+            if rule != "float":
+                raise ValueError(
+                    where + f"scale_format {s.name} is a narrow float: scale_rule must be 'float' (the block amax "
+                    f"over the element max, rounded into {s.name}), got {rule!r}"
+                )
+            if not (s.signed and s.has_zero and s.has_nan) or s.bits > 16:
+                raise ValueError(
+                    where + f"a narrow scale format must be signed, with zero and a NaN code, of at most 16 bits; "
+                    f"got {s.name}"
+                )
+            if e.precision + s.precision > 8:
+                raise ValueError(
+                    where + f"element {e.name} ({e.precision} significant bits) with scale {s.name} "
+                    f"({s.precision}) exceeds the 8 significant bits the exact float32 products support"
+                )
+        if kind == "fp32" and rule == "float" and e.precision > 8:
+            raise ValueError(
+                where + f"scale_rule 'float' needs an element of at most 8 significant bits, got {e.name} "
+                f"({e.precision})"
+            )
+        if self.global_scale and kind != "narrow":
+            raise ValueError(
+                where + f"global_scale=True needs a narrow block scale format such as e4m3fn, got {s.name}"
+            )
+        if self.is_pow2 and e.min_subnormal_exponent + s.emin < -149:
+            raise ValueError(
+                where + f"element {e.name} times the smallest {s.name} scale 2**{s.emin} falls below float32's "
+                "smallest subnormal: dequantization would not be exact"
+            )
+
+    # -- derived facts ------------------------------------------------------------------------------
+
+    @property
+    def scale_kind(self) -> Literal["pow2", "fp32", "narrow"]:
+        """``"pow2"`` (E8M0 codes), ``"fp32"`` (float32 scales) or ``"narrow"`` (E4M3-like codes)."""
+        return scale_kind(self.scale_format)
+
+    @property
+    def is_pow2(self) -> bool:
+        """Whether every scale is a power of two (a power-of-two rule)."""
+        return self.scale_rule in POW2_RULES
+
+    @property
+    def bits_per_element(self) -> float:
+        """Storage bits per element with the block scale amortised (per-tensor scales count as 0)."""
+        scale_bits = self.scale_format.bits / self.block_size if self.block_size else 0.0
+        return self.element.bits + scale_bits
+
+    @property
+    def allowed_roundings(self) -> tuple[str, ...]:
+        from fpemu._modes import ROUNDING_MODES
+
+        return ROUNDING_MODES if self.is_pow2 else FLOAT_SCALE_ROUNDINGS
+
+    def __str__(self) -> str:
+        return self.name
+
+
+_E8M0 = get_format("e8m0fnu")
+_BUILTINS: tuple[tuple[Recipe, tuple[str, ...], str], ...] = (
+    (
+        Recipe(name="mxfp8_e4m3", element="e4m3fn", block_size=32, scale_format=_E8M0, scale_rule="ocp"),
+        ("mxfp8",),
+        "OCP MX v1.0 MXFP8, E4M3 elements",
+    ),
+    (
+        Recipe(name="mxfp8_e5m2", element="e5m2", block_size=32, scale_format=_E8M0, scale_rule="ocp"),
+        (),
+        "OCP MX v1.0 MXFP8, E5M2 elements",
+    ),
+    (
+        Recipe(name="mxfp6_e3m2", element="e3m2fn", block_size=32, scale_format=_E8M0, scale_rule="ocp"),
+        (),
+        "OCP MX v1.0 MXFP6, E3M2 elements",
+    ),
+    (
+        Recipe(name="mxfp6_e2m3", element="e2m3fn", block_size=32, scale_format=_E8M0, scale_rule="ocp"),
+        (),
+        "OCP MX v1.0 MXFP6, E2M3 elements",
+    ),
+    (
+        Recipe(name="mxfp4", element="e2m1fn", block_size=32, scale_format=_E8M0, scale_rule="ocp"),
+        ("mxfp4_e2m1",),
+        "OCP MX v1.0 MXFP4, E2M1 elements",
+    ),
+    (
+        Recipe(name="mxint8", element=MXINT8_ELEMENT, block_size=32, scale_format=_E8M0, scale_rule="ocp"),
+        (),
+        "OCP MX v1.0 MXINT8, int8 elements k/64",
+    ),
+    (
+        Recipe(
+            name="nvfp4", element="e2m1fn", block_size=16, scale_format="e4m3fn", scale_rule="float", global_scale=True
+        ),
+        (),
+        "NVIDIA NVFP4: E2M1, blocks of 16, E4M3 block scale, float32 tensor scale",
+    ),
+    (
+        Recipe(name="fp8_e4m3", element="e4m3fn", scale_format=_FP32, scale_rule="float"),
+        (),
+        "FP8 E4M3 with a float32 scale per tensor or per slice (current scaling)",
+    ),
+    (
+        Recipe(name="fp8_e5m2", element="e5m2", scale_format=_FP32, scale_rule="float"),
+        (),
+        "FP8 E5M2 with a float32 scale per tensor or per slice (current scaling)",
+    ),
+)
+
+_RECIPES: dict[str, Recipe] = {r.name: r for r, _, _ in _BUILTINS}
+_NAMES: dict[str, Recipe] = {}
+for _r, _aliases, _ in _BUILTINS:
+    for _n in (_r.name, *_aliases):
+        _NAMES[_n] = _r
+DESCRIPTIONS: dict[str, str] = {r.name: d for r, _, d in _BUILTINS}
+
+
+class UnknownRecipeError(ValueError):
+    """Raised for a recipe name that is not in the table."""
+
+
+def recipes() -> tuple[str, ...]:
+    """The names of the built-in recipes (look one up with `get_recipe`).
+
+    Example:
+      >>> recipes()
+      ('mxfp8_e4m3', 'mxfp8_e5m2', 'mxfp6_e3m2', 'mxfp6_e2m3', 'mxfp4', 'mxint8', 'nvfp4', 'fp8_e4m3', 'fp8_e5m2')
+    """
+    return tuple(_RECIPES)
+
+
+def get_recipe(recipe: Any) -> Recipe:
+    """A `Recipe` by name (case-insensitive; aliases ``"mxfp8"``, ``"mxfp4_e2m1"``), or pass one through.
+
+    Raises:
+      UnknownRecipeError: (a ValueError) for an unknown name, naming the closest ones and listing all.
+      TypeError: for anything that is neither a name nor a `Recipe`.
+
+    Example:
+      >>> get_recipe("MXFP8").name, get_recipe("mxfp8").block_size
+      ('mxfp8_e4m3', 32)
+    """
+    if isinstance(recipe, Recipe):
+        return recipe
+    if not isinstance(recipe, str):
+        raise TypeError(f"recipe must be a recipe name or a fpemu.scaled.Recipe, got {type(recipe).__name__}")
+    key = recipe.strip().lower()
+    if key in _NAMES:
+        return _NAMES[key]
+    close = difflib.get_close_matches(key, list(_NAMES), n=3, cutoff=0.5)
+    hint = f"did you mean {', '.join(repr(c) for c in close)}? " if close else ""
+    raise UnknownRecipeError(f"unknown recipe {recipe!r}; {hint}recipes: {', '.join(_RECIPES)}")
+
+
+def pow2_constants(recipe: Recipe) -> tuple[int, int, int, int]:
+    """(emax, significand of M as a 24-bit integer, element mantissa bits, M's exponent) for the rules."""
+    m, e = math.frexp(recipe.element.max)  # max = m * 2**e, 0.5 <= m < 1
+    sig = int(math.ldexp(m, 24))  # exact: the element max has at most 11 significant bits
+    return recipe.element.emax, sig, recipe.element.mantissa_bits, e - 1

@@ -1,0 +1,73 @@
+"""Round-to-nearest-even straight onto a block's scaled grid: the fast path of power-of-two recipes.
+
+With a power-of-two scale ``2**k``, ``quantize(x / 2**k) * 2**k`` is the rounding of ``x`` to the grid
+``{v * 2**k : v in the element format}``: a float format whose exponent range is the element's shifted
+by ``k``. This module rounds float32 bit patterns to that grid directly, with the increment-and-
+truncate method of `fpemu._convert.round_narrow` (round at bit ``sh`` by ``(a + half - 1 + lsb) &
+~mask``; a carry into the exponent field lands on the next binade), but with the grid's smallest
+normal, smallest value and largest value per block instead of per format. One pass, no scaling in
+and out. The generic path (`_bits.scale_down`, `fpemu.quantize`, `_bits.scale_up`) computes the same
+bits for every mode; the tests check both against the reference.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax.numpy as jnp
+from jax import lax
+
+from fpemu._format import Format
+from fpemu.scaled import _bits
+from fpemu.scaled._bits import ABS, IMPLICIT, INF, SIGN, U32
+
+I32 = jnp.int32
+_NAN = 0x7FC00000
+
+
+class Grid(NamedTuple):
+    """Per-group constants of the scaled grid: the biased float32 exponent of its smallest normal, and
+    the float32 bit patterns of its largest value, smallest value and half the smallest value."""
+
+    e_min_normal: jnp.ndarray
+    max: jnp.ndarray
+    smallest: jnp.ndarray
+    half_smallest: jnp.ndarray
+
+    @classmethod
+    def for_scale(cls, fmt: Format, k: jnp.ndarray) -> Grid:
+        """The grid ``{v * 2**k : v in fmt}``."""
+        up = lambda value: _bits.scale_up(_bits.to_bits(jnp.float32(value)), k)  # noqa: E731 - exact
+        return cls(k + (fmt.emin + 127), up(fmt.max), up(fmt.min_subnormal), up(fmt.min_subnormal / 2))
+
+
+def round_rne(b: jnp.ndarray, grid: Grid, fmt: Format, *, saturate: bool, negative_zero: bool) -> jnp.ndarray:
+    """float32 bits of ``b`` rounded to nearest even on the scaled grid (``grid`` broadcasts against ``b``).
+
+    Overflow: ``saturate`` gives ±max; otherwise "infinity" as `fpemu.quantize` defines it for ``fmt``
+    (inf, else NaN, else ±max). NaN passes through; ±inf overflows. ``negative_zero=False`` turns
+    -0 results into +0.
+    """
+    mb = fmt.mantissa_bits
+    sign = b & U32(SIGN)
+    a = b & U32(ABS)
+    field = (a >> U32(23)).astype(I32)
+    # biased exponent of the leading bit, also for subnormals (whose leading bit sits below 2**-126)
+    lead = jnp.where(field == 0, 9 - lax.clz(a).astype(I32), field)
+    # rounding position: (grid quantum exponent) - (input quantum exponent)
+    sh = jnp.maximum(lead, grid.e_min_normal) - mb - jnp.maximum(lead, 1) + 23
+    sh = jnp.clip(sh, 0, 23).astype(U32)
+    mask = (U32(1) << sh) - U32(1)
+    lsb = ((a | U32(IMPLICIT)) >> sh) & U32(1)  # the implicit bit is the last kept bit at sh == 23
+    res = (a + ((mask + lsb) >> U32(1))) & ~mask
+    tiny = a < grid.smallest  # below the grid's smallest value: 0 or that value (the tie goes to 0)
+    res = jnp.where(tiny, jnp.where(a > grid.half_smallest, grid.smallest, U32(0)), res)
+    if saturate or not fmt.has_nan:
+        overflow = grid.max
+    else:
+        overflow = U32(INF) if fmt.has_inf else U32(_NAN)
+    res = jnp.where(res > grid.max, overflow, res)  # infinities land here too
+    res = res | sign
+    if not negative_zero:
+        res = jnp.where(res == U32(SIGN), U32(0), res)
+    return jnp.where(a > U32(INF), b, res)  # NaN inputs come out unchanged

@@ -1,0 +1,119 @@
+"""Scale rules: from a group's amax (as float32 bits) to its scale, exactly.
+
+Every rule reads the amax's bit pattern: its exponent and significand come from the bits (also for
+float32 subnormals), so no logarithm and no flushed float arithmetic is involved.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import jax.numpy as jnp
+
+import fpemu
+from fpemu.scaled import _bits
+from fpemu.scaled._bits import ABS, FLT_MAX, IMPLICIT, INF, U32
+from fpemu.scaled._recipes import Recipe, pow2_constants
+
+I32 = jnp.int32
+F32 = jnp.float32
+ENCODE_CAP = 2.0**126  # float encode scales are capped here so that 1 / scale is a normal float32
+ENCODE_FLOOR = 2.0**-126
+
+
+def pow2_range(recipe: Recipe) -> tuple[int, int]:
+    """The exponents a power-of-two scale may take: the scale format's normal range."""
+    s = recipe.scale_format
+    return s.emin, s.emax
+
+
+def zero_exponent(recipe: Recipe) -> int:
+    """The scale exponent of an all-zero group: E8M0's smallest (code 0, as the OCP reference code,
+    torchao and jax.nn do), or 0 (scale 1) for float32 scales."""
+    return pow2_range(recipe)[0] if recipe.scale_kind == "pow2" else 0
+
+
+def pow2_exponent(amax: jnp.ndarray, recipe: Recipe) -> tuple[jnp.ndarray, jnp.ndarray]:
+    """(k, nonfinite): the power-of-two scale ``2**k`` of each group, and which groups hold NaN or inf.
+
+    ``amax`` is the uint32 bit pattern of the group's largest magnitude (NaN patterns are above
+    infinity's, so a group with NaN has a NaN-pattern amax). ``k`` is clamped to the scale format's
+    range after adding the margin; all-zero groups get `zero_exponent`.
+    """
+    emax, sig_max, mantissa_bits, _ = pow2_constants(recipe)
+    nonfinite = amax >= U32(INF)
+    zero = amax == U32(0)
+    ex, sig = _bits.unpack(amax)
+    k = ex - emax
+    rule = recipe.scale_rule
+    if rule == "ceil":  # amax > M * 2**(ex - emax): one more
+        k = k + (sig > U32(sig_max)).astype(I32)
+    elif rule == "even":  # amax rounded half-up to the element's precision reaches the next binade
+        k = k + (sig + U32(1 << (22 - mantissa_bits)) >= U32(1 << 24)).astype(I32)
+    elif rule == "ceil_log2":  # amax is not a power of two
+        k = k + (sig != U32(IMPLICIT)).astype(I32)
+    elif rule != "ocp":
+        raise AssertionError(rule)
+    lo, hi = pow2_range(recipe)
+    k = jnp.clip(k + recipe.margin, lo, hi)
+    return jnp.where(zero, I32(zero_exponent(recipe)), k), nonfinite
+
+
+def _const_over(numerator: float, amax: jnp.ndarray) -> jnp.ndarray:
+    """float32 ``numerator / amax`` for amax bits (finite, nonzero), rounded once, subnormal amax included."""
+    sub = (amax < U32(IMPLICIT)) & (amax != U32(0))
+    fa = _bits.to_bits(jnp.where(sub, amax, U32(1)).astype(F32))  # amax * 2**149
+    scaled = _bits.from_bits(fa - U32(125 << 23))  # amax * 2**24, normal
+    num = F32(numerator)
+    safe = jnp.where(sub | (amax >= U32(INF)), U32(IMPLICIT), amax)
+    return jnp.where(sub, (num / scaled) * F32(2.0**24), num / _bits.from_bits(safe))
+
+
+def float_encode_scale(amax: jnp.ndarray, recipe: Recipe) -> tuple[jnp.ndarray, jnp.ndarray]:
+    """(enc, nonfinite) for the ``"float"`` rule with float32 scales (Transformer Engine's current scaling).
+
+    ``enc = clip(fl(M / amax) * 2**-margin, 2**-126, 2**126)``, 1 for an all-zero group; the decode
+    scale is ``fl(1 / enc)``. ``fl`` rounds to float32 (nearest even, overflow to inf).
+    """
+    nonfinite = amax >= U32(INF)
+    zero = amax == U32(0)
+    enc = _const_over(float(np.float32(recipe.element.max)), amax) * F32(2.0 ** -recipe.margin)
+    enc = jnp.clip(enc, F32(ENCODE_FLOOR), F32(ENCODE_CAP))
+    return jnp.where(zero, F32(1), enc), nonfinite
+
+
+def two_level_scales(
+    amax_tensor: jnp.ndarray, amax_block: jnp.ndarray, recipe: Recipe
+) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray, jnp.ndarray]:
+    """(codes of d, g, enc_b, nonfinite) for a narrow block scale format (NVFP4 and friends).
+
+    ``amax_tensor``: bits of the largest magnitude in the tensor's finite blocks (one per tensor);
+    ``amax_block``: bits of each block's amax. The float32 sequence, after Transformer Engine's
+    NVFP4 reference (``M_s``, ``M_e``: the scale and element formats' largest values):
+
+    - ``S = min(fl(fl(M_s * M_e) / amax_tensor), 2**126)`` (``2**126`` for an all-zero tensor), or
+      ``S = 1`` without ``global_scale``; ``g = fl(1 / S)`` (the float32 per-tensor decode scale);
+    - ``d = round_sat(min(fl(amax_block * fl(S * fl(1 / M_e))), M_s))`` in the scale format, nearest
+      even (the block decode scale, stored as a code);
+    - ``enc_b = min(fl(1 / fl(d * g)), FLT_MAX)`` (the block's encode scale).
+    """
+    s_fmt, e_fmt = recipe.scale_format, recipe.element
+    nonfinite = amax_block >= U32(INF)
+    if recipe.global_scale:
+        m_prod = float(np.float32(s_fmt.max) * np.float32(e_fmt.max))
+        cap = F32(ENCODE_CAP)
+        s = jnp.where(amax_tensor == U32(0), cap, jnp.minimum(_const_over(m_prod, amax_tensor), cap))
+        g = F32(1) / s
+    else:
+        s = jnp.ones(amax_tensor.shape, F32)
+        g = s
+    mult = s * F32(np.float32(1) / np.float32(e_fmt.max))
+    block = jnp.where(nonfinite, U32(0), amax_block)
+    codes = fpemu.encode(jnp.minimum(_bits.mul_flushing(block, mult), F32(s_fmt.max)), s_fmt, saturate=True)
+    d = fpemu.decode(codes, s_fmt)
+    p = _bits.mul_exact(_bits.to_bits(d), _bits.to_bits(g))
+    enc = jnp.minimum(_bits.reciprocal(p), _bits.from_bits(U32(FLT_MAX)))
+    return codes, g, enc, nonfinite
+
+
+def abs_bits(xb: jnp.ndarray) -> jnp.ndarray:
+    return xb & U32(ABS)

@@ -1,0 +1,128 @@
+"""The exact float32 helpers of the fast path, against NumPy float32 arithmetic (IEEE: nearest even,
+subnormals kept), on random bit patterns that cover subnormals, overflow and every exponent."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from fpemu.scaled import _bits
+
+RNG = np.random.default_rng(20261121)
+N = 1 << 14
+
+
+def _bits_of(x):
+    return np.asarray(x, np.float32).view(np.uint32)
+
+
+def _random_finite(n, rng=RNG):
+    b = rng.integers(0, 1 << 32, n, dtype=np.uint64).astype(np.uint32)
+    b = np.where((b & 0x7F800000) == 0x7F800000, b & 0x807FFFFF, b)  # no inf/NaN
+    sub = rng.integers(0, 1 << 23, n // 4, dtype=np.uint32) | (rng.integers(0, 2, n // 4, dtype=np.uint32) << 31)
+    b[: n // 4] = sub  # a quarter subnormal
+    b[:8] = [0, 0x80000000, 1, 0x80000001, 0x007FFFFF, 0x00800000, 0x7F7FFFFF, 0xFF7FFFFF]
+    return b
+
+
+def _short(n, bits, rng=RNG):
+    """Normal float32 values with at most ``bits`` significant bits, exponents -30..30."""
+    sig = rng.integers(1 << (bits - 1), 1 << bits, n).astype(np.float64)
+    val = np.ldexp(sig, rng.integers(-30, 30, n) - bits) * rng.choice([-1.0, 1.0], n)
+    val[:3] = [0.0, -0.0, 1.0]
+    return val.astype(np.float32)
+
+
+def test_unpack_matches_frexp():
+    b = _random_finite(N) & 0x7FFFFFFF
+    b = b[b != 0]
+    ex, sig = jax.jit(_bits.unpack)(jnp.asarray(b))
+    m, e = np.frexp(b.view(np.float32).astype(np.float64))
+    np.testing.assert_array_equal(np.asarray(ex), e - 1)
+    np.testing.assert_array_equal(np.asarray(sig), (m * 2.0**24).astype(np.uint32))
+
+
+@pytest.mark.parametrize("bits", [1, 4, 6, 8])
+def test_mul_exact_is_the_float32_product(bits):
+    a = _short(N, bits)
+    b = _random_finite(N)
+    with np.errstate(over="ignore"):
+        expected = a * b.view(np.float32)
+    got = jax.jit(_bits.mul_exact)(jnp.asarray(_bits_of(a)), jnp.asarray(b))
+    np.testing.assert_array_equal(np.asarray(got), _bits_of(expected))
+
+
+def test_mul_exact_at_the_subnormal_and_overflow_edges():
+    a = np.array([1.0, 1.5, 3.0, 448.0, 6.0, 0.5, -1.5, 255.0], np.float32)
+    b = np.array([2.0**-149, 2.0**-149, 2.0**-150 * 3, 2.0**-140, 2.0**127, 2.0**-126, 2.0**-148, 2.0**120], np.float64)
+    b = b.astype(np.float32)
+    with np.errstate(over="ignore"):
+        expected = a * b
+    got = jax.jit(_bits.mul_exact)(jnp.asarray(_bits_of(a)), jnp.asarray(_bits_of(b)))
+    np.testing.assert_array_equal(np.asarray(got), _bits_of(expected))
+
+
+def test_reciprocal_including_subnormals():
+    b = _random_finite(N) & 0x7FFFFFFF
+    b = b[b <= _bits_of(np.float32(2.0**126))]
+    with np.errstate(divide="ignore", over="ignore"):
+        expected = np.float32(1) / b.view(np.float32)
+    got = jax.jit(_bits.reciprocal)(jnp.asarray(b))
+    np.testing.assert_array_equal(_bits_of(got), _bits_of(expected))
+
+
+def test_scale_up_is_the_exact_product_rounded_once():
+    q = _short(N, 4)
+    k = RNG.integers(-127, 128, N).astype(np.int32)
+    with np.errstate(over="ignore"):
+        expected = np.ldexp(q.astype(np.float64), k).astype(np.float32)
+    got = jax.jit(_bits.scale_up)(jnp.asarray(_bits_of(q)), jnp.asarray(k))
+    np.testing.assert_array_equal(np.asarray(got), _bits_of(expected))
+
+
+def test_scale_up_passes_specials():
+    q = np.array([np.nan, -np.inf, np.inf, 0.0, -0.0], np.float32)
+    got = jax.jit(_bits.scale_up)(jnp.asarray(_bits_of(q)), jnp.full(5, 100, jnp.int32))
+    np.testing.assert_array_equal(np.asarray(got), _bits_of(q))
+
+
+def test_scale_down_exact_where_normal_and_substitutes_elsewhere():
+    b = _random_finite(N)
+    k = RNG.integers(-127, 128, N).astype(np.int32)
+    exact = np.ldexp(b.view(np.float32).astype(np.float64), -k)
+    got = np.asarray(jax.jit(_bits.scale_down)(jnp.asarray(b), jnp.asarray(k))).view(np.float32)
+    mag = np.abs(exact)
+    normal = (mag >= 2.0**-126) & (mag <= np.finfo(np.float32).max)
+    np.testing.assert_array_equal(got[normal], exact[normal].astype(np.float32))
+    tiny = (mag < 2.0**-126) & (mag > 0)
+    np.testing.assert_array_equal(np.abs(got[tiny]), np.float32(2.0**-126))
+    np.testing.assert_array_equal(np.signbit(got[tiny]), np.signbit(exact[tiny]))
+    huge = mag > np.finfo(np.float32).max
+    np.testing.assert_array_equal(np.abs(got[huge]), np.finfo(np.float32).max)
+    np.testing.assert_array_equal(_bits_of(got[mag == 0]), b[mag == 0])  # signed zeros kept
+
+
+def test_mul_flushing_exact_where_normal():
+    b = _random_finite(N)
+    m = np.ldexp(RNG.uniform(1, 2, N), RNG.integers(-120, 127, N)).astype(np.float32)
+    with np.errstate(over="ignore", under="ignore"):
+        expected = b.view(np.float32) * m
+    got = np.asarray(jax.jit(_bits.mul_flushing)(jnp.asarray(b), jnp.asarray(m)))
+    normal = np.abs(expected) >= 2.0**-126
+    np.testing.assert_array_equal(_bits_of(got[normal]), _bits_of(expected[normal]))
+    small = ~normal
+    assert np.all((got[small] == 0) | (_bits_of(got[small]) == _bits_of(expected[small])))
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(expected))
+
+
+@pytest.mark.parametrize("sh", [0, 1, 5, 23, 31, 32, 33, 40])
+def test_rne_shift(sh):
+    v = np.concatenate([RNG.integers(0, 1 << 32, 4096, dtype=np.uint64), [0, 1, 2, 3, 1 << 31, (1 << 31) + 1]])
+    v = v.astype(np.uint32)
+    got = np.asarray(jax.jit(_bits.rne_shift)(jnp.asarray(v), jnp.full(v.shape, sh, jnp.int32)))
+    expected = []
+    for x in v.tolist():
+        q, r = divmod(x, 1 << sh)
+        half = (1 << sh) / 2
+        expected.append(q + (r > half or (r == half and sh > 0 and q % 2 == 1)))
+    np.testing.assert_array_equal(got, np.array(expected, np.uint64).astype(np.uint32))

@@ -1,0 +1,127 @@
+"""The recipe table against the specs (OCP MX v1.0, NVIDIA NVFP4), and `Recipe` validation."""
+
+import dataclasses
+
+import jax.numpy as jnp
+import pytest
+
+import fpemu
+from fpemu import scaled
+from fpemu.scaled import MXINT8_ELEMENT, Recipe, get_recipe
+
+# (recipe, element, block size, scale format, rule, global scale, element bits) as the specs state them
+SPEC = [
+    ("mxfp8_e4m3", "e4m3fn", 32, "e8m0fnu", "ocp", False, 8),
+    ("mxfp8_e5m2", "e5m2", 32, "e8m0fnu", "ocp", False, 8),
+    ("mxfp6_e3m2", "e3m2fn", 32, "e8m0fnu", "ocp", False, 6),
+    ("mxfp6_e2m3", "e2m3fn", 32, "e8m0fnu", "ocp", False, 6),
+    ("mxfp4", "e2m1fn", 32, "e8m0fnu", "ocp", False, 4),
+    ("mxint8", MXINT8_ELEMENT, 32, "e8m0fnu", "ocp", False, 8),
+    ("nvfp4", "e2m1fn", 16, "e4m3fn", "float", True, 4),
+    ("fp8_e4m3", "e4m3fn", None, "fp32", "float", False, 8),
+    ("fp8_e5m2", "e5m2", None, "fp32", "float", False, 8),
+]
+
+
+@pytest.mark.parametrize(("name", "element", "block", "scale", "rule", "global_scale", "bits"), SPEC, ids=str)
+def test_table_matches_the_specs(name, element, block, scale, rule, global_scale, bits):
+    r = get_recipe(name)
+    assert r.element is fpemu.get_format(element)
+    assert (r.block_size, r.scale_format.name, r.scale_rule, r.global_scale) == (block, scale, rule, global_scale)
+    assert r.element.bits == bits
+    assert r.saturate and r.margin == 0
+
+
+def test_recipes_lists_every_name():
+    assert scaled.recipes() == tuple(s[0] for s in SPEC)
+
+
+def test_mx_element_maxima_and_emax_come_from_the_registry():
+    # OCP MX v1.0 table: emax_elem 8, 15, 4, 2, 2 and 0 (MXINT8), max 448, 57344, 28, 7.5, 6, 127/64
+    got = {n: (get_recipe(n).element.emax, get_recipe(n).element.max) for n in scaled.recipes()[:6]}
+    assert got == {
+        "mxfp8_e4m3": (8, 448.0),
+        "mxfp8_e5m2": (15, 57344.0),
+        "mxfp6_e3m2": (4, 28.0),
+        "mxfp6_e2m3": (2, 7.5),
+        "mxfp4": (2, 6.0),
+        "mxint8": (0, 127 / 64),
+    }
+
+
+def test_mxint8_element_values_are_k_over_64():
+    values = [float(v) for v in fpemu.testing.reference.values(MXINT8_ELEMENT)]
+    assert values == [k / 64 for k in range(128)]
+
+
+def test_aliases_and_case():
+    assert get_recipe("MXFP8") is get_recipe("mxfp8_e4m3")
+    assert get_recipe("mxfp4_e2m1") is get_recipe("mxfp4")
+    r = get_recipe("mxfp4")
+    assert get_recipe(r) is r
+
+
+def test_unknown_recipe():
+    with pytest.raises(scaled.UnknownRecipeError, match=r"did you mean 'nvfp4'"):
+        get_recipe("nvfp5")
+    with pytest.raises(TypeError, match="recipe must be a recipe name"):
+        get_recipe(3)
+
+
+def test_rule_aliases():
+    def make(rule):
+        return Recipe(name="r", element="e2m1fn", block_size=32, scale_format="e8m0fnu", scale_rule=rule)
+
+    assert make("floor").scale_rule == "ocp"
+    assert make("round_up").scale_rule == "ceil" == make("rceil").scale_rule
+
+
+def test_bits_per_element():
+    assert get_recipe("mxfp4").bits_per_element == 4.25
+    assert get_recipe("nvfp4").bits_per_element == 4.5
+    assert get_recipe("fp8_e4m3").bits_per_element == 8
+
+
+def test_recipes_are_hashable_and_frozen():
+    r = get_recipe("mxfp4")
+    assert hash(r) == hash(dataclasses.replace(r))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        r.block_size = 16  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"element": "e9m9"}, "element: unknown format 'e9m9'"),
+        ({"scale_rule": "nearest"}, "scale_rule must be one of ocp, ceil, even, ceil_log2, float"),
+        ({"block_size": 0}, "block_size must be None or an int >= 1"),
+        ({"block_size": 3.0}, "block_size must be None or an int >= 1"),
+        ({"scale_format": "e8m0fnu", "scale_rule": "float"}, "holds only powers of two"),
+        ({"scale_format": "e4m3fn", "scale_rule": "ocp"}, "narrow float: scale_rule must be 'float'"),
+        ({"scale_format": "e2m1fn", "scale_rule": "float"}, "NaN code"),
+        ({"element": "e8m0fnu"}, "element must be a signed format with zero"),
+        ({"element": "fp32"}, "at most 16 bits"),
+        ({"element": "bf16"}, "too wide or too fine"),
+        ({"global_scale": True}, "global_scale=True needs a narrow block scale format"),
+        ({"margin": 1.5}, "margin must be an int"),
+        ({"saturate": 1}, "saturate must be a bool"),
+        ({"element": "e2m3fn", "scale_format": "bf16", "scale_rule": "float"}, "8 significant bits"),
+    ],
+)
+def test_invalid_recipes_name_the_field(kwargs, match):
+    base = {"name": "bad", "element": "e2m1fn", "block_size": 32, "scale_format": "fp32", "scale_rule": "ocp"}
+    with pytest.raises(ValueError, match=match):
+        Recipe(**{**base, **kwargs})
+
+
+def test_overrides_in_quantize_rename_the_recipe():
+    sa = scaled.quantize(jnp.ones((1, 32)), "mxfp4", scale_rule="ceil", margin=1)
+    assert sa.recipe.name == "mxfp4[scale_rule=ceil,margin=1]"
+    assert sa.recipe.scale_rule == "ceil" and sa.recipe.margin == 1
+    sa = scaled.quantize(jnp.ones((1, 32)), "mxfp4", block_size=16)
+    assert sa.scale.shape == (1, 2)
+
+
+def test_allowed_roundings():
+    assert len(get_recipe("mxfp4").allowed_roundings) == 7
+    assert get_recipe("nvfp4").allowed_roundings == ("nearest_even", "nearest_away", "toward_zero", "stochastic")
