@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any
+from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
@@ -17,6 +17,18 @@ from fpemu._format import Format
 from fpemu._registry import get_format
 
 _INPUT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+
+Backend = Literal["auto", "xla", "pallas"]
+BACKENDS: tuple[str, ...] = ("auto", "xla", "pallas")
+
+# The platforms where compiled Pallas kernels run (elsewhere only Pallas' interpret mode does).
+_PALLAS_PLATFORMS = ("gpu", "tpu")
+
+# What backend="auto" runs on each platform, from measurements (bench/RESULTS.md, "Backends"):
+# - cpu: Pallas only interprets there, orders of magnitude slower than the XLA path.
+# - gpu, tpu: the kernel has not yet been timed against the XLA path on real hardware; until it
+#   has, auto keeps the XLA path, which also lets XLA fuse the rounding into neighbouring ops.
+_AUTO_BACKEND = {"cpu": "xla", "gpu": "xla", "tpu": "xla"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +87,21 @@ def check_fits(fmt: Format, container: Format, what: str = "x") -> None:
             "e.g. .astype(jnp.float32)"
             + (" (float64 needs jax.config.update('jax_enable_x64', True))" if container.name == "fp32" else "")
         )
+
+
+def resolve_backend(backend: Any, platform: str) -> str:
+    """The engine that runs ``backend`` on ``platform``: "xla" or "pallas"; errors say why not."""
+    if not isinstance(backend, str) or backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(map(repr, BACKENDS))}; got {backend!r}")
+    if backend == "auto":
+        return _AUTO_BACKEND.get(platform, "xla")
+    if backend == "pallas" and platform not in _PALLAS_PLATFORMS:
+        raise ValueError(
+            f"backend='pallas' needs a GPU or TPU, but JAX's default backend is {platform!r}, where compiled "
+            "Pallas kernels cannot run. Use backend='xla' or 'auto' (the same bits), or run the kernel in "
+            "Pallas interpret mode with fpemu.kernels.quantize(..., interpret=True)"
+        )
+    return backend
 
 
 def is_host_float64(x: Any) -> bool:
@@ -139,7 +166,16 @@ def round_bits(x: jax.Array, seeds: jax.Array, spec: RoundingSpec, output: str) 
     )
 
 
-def _round_array(x: jax.Array, seeds: jax.Array, spec: RoundingSpec, integer_only: bool = False) -> jax.Array:
+def _round_array(
+    x: jax.Array, seeds: jax.Array, spec: RoundingSpec, integer_only: bool = False, engine: str = "xla"
+) -> jax.Array:
+    """Round with ``engine``: "xla", "pallas" (compiled) or "pallas_interpret" (Pallas interpret mode)."""
+    if engine != "xla":
+        from fpemu.kernels.quantize import BlockSizes, _quantize_pallas  # fpemu.kernels imports this module
+
+        interpret = engine == "pallas_interpret"
+        block_sizes = BlockSizes.default("cpu" if interpret else jax.default_backend())
+        return _quantize_pallas(x, seeds, spec=spec, block_sizes=block_sizes, interpret=interpret)
     src = input_format(x.dtype)
     if not integer_only and reduce_precision_is_exact(src, spec):
         return lax.reduce_precision(x, exponent_bits=spec.fmt.exponent_bits, mantissa_bits=spec.fmt.mantissa_bits)
@@ -147,28 +183,28 @@ def _round_array(x: jax.Array, seeds: jax.Array, spec: RoundingSpec, integer_onl
     return lax.bitcast_convert_type(out.astype(src.code_dtype), x.dtype)
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
-def _quantize_ste(x: jax.Array, seeds: jax.Array, spec: RoundingSpec) -> jax.Array:
-    return _round_array(x, seeds, spec)
+@functools.partial(jax.custom_jvp, nondiff_argnums=(2, 3))
+def _quantize_ste(x: jax.Array, seeds: jax.Array, spec: RoundingSpec, engine: str = "xla") -> jax.Array:
+    return _round_array(x, seeds, spec, engine=engine)
 
 
 @_quantize_ste.defjvp
-def _quantize_ste_jvp(spec, primals, tangents):
+def _quantize_ste_jvp(spec, engine, primals, tangents):
     x, seeds = primals
     x_dot, _ = tangents
-    return _quantize_ste(x, seeds, spec), x_dot  # straight-through: d quantize(x) / dx = 1
+    return _quantize_ste(x, seeds, spec, engine), x_dot  # straight-through: d quantize(x) / dx = 1
 
 
-_quantize_jit = jax.jit(_quantize_ste, static_argnums=(2,))
+_quantize_jit = jax.jit(_quantize_ste, static_argnums=(2, 3))
 
 
-def _quantize_host_float64(x, spec: RoundingSpec, seeds) -> jax.Array:
+def _quantize_host_float64(x, spec: RoundingSpec, seeds, engine: str = "xla") -> jax.Array:
     """NumPy float64 input with x64 off: round from float64 exactly, return float32 (JAX's float)."""
     fp32 = get_format("fp32")
     check_fits(spec.fmt, fp32, what="the float64 input (x64 is disabled, so the result is float32)")
     with jax.enable_x64(True):
         x64 = jnp.asarray(x, jnp.float64)
-        y64 = _quantize_jit(x64, seeds, spec)
+        y64 = _quantize_jit(x64, seeds, spec, engine)
         bits64 = lax.bitcast_convert_type(y64, jnp.uint64)
         fp64 = get_format("fp64")
         bits32 = _convert.round_narrow(
@@ -186,6 +222,7 @@ def quantize(
     subnormals: bool = True,
     key: jax.Array | None = None,
     random_bits: int | None = None,
+    backend: Backend = "auto",
 ) -> jax.Array:
     """Round ``x`` to the format ``fmt`` and return the exact rounded values, in ``x``'s dtype.
 
@@ -217,6 +254,13 @@ def quantize(
     a NumPy float64 input while ``jax_enable_x64`` is off is rounded from its float64 value (no
     silent float32 rounding first) and returned as float32.
 
+    Backends: ``"xla"`` runs the integer engine as XLA ops (fused with neighbouring ops under
+    ``jit``); ``"pallas"`` runs it as the `fpemu.kernels.quantize` kernel, on a GPU or TPU only.
+    Both give the same bits, stochastic rounding included (the random bits are a function of the
+    key and the element's index). ``"auto"`` (default) picks the faster one measured on the
+    platform: XLA on CPU, where Pallas only interprets, and, until the kernel has been timed on
+    real hardware, on GPU and TPU too (bench/RESULTS.md).
+
     Args:
       x: float16, bfloat16, float32 or float64 array (or a Python float).
       fmt: format name, `Format`, or dtype; its values must fit ``x``'s dtype.
@@ -225,14 +269,16 @@ def quantize(
       subnormals: keep subnormal results (``False`` flushes them to zero).
       key: a JAX PRNG key, for (and only for) ``rounding="stochastic"``.
       random_bits: random bits per element for stochastic rounding, 1..32, or None.
+      backend: ``"auto"``, ``"xla"`` or ``"pallas"``.
 
     Returns:
       An array of ``x``'s shape and dtype holding values of ``fmt`` (or NaN).
 
     Raises:
       TypeError: integer, bool or complex input.
-      ValueError: unknown format or mode, a format that ``x``'s dtype cannot hold (fp16 in a
-        bfloat16 array), stochastic rounding without a key.
+      ValueError: unknown format, mode or backend, a format that ``x``'s dtype cannot hold (fp16
+        in a bfloat16 array), stochastic rounding without a key, ``backend="pallas"`` on a
+        platform without compiled Pallas kernels (CPU).
 
     Example:
       >>> import jax.numpy as jnp, fpemu
@@ -244,8 +290,9 @@ def quantize(
       [1.125, -1.0]
     """
     spec = rounding_spec(fmt, rounding, saturate, subnormals, key, random_bits)
+    engine = resolve_backend(backend, jax.default_backend())
     if is_host_float64(x):
-        return _quantize_host_float64(x, spec, _seeds(spec, key))
+        return _quantize_host_float64(x, spec, _seeds(spec, key), engine)
     x = as_input_array(x)
     check_fits(spec.fmt, input_format(x.dtype))
-    return _quantize_jit(x, _seeds(spec, key), spec)
+    return _quantize_jit(x, _seeds(spec, key), spec, engine)
