@@ -9,11 +9,12 @@ from typing import Any, Callable, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.extend import core as jex_core
 
 from fpemu._convert import fits
+from fpemu._emulate import emulate
 from fpemu._format import Format
 from fpemu._modes import Rounding
+from fpemu._policy import Policy
 from fpemu._quantize import quantize
 from fpemu._registry import get_format
 from fpemu.testing._assertions import _table, ulp_distance
@@ -23,9 +24,6 @@ __all__ = ["CompareReport", "CompareRow", "compare"]
 DEFAULT_PRECISIONS = ("fp32", "bf16", "fp16", "e5m2", "e4m3fn")
 _FP32 = get_format("fp32")
 _FP64 = get_format("fp64")
-# Primitives that call a sub-jaxpr which `intermediates=True` interprets (and so rounds) too.
-_CALL_PRIMITIVES = ("jit", "pjit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call", "remat2", "checkpoint")
-_SUBJAXPR_PARAMS = ("jaxpr", "call_jaxpr", "fun_jaxpr")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,54 +105,6 @@ def _is_float(x: Any) -> bool:
     return hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.floating)
 
 
-# -- rounding every intermediate result -------------------------------------------------------------
-
-
-def _subjaxpr(eqn) -> tuple[Any, list] | None:
-    """(jaxpr, consts) of a call-like equation whose body we interpret, else None."""
-    if eqn.primitive.name not in _CALL_PRIMITIVES:
-        return None
-    for key in _SUBJAXPR_PARAMS:
-        sub = eqn.params.get(key)
-        if isinstance(sub, jex_core.ClosedJaxpr):
-            return sub.jaxpr, list(sub.consts)
-        if isinstance(sub, jex_core.Jaxpr):
-            return sub, []
-    return None
-
-
-def _eval_rounded(jaxpr, consts: list, args: list, round_value: Callable) -> list:
-    """Evaluate a jaxpr, rounding the floating-point result of every primitive with ``round_value``."""
-    env: dict = {}
-
-    def read(var):
-        return var.val if isinstance(var, jex_core.Literal) else env[var]
-
-    for var, value in zip(jaxpr.constvars, consts):
-        env[var] = value
-    for var, value in zip(jaxpr.invars, args):
-        env[var] = value
-    for eqn in jaxpr.eqns:
-        invals = [read(v) for v in eqn.invars]
-        sub = _subjaxpr(eqn)
-        if sub is not None and len(sub[0].invars) == len(invals):
-            outvals = _eval_rounded(sub[0], sub[1], invals, round_value)
-        else:
-            outvals = eqn.primitive.bind(*invals, **eqn.params)
-            outvals = list(outvals) if eqn.primitive.multiple_results else [outvals]
-            outvals = [round_value(v) for v in outvals]
-        for var, value in zip(eqn.outvars, outvals):
-            env[var] = value
-    return [read(v) for v in jaxpr.outvars]
-
-
-def _run_rounded(fn: Callable, args: tuple, round_value: Callable) -> Any:
-    flat, tree = jax.tree.flatten(args)
-    closed, out_shape = jax.make_jaxpr(lambda *leaves: fn(*jax.tree.unflatten(tree, leaves)), return_shape=True)(*flat)
-    run = jax.jit(lambda *leaves: _eval_rounded(closed.jaxpr, list(closed.consts), list(leaves), round_value))
-    return jax.tree.unflatten(jax.tree.structure(out_shape), run(*flat))
-
-
 # -- compare ----------------------------------------------------------------------------------------
 
 
@@ -205,13 +155,14 @@ def compare(
 
     For each precision the floating-point inputs are rounded to it with `fpemu.quantize` (once,
     from their own value, float64 included), ``fn`` runs on them in float32, and its
-    floating-point outputs are rounded to the precision too. With ``intermediates=True`` the
-    result of every primitive operation is rounded as well (interpreting ``fn``'s jaxpr, nested
-    ``jit``, ``custom_jvp`` and ``custom_vjp`` functions included); an operation such as ``dot``
-    or ``reduce_sum`` still accumulates in float32 and rounds its result once, the bodies of
-    ``scan``/``while``/``cond`` run unrounded, and constants and literals are not rounded. For
-    ``+ - * /`` and ``sqrt`` this is exactly arithmetic in the precision (float32 has more than
-    twice the significant bits of fp16, bf16 and FP8, so the double rounding is harmless).
+    floating-point outputs are rounded to the precision too. With ``intermediates=True`` ``fn``
+    runs under ``fpemu.emulate(fn, Policy(default=precision, rounding=..., saturate=...))``: the
+    result of every primitive operation is rounded as well, inside nested ``jit``, ``custom_jvp``,
+    ``custom_vjp``, ``checkpoint`` and the bodies of ``scan``/``while``/``cond``, and Python
+    scalar constants are rounded too (docs/emulate.md has the rules). An operation such as ``dot``
+    or ``reduce_sum`` still accumulates in float32 and rounds its result once. For ``+ - * /`` and
+    ``sqrt`` this is exactly arithmetic in the precision (float32 has more than twice the
+    significant bits of fp16, bf16 and FP8, so the double rounding is harmless).
 
     The reference runs ``fn`` on the unrounded inputs with ``jax.enable_x64(True)``, so ``fn`` must
     be dtype-generic (no hard-coded ``float32``). Special values: elements where the result is
@@ -303,7 +254,10 @@ def compare(
 
         with jax.enable_x64(False):
             rounded_args = jax.tree.map(round_input, args)
-            out = _run_rounded(fn, rounded_args, round_value) if intermediates else fn(*rounded_args)
+            if intermediates:
+                out = emulate(fn, Policy(default=fmt, rounding=rounding, saturate=saturate))(*rounded_args)
+            else:
+                out = fn(*rounded_args)
             out = jax.tree.map(lambda v: round_value(jnp.asarray(v)), out)
             leaves = _float_leaves(out, "fn")
         if [leaf.shape for leaf in leaves] != [leaf.shape for leaf in truth_leaves]:

@@ -81,14 +81,26 @@ def test_intermediates_are_rounded():
     assert "every intermediate result" in str(report)
 
 
-def test_control_flow_bodies_are_not_rounded():
-    """Documented limitation: the body of a loop runs unrounded; its result is rounded once."""
+def test_control_flow_bodies_are_rounded():
+    """Inside a loop body every result is rounded too: 1.25 * 1.25 -> 1.5, 1.5 * 1.25 = 1.875
+    (rounding only the loop's result would give 1.953125 -> 2.0)."""
 
     def loop_cube(x):
         return jax.lax.fori_loop(0, 1, lambda i, c: (c * c) * c, x)
 
     x = np.array([1.3])
-    assert compare(loop_cube, x, ["e4m3fn"], intermediates=True).row("e4m3fn").max_abs_error == abs(2.0 - 1.3 * 1.3 * 1.3)
+    assert compare(loop_cube, x, ["e4m3fn"], intermediates=True).row("e4m3fn").max_abs_error == abs(1.875 - 1.3 * 1.3 * 1.3)
+
+
+def test_constants_are_rounded():
+    """With intermediates=True the constant 0.0635 is rounded to e4m3fn first (0.0625, spacing
+    2**-7 there), and 1 + 0.0625 is a tie between 1 and 1.125 that goes to even: 1. Without, the
+    sum 1.0635 is rounded once, above the tie: 1.125."""
+    x = np.array([1.0])
+    truth = 1.0 + 0.0635
+    assert compare(lambda v: v + 0.0635, x, ["e4m3fn"]).row("e4m3fn").max_abs_error == abs(1.125 - truth)
+    report = compare(lambda v: v + 0.0635, x, ["e4m3fn"], intermediates=True)
+    assert report.row("e4m3fn").max_abs_error == abs(1.0 - truth)
 
 
 def test_float64_inputs_are_rounded_once():
