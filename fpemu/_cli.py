@@ -1,4 +1,4 @@
-"""The ``fpemu`` command line: list formats, inspect one, cast a value, run the demo.
+"""The ``fpemu`` command line: list formats, inspect one, cast a value, run the demo, time, draw.
 
 Usage::
 
@@ -6,16 +6,24 @@ Usage::
     fpemu info FORMAT
     fpemu cast VALUE --to FORMAT [--rounding MODE] [--saturate] [--no-subnormals] [--seed N] [--random-bits K]
     fpemu demo
+    fpemu bench [--quick] [--json FILE] [--plot DIR] [--no-progress]
+    fpemu plot {values,rounding-error,qsnr,matmul-error,all} [--formats A,B,...] [--recipes R,S,...]
+               [--sizes N,M,...] [--out DIR]
+
+``bench`` times a representative subset beside its peers (`fpemu._bench`); ``plot`` writes PNG files
+(`fpemu._plot`, needs matplotlib: ``pip install 'fpemu[plot]'``). docs/benchmarks.md describes both.
 
 Every number is printed exactly: as a decimal when that is exact and short, as ``2^k`` for powers of two,
 as ``odd*2^k`` or ``(2-2^-n)*2^k`` otherwise, and as a hex float (``0x1.cp+8``) beside it where space allows.
-The tool turns on ``jax_enable_x64`` while it runs, so ``cast`` rounds from the exact float64 value.
+``formats``/``info``/``cast``/``demo`` turn on ``jax_enable_x64`` while they run, so ``cast`` rounds from the
+exact float64 value.
 """
 
 from __future__ import annotations
 
 import argparse
 import decimal
+import json
 import math
 import os
 import re
@@ -23,6 +31,7 @@ import sys
 import textwrap
 import time
 from fractions import Fraction
+from pathlib import Path
 from typing import Sequence
 
 import jax
@@ -30,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import fpemu
-from fpemu import _registry
+from fpemu import _plot, _registry
 from fpemu._convert import DEFAULT_RANDOM_BITS, ROUNDING_MODES, fits
 from fpemu._format import Format
 
@@ -564,13 +573,187 @@ def _cmd_demo(args: argparse.Namespace) -> None:
     print(f"Demo done in {time.perf_counter() - start:.1f} s.")
 
 
+# -- bench and plot --------------------------------------------------------------------------------
+
+_PLOT_KINDS = ("values", "rounding-error", "qsnr", "matmul-error")
+_PLOT_FILES = {kind: kind.replace("-", "_") + ".png" for kind in _PLOT_KINDS}
+
+
+def _split_list(text: str) -> list[str]:
+    items = [item.strip() for item in text.split(",")]
+    if not all(items):
+        raise argparse.ArgumentTypeError(f"expected a comma-separated list without empty items, got {text!r}")
+    return items
+
+
+def _format_list_arg(text: str) -> list[Format]:
+    """argparse ``type=``: ``e4m3fn,bf16``; an unknown name gives get_format's message (closest names)."""
+    return [_format_arg(name) for name in _split_list(text)]
+
+
+def _sizes_arg(text: str) -> list[int]:
+    sizes = []
+    for item in _split_list(text):
+        try:
+            size = int(item)
+        except ValueError:
+            size = 0
+        if size < 1:
+            raise argparse.ArgumentTypeError(f"sizes must be positive integers, got {item!r}")
+        sizes.append(size)
+    return sizes
+
+
+class _ProgressBar:
+    """A one-line textual progress bar, redrawn in place with ``\\r``: ``[######......] 12/29 row``."""
+
+    def __init__(self, stream, width: int = 30):
+        self.stream, self.width, self.shown, self.start = stream, width, 0, time.perf_counter()
+
+    def __call__(self, done: int, total: int, name: str) -> None:
+        filled = self.width * done // max(total, 1)
+        line = f"[{'#' * filled}{'.' * (self.width - filled)}] {done}/{total} {time.perf_counter() - self.start:5.1f} s"
+        line += f"  {name}" if name else ""
+        line = line[: _WIDTH + 20]
+        self.stream.write("\r" + line.ljust(self.shown))
+        self.shown = len(line)
+        if done >= total:  # finished: clear the line
+            self.stream.write("\r" + " " * self.shown + "\r")
+        self.stream.flush()
+
+
+def _elements_text(row) -> str:
+    if row.group == "matmul":
+        return "x".join(map(str, (*row.shape, row.shape[-1])))
+    n = row.elements
+    return f"2^{n.bit_length() - 1}" if n & (n - 1) == 0 else str(n)
+
+
+def _g3(value: float) -> str:
+    return f"{value:.3g}"
+
+
+def _bench_report(result) -> str:
+    meta = result.meta
+    settings, device, versions = meta["settings"], meta["device"], meta["versions"]
+    n, m = settings["elements"], settings["matmul_size"]
+    version_text = ", ".join(f"{lib} {version or 'not installed'}" for lib, version in versions.items())
+    count = device["count"]
+    head = [
+        ["mode", f"{meta['mode']}: 2^{n.bit_length() - 1} float32 elements per elementwise row, matmul {m}x{m}x{m}"],
+        ["device", f"{device['device_kind']} ({device['platform']}, {count} device{'s' if count > 1 else ''}); "
+                   f"CPU {device['cpu']}, {device['cpus_usable']} usable"],
+        ["versions", version_text],
+        ["commit", meta["git_commit"] or "unknown"],
+        ["date", meta["date"]],
+    ]  # fmt: skip
+    header = ["group", "row", "elements", "ns/element", "GB/s", "x copy", "x fpemu", "baseline"]
+    rows = [
+        [r.group, r.row, _elements_text(r), _g3(r.ns_per_element), _g3(r.gb_per_s), _g3(r.ratio_to_copy),
+         _g3(r.ratio_to_fpemu), "itself" if r.baseline == r.name else r.baseline]
+        for r in result.rows
+    ]  # fmt: skip
+    lines = [_table(head), "", _table(rows, header, "llrrrrrl"), ""]
+    lines.append(_prose(
+        "ns/element is the median time per element (per multiply-add for matmul rows) after two untimed "
+        "warm-up calls (the first compiles); each timed call blocks until the result is ready. GB/s counts "
+        "the input read and the output written once (8 bytes per element for float32 in and out). "
+        "'x copy' is the ratio of ns/element to the NumPy copy's (the memory-bandwidth reference); "
+        "'x fpemu' the ratio to the baseline row (fpemu nearest_even of the same format; for a scaled "
+        "recipe, of its element format). Compare ratios within one run, not absolute times across runs."
+    ))
+    for skip in meta["skipped"]:
+        lines.append(f"skipped {skip['name']}: {skip['reason']}")
+    lines.append(f"Bench done in {meta['seconds']:.1f} s.")
+    return "\n".join(lines)
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from fpemu import _bench
+
+    if args.plot is not None:
+        try:
+            _plot.require_matplotlib()  # before the run, not after it
+        except _plot.MissingMatplotlibError as error:
+            print(f"fpemu bench: error: --plot: {error}", file=sys.stderr)
+            return 1
+    show_progress = not args.no_progress and sys.stderr.isatty()
+    result = _bench.run(_bench.QUICK if args.quick else _bench.FULL,
+                        progress=_ProgressBar(sys.stderr) if show_progress else None)  # fmt: skip
+    print(_bench_report(result))
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(result.to_json(), f, indent=2, allow_nan=False)
+            f.write("\n")
+        print(f"wrote {args.json}")
+    if args.plot is not None:
+        for metric, name in (("ns_per_element", "bench.png"), ("ratio_to_fpemu", "bench_ratio_to_fpemu.png")):
+            title = f"fpemu bench ({result.meta['mode']}, {result.meta['device']['device_kind']}): {metric}"
+            print(f"wrote {_plot.plot_bench(result.rows, args.plot / name, metric=metric, title=title)}")
+    return 0
+
+
+def _cmd_plot(args: argparse.Namespace) -> int:
+    parser = args.plot_parser
+    kinds = _PLOT_KINDS if args.kind == "all" else (args.kind,)
+    for option, used_by in (("formats", ("values", "rounding-error")), ("recipes", ("qsnr", "matmul-error")),
+                            ("sizes", ("matmul-error",))):  # fmt: skip
+        if getattr(args, option) is not None and not set(kinds) & set(used_by):
+            plural = "s" if len(used_by) > 1 else ""
+            parser.error(f"--{option} is only used by the {' and '.join(used_by)} plot{plural}")
+    formats = args.formats or [fpemu.get_format(name) for name in _plot.DEFAULT_FORMATS]
+    if "values" in kinds:
+        for fmt in formats:
+            try:
+                _plot.check_drawable(fmt)
+            except ValueError as error:
+                parser.error(f"values: {error}")
+    if "qsnr" in kinds and args.recipes is not None:
+        for name in args.recipes:
+            try:
+                fpemu.scaled.get_recipe(name)
+            except fpemu.scaled.UnknownRecipeError as error:
+                parser.error(f"qsnr: {error}")
+    if "matmul-error" in kinds:
+        try:
+            from fpemu import _accuracy
+        except ImportError as error:
+            print(f"fpemu plot: error: matmul-error needs fpemu._accuracy, which cannot be imported: {error}",
+                  file=sys.stderr)  # fmt: skip
+            return 1
+        if args.recipes is not None:
+            try:
+                _plot.check_choices("matmul recipe", args.recipes, _plot.names_of(_accuracy.MATMUL_RECIPES))
+            except ValueError as error:
+                parser.error(f"matmul-error: {error}")
+    try:
+        _plot.require_matplotlib()
+    except _plot.MissingMatplotlibError as error:
+        print(f"fpemu plot: error: {error}", file=sys.stderr)
+        return 1
+    for kind in kinds:
+        path = args.out / _PLOT_FILES[kind]
+        if kind == "values":
+            written = _plot.plot_values(formats, path)
+        elif kind == "rounding-error":
+            written = _plot.plot_rounding_error(formats, path)
+        elif kind == "qsnr":
+            written = _plot.plot_qsnr(args.recipes, path)
+        else:
+            written = _plot.plot_matmul_error(args.recipes, args.sizes or _plot.DEFAULT_MATMUL_SIZES, path)
+        print(written)
+    return 0
+
+
 # -- entry point -----------------------------------------------------------------------------------
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fpemu",
-        description="Bit-exact low-precision floating-point formats: list them, inspect one, cast a value.",
+        description="Bit-exact low-precision floating-point formats: list them, inspect one, cast a value, time and "
+        "draw them.",
     )
     parser.add_argument("--version", action="version", version=f"fpemu {fpemu.__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -606,20 +789,72 @@ def _parser() -> argparse.ArgumentParser:
                       help=f"stochastic rounding: random bits per value, 1 to 32 (default {DEFAULT_RANDOM_BITS})")
 
     commands.add_parser("demo", help="a quick tour: formats, quantization error per mode, overflow")
+
+    bench = commands.add_parser(
+        "bench",
+        help="time fpemu beside its peers (a representative subset; docs/benchmarks.md)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Time fpemu.quantize, encode/pack, scaled quantization and matmuls beside lax.reduce_precision,\n"
+        "jitted astype round trips, the ml_dtypes NumPy round trip, gfloat (if installed) and a NumPy copy.\n"
+        "Prints ns/element, GB/s and the ratios to the copy and to fpemu, with the device and versions.",
+        epilog="examples:\n"
+        "  fpemu bench --quick\n"
+        "  fpemu bench --json bench.json --plot bench-plots",
+    )
+    bench.add_argument("--quick", action="store_true",
+                       help="2^18 elements, 256^3 matmuls, few repeats (seconds); default: 2^24 and 2048^3 (minutes)")
+    bench.add_argument("--json", type=Path, default=None, metavar="FILE",
+                       help="also write the results as JSON (schema in docs/benchmarks.md)")
+    bench.add_argument("--plot", type=Path, default=None, metavar="DIR",
+                       help="also write bar charts (PNG) into DIR; needs matplotlib (pip install 'fpemu[plot]')")
+    bench.add_argument("--no-progress", action="store_true",
+                       help="no progress bar on stderr (it is only drawn on a terminal anyway)")
+
+    plot = commands.add_parser(
+        "plot",
+        help="draw formats, rounding errors, recipe QSNR or matmul errors as PNG files",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Write one PNG per picture into --out and print its path (needs matplotlib:\n"
+        "pip install 'fpemu[plot]').\n"
+        "  values          every finite positive value of each format on a log2 axis (--formats)\n"
+        "  rounding-error  relative rounding error against magnitude, with eps/2 (--formats)\n"
+        "  qsnr            QSNR of scaling recipes on Gaussian and heavy-tailed data (--recipes)\n"
+        "  matmul-error    relative error of quantized matmuls against size (--recipes, --sizes)\n"
+        "  all             the four of them",
+        epilog="examples:\n"
+        "  fpemu plot values --formats e4m3fn,e5m2,e2m1fn\n"
+        "  fpemu plot qsnr --recipes mxfp8_e4m3,mxfp4,nvfp4 --out plots\n"
+        "  fpemu plot all --out plots",
+    )
+    plot.set_defaults(plot_parser=plot)
+    plot.add_argument("kind", choices=(*_PLOT_KINDS, "all"), metavar="KIND",
+                      help=f"one of {', '.join(_PLOT_KINDS)}, all")
+    plot.add_argument("--formats", type=_format_list_arg, default=None, metavar="A,B,...",
+                      help=f"formats, comma-separated (default {','.join(_plot.DEFAULT_FORMATS)})")
+    plot.add_argument("--recipes", type=_split_list, default=None, metavar="R,S,...",
+                      help="qsnr: fpemu.scaled recipes (default all); matmul-error: names from "
+                      "fpemu._accuracy.MATMUL_RECIPES (default all)")
+    plot.add_argument("--sizes", type=_sizes_arg, default=None, metavar="N,M,...",
+                      help="matmul-error: matmul sizes n (default 64,128,256,512)")
+    plot.add_argument("--out", type=Path, default=Path("."), metavar="DIR",
+                      help="the folder to write into (created if missing; default: the current folder)")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``fpemu`` command line.
 
-    Turns on ``jax_enable_x64`` while it runs (and restores the previous setting after, for callers that
-    run it in-process), so that values are rounded from their exact float64 value.
+    ``formats``, ``info``, ``cast`` and ``demo`` turn on ``jax_enable_x64`` while they run (and restore
+    the previous setting after, for callers that run them in-process), so that values are rounded from
+    their exact float64 value. ``bench`` and ``plot`` leave it as it is: they time and draw float32 work
+    (``plot rounding-error`` rounds from float64 inside a ``jax.enable_x64`` context).
 
     Args:
       argv: the arguments without the program name; ``sys.argv[1:]`` when None.
 
     Returns:
-      The exit status, 0 on success. Usage errors (unknown command, format name or rounding mode)
+      The exit status: 0 on success, 1 when an optional dependency is missing (matplotlib for
+      ``plot`` and ``bench --plot``). Usage errors (unknown command, format, recipe or rounding mode)
       raise ``SystemExit(2)`` with argparse's message.
 
     Example:
@@ -631,22 +866,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args_list = _protect_negative_numbers(list(sys.argv[1:] if argv is None else argv))
     args = parser.parse_args(args_list)
+    commands = {
+        "formats": _cmd_formats, "info": _cmd_info, "cast": _cmd_cast, "demo": _cmd_demo,
+        "bench": _cmd_bench, "plot": _cmd_plot,
+    }  # fmt: skip
     previous_x64 = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
+    exact = args.command in ("formats", "info", "cast", "demo")
+    if exact:
+        jax.config.update("jax_enable_x64", True)
     try:
-        if args.command == "formats":
-            _cmd_formats(args)
-        elif args.command == "info":
-            _cmd_info(args)
-        elif args.command == "cast":
-            _cmd_cast(args)
-        elif args.command == "demo":
-            _cmd_demo(args)
+        status = commands[args.command](args) or 0
         sys.stdout.flush()
     except BrokenPipeError:  # `fpemu info e4m3fn | head`: stop quietly
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 1
     finally:
-        jax.config.update("jax_enable_x64", previous_x64)
-    return 0
+        if exact:
+            jax.config.update("jax_enable_x64", previous_x64)
+    return status

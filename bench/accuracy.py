@@ -1,0 +1,134 @@
+"""The quantized-matmul accuracy table of docs/accuracy.md: every recipe against a float64 reference.
+
+Usage::
+
+    .venv/bin/python bench/accuracy.py                        # sizes 256 .. 8192 (the 8192 column takes minutes)
+    .venv/bin/python bench/accuracy.py --sizes 256,512,1024   # a quick run
+    .venv/bin/python bench/accuracy.py --json accuracy.json   # also keep every row and the run's metadata
+
+Progress lines (with timings) go to stderr; stdout gets the run's metadata (date, command, machine,
+versions, commit) and three Markdown tables: relative error ``||C - C64||_F / ||C64||_F``, the
+max-norm error ``max|C - C64| / max|C64|``, and QSNR in dB. The semantics are in
+fpemu/_accuracy.py and docs/accuracy.md. The errors are deterministic (fixed seeds, fixed formats);
+only the fp32 row depends on the backend's float32 summation order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jaxlib
+import ml_dtypes
+import numpy as np
+
+from fpemu._accuracy import DISTRIBUTIONS, MATMUL_RECIPES, SIZES, markdown_table, matmul_accuracy
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _list(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def _sizes(text: str) -> list[int]:
+    try:
+        sizes = [int(t) for t in _list(text)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--sizes takes comma-separated positive ints, got {text!r}") from None
+    if not sizes or any(s < 1 for s in sizes):
+        raise argparse.ArgumentTypeError(f"--sizes takes comma-separated positive ints, got {text!r}")
+    return sizes
+
+
+def _git(*args: str) -> str:
+    try:
+        out = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.stdout.strip()
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def metadata(argv: list[str]) -> dict[str, object]:
+    """Date, command, machine, versions and commit of this run."""
+    dirty = _git("status", "--porcelain", "--untracked-files=no")
+    commit = _git("rev-parse", "--short", "HEAD")
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": " ".join(shlex.quote(a) for a in [".venv/bin/python", "bench/accuracy.py", *argv]),
+        "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPU cores, {_cpu_model()}",
+        "devices": ", ".join(str(d) for d in jax.devices()),
+        "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+        "python": platform.python_version(),
+        "jax": jax.__version__,
+        "jaxlib": jaxlib.__version__,
+        "numpy": np.__version__,
+        "ml_dtypes": ml_dtypes.__version__,
+        "commit": commit + (" (with uncommitted changes)" if dirty and dirty != "unknown" else ""),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", type=_sizes, default=list(SIZES), help="comma-separated n (default: %(default)s)")
+    parser.add_argument("--recipes", type=_list, default=None, help=f"comma-separated ({', '.join(MATMUL_RECIPES)})")
+    parser.add_argument(
+        "--distributions", type=_list, default=None, help=f"comma-separated ({', '.join(DISTRIBUTIONS)})"
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", type=Path, default=None, metavar="FILE", help="write the rows and metadata here")
+    args = parser.parse_args(argv)
+
+    meta = metadata(argv)
+    t0 = time.perf_counter()
+
+    def progress(line: str) -> None:
+        print(f"[{time.perf_counter() - t0:7.1f} s] {line}", file=sys.stderr, flush=True)
+
+    try:
+        rows = matmul_accuracy(args.recipes, args.distributions, args.sizes, seed=args.seed, progress=progress)
+    except ValueError as e:
+        parser.error(str(e))
+    meta["seconds"] = round(time.perf_counter() - t0, 1)
+    meta["load_average_end"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+
+    for key, value in meta.items():
+        print(f"- {key}: {value}")
+    tables = {
+        "relative error ||C - C64||_F / ||C64||_F": "relative_error",
+        "max-norm error max|C - C64| / max|C64|": "max_abs_error",
+        "QSNR -20 log10(relative error), dB": "qsnr_db",
+    }
+    for title, metric in tables.items():
+        print(f"\n{title}:\n")
+        print(markdown_table(rows, metric=metric))
+    if args.json is not None:
+        payload = {"metadata": meta, "rows": [dataclasses.asdict(r) for r in rows]}
+        args.json.write_text(json.dumps(payload, indent=1) + "\n")  # inf is written as Infinity
+        print(f"\nwrote {args.json}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

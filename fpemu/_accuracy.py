@@ -1,0 +1,452 @@
+"""Accuracy of quantized matmuls: the error of each recipe's product against a float64 reference.
+
+For a recipe, a distribution and a size ``n``, two ``n x n`` float32 matrices ``A`` and ``B`` are
+drawn from the distribution (`matmul_inputs`), and the recipe's emulated product ``C``
+(`quantized_matmul`) is compared with the float64 product of the *unquantized* float32 inputs,
+``C64 = float64(A) @ float64(B)`` (`reference_matmul`). docs/accuracy.md is the contract and holds
+the measured table; bench/accuracy.py regenerates it.
+
+The recipes (`MATMUL_RECIPES`):
+
+- ``"fp32"``: the plain float32 product (float32 accumulation at ``Precision.HIGHEST``): the
+  baseline, whose error is float32 accumulation alone.
+- ``"bf16"``, ``"fp16"``: both operands rounded to bfloat16 / float16 (`fpemu.quantize`, nearest
+  even), products exact, float32 accumulation (``fpemu.matmul(a, b, lhs=fmt, rhs=fmt)``).
+- the `fpemu.scaled` recipes: ``A`` is quantized along K (``axis=-1``) and ``B`` along K
+  (``axis=0``), so that blocks run along the contraction dimension as OCP MX prescribes; the
+  per-tensor FP8 recipes (``"fp8_e4m3"``, ``"fp8_e5m2"``) use one float32 scale per operand
+  (``axis=None``). Each operand is dequantized (`fpemu.scaled.quantize_dequantize`) and the two are
+  multiplied with `fpemu.matmul`, float32 accumulation.
+
+The measures (`MatmulError`): ``relative_error = ||C - C64||_F / ||C64||_F``,
+``max_abs_error = max|C - C64| / max|C64|`` (the largest error relative to the largest reference
+magnitude), and ``qsnr_db = -20 log10(relative_error)``. They are computed in float64. A product with
+any infinite or NaN element is reported as it is: both errors are +inf and the QSNR is -inf.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import functools
+import math
+import time
+from typing import Any, Callable, Iterable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fpemu._matmul import matmul
+from fpemu.scaled._quantize import quantize_dequantize
+from fpemu.scaled._recipes import get_recipe
+
+__all__ = [
+    "DISTRIBUTIONS",
+    "MATMUL_RECIPES",
+    "SIZES",
+    "MatmulError",
+    "markdown_table",
+    "matmul_accuracy",
+    "matmul_error",
+    "matmul_inputs",
+    "qsnr_from_relative_error",
+    "quantized_matmul",
+    "reference_matmul",
+]
+
+#: The recipes, in table order: the fp32 baseline, the unscaled 16-bit formats, per-tensor FP8,
+#: then the block-scaled recipes. ``mxint8`` (OCP MXINT8) comes last.
+MATMUL_RECIPES: tuple[str, ...] = (
+    "fp32",
+    "bf16",
+    "fp16",
+    "fp8_e4m3",
+    "fp8_e5m2",
+    "mxfp8_e4m3",
+    "mxfp8_e5m2",
+    "mxfp6_e3m2",
+    "mxfp6_e2m3",
+    "mxfp4",
+    "nvfp4",
+    "mxint8",
+)
+
+#: ``"gaussian"``: standard normal. ``"heavy_tailed"``: Student's t with 3 degrees of freedom
+#: (variance 3, infinite fourth moment: a few elements are tens of standard deviations out).
+DISTRIBUTIONS: tuple[str, ...] = ("gaussian", "heavy_tailed")
+HEAVY_TAILED_DF = 3
+
+#: The default sizes of `matmul_accuracy`: square ``(n x n) @ (n x n)`` products.
+SIZES: tuple[int, ...] = (256, 512, 1024, 2048, 4096, 8192)
+
+_UNSCALED = {"fp32": None, "bf16": "bf16", "fp16": "fp16"}  # recipe -> operand format of fpemu.matmul
+_ROWS_PER_CHUNK = 1024  # the error sums run over row blocks, so that float64 temporaries stay small
+
+
+# -- names -------------------------------------------------------------------------------------------
+
+
+def _choice(value: Any, choices: tuple[str, ...], what: str) -> str:
+    """``value`` if it is one of ``choices``; else a ValueError naming the closest and listing all."""
+    if isinstance(value, str) and value in choices:
+        return value
+    close = difflib.get_close_matches(value, choices, n=2, cutoff=0.6) if isinstance(value, str) else []
+    hint = f"did you mean {', '.join(repr(c) for c in close)}? " if close else ""
+    raise ValueError(f"unknown {what} {value!r}; {hint}{what}s: {', '.join(choices)}")
+
+
+def _size(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"size must be a positive int (the n of an (n x n) @ (n x n) product), got {value!r}")
+    return int(value)
+
+
+def _seed(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise ValueError(f"seed must be a non-negative int, got {value!r}")
+    return int(value)
+
+
+def _names(values: Any, choices: tuple[str, ...], what: str) -> tuple[str, ...]:
+    """None (all), one name, or an iterable of names, validated, in the given order."""
+    if values is None:
+        return choices
+    if isinstance(values, str):
+        values = (values,)
+    return tuple(_choice(v, choices, what) for v in values)
+
+
+# -- the measures ------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MatmulError:
+    """The error of one recipe's ``(size x size) @ (size x size)`` product against the float64 reference.
+
+    Attributes:
+      recipe: A name from `MATMUL_RECIPES`.
+      distribution: A name from `DISTRIBUTIONS`.
+      size: ``n``: both operands are ``n x n``, the contraction has ``n`` products.
+      relative_error: ``||C - C64||_F / ||C64||_F`` (Frobenius norms), computed in float64.
+      max_abs_error: ``max|C - C64| / max|C64|``: the largest absolute error, relative to the
+        largest reference magnitude (a max-norm relative error, not an element-wise relative one).
+      qsnr_db: ``-20 log10(relative_error)`` in dB: higher is better, about 6 dB per bit.
+
+    A product ``C`` with any infinite or NaN element gives ``relative_error = max_abs_error = inf``
+    and ``qsnr_db = -inf``. A reference of all zeros gives 0 for a zero ``C`` and inf otherwise.
+    """
+
+    recipe: str
+    distribution: str
+    size: int
+    relative_error: float
+    max_abs_error: float
+    qsnr_db: float
+
+    @classmethod
+    def from_product(
+        cls, c: Any, reference: np.ndarray, *, recipe: str, distribution: str, size: int
+    ) -> MatmulError:
+        """The measures of a computed product ``c`` against ``reference`` (float64, same shape).
+
+        The sums run in float64 over blocks of rows (``c`` is widened exactly).
+
+        Example:
+          >>> ref = np.array([[3.0, -4.0]])
+          >>> e = MatmulError.from_product(np.array([[3.0, -4.5]], np.float32), ref, recipe="fp32",
+          ...                              distribution="gaussian", size=2)
+          >>> e.relative_error, e.max_abs_error, round(e.qsnr_db, 2)
+          (0.1, 0.125, 20.0)
+        """
+        c = np.asarray(c)
+        reference = np.asarray(reference)
+        if c.shape != reference.shape:
+            raise ValueError(f"c and reference must have the same shape, got {c.shape} and {reference.shape}")
+        if reference.dtype != np.float64:
+            raise TypeError(f"reference must be float64, got {reference.dtype}")
+        c2 = c.reshape(-1, c.shape[-1]) if c.ndim > 1 else c.reshape(1, -1)
+        r2 = reference.reshape(c2.shape)
+        err2 = ref2 = err_max = ref_max = 0.0
+        finite = True
+        for start in range(0, c2.shape[0], _ROWS_PER_CHUNK):
+            block = c2[start : start + _ROWS_PER_CHUNK].astype(np.float64)
+            if not np.isfinite(block).all():
+                finite = False
+                break
+            ref = r2[start : start + _ROWS_PER_CHUNK]
+            diff = block - ref
+            err2 += float(np.sum(diff * diff))
+            ref2 += float(np.sum(ref * ref))
+            if diff.size:
+                err_max = max(err_max, float(np.max(np.abs(diff))))
+                ref_max = max(ref_max, float(np.max(np.abs(ref))))
+        if not finite:
+            rel = max_rel = math.inf
+        else:
+            rel = _ratio(math.sqrt(err2), math.sqrt(ref2))
+            max_rel = _ratio(err_max, ref_max)
+        return cls(
+            recipe=recipe,
+            distribution=distribution,
+            size=size,
+            relative_error=rel,
+            max_abs_error=max_rel,
+            qsnr_db=qsnr_from_relative_error(rel),
+        )
+
+
+def _ratio(num: float, den: float) -> float:
+    if den == 0.0:
+        return 0.0 if num == 0.0 else math.inf
+    return num / den
+
+
+def qsnr_from_relative_error(relative_error: float) -> float:
+    """``-20 log10(relative_error)``: +inf for 0, -inf for +inf.
+
+    Example:
+      >>> qsnr_from_relative_error(0.01), qsnr_from_relative_error(0.0)
+      (40.0, inf)
+    """
+    if relative_error == 0.0:
+        return math.inf
+    if math.isinf(relative_error):
+        return -math.inf
+    return -20.0 * math.log10(relative_error)
+
+
+# -- inputs, reference, product ----------------------------------------------------------------------
+
+
+def matmul_inputs(distribution: str, size: int, *, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """The operands ``A`` and ``B``: two ``size x size`` float32 matrices of i.i.d. draws.
+
+    ``"gaussian"`` draws standard normal values, ``"heavy_tailed"`` Student's t with 3 degrees of
+    freedom (drawn in float64, rounded once to float32). The generator is NumPy's PCG64 seeded with
+    ``(seed, distribution index, size)``: each (distribution, size, seed) has its own independent
+    stream, and the same arguments give the same matrices on every machine.
+
+    Raises:
+      ValueError: for an unknown distribution (listing them), a size below 1 or a negative seed.
+
+    Example:
+      >>> a, b = matmul_inputs("heavy_tailed", 4)
+      >>> a.shape, b.dtype.name
+      ((4, 4), 'float32')
+    """
+    distribution = _choice(distribution, DISTRIBUTIONS, "distribution")
+    size, seed = _size(size), _seed(seed)
+    rng = np.random.default_rng([seed, DISTRIBUTIONS.index(distribution), size])
+    shape = (size, size)
+    if distribution == "gaussian":
+        return rng.standard_normal(shape, dtype=np.float32), rng.standard_normal(shape, dtype=np.float32)
+    return (
+        rng.standard_t(HEAVY_TAILED_DF, shape).astype(np.float32),
+        rng.standard_t(HEAVY_TAILED_DF, shape).astype(np.float32),
+    )
+
+
+def reference_matmul(a: Any, b: Any) -> np.ndarray:
+    """``float64(a) @ float64(b)`` with NumPy (BLAS): the reference every recipe is measured against.
+
+    The float32 inputs are widened exactly and every product of two float32 values is exact in
+    float64; only the float64 summation rounds, with an error about ``2**-29`` times smaller than
+    float32 accumulation's, so it is the exact product for the purpose of these measures.
+
+    Example:
+      >>> a = np.array([[1.0, 2**-24, 2**-24]], np.float32)   # 1 + 2**-24 rounds back to 1 in float32
+      >>> reference_matmul(a, np.ones((3, 1), np.float32)).tolist() == [[1 + 2**-23]]
+      True
+    """
+    return np.matmul(np.asarray(a, np.float64), np.asarray(b, np.float64))
+
+
+def _check_operands(a: Any, b: Any) -> tuple[jax.Array, jax.Array]:
+    for name, x in (("a", a), ("b", b)):
+        if not isinstance(x, (np.ndarray, jax.Array)):
+            raise TypeError(f"{name} must be a float32 NumPy or JAX array, got {type(x).__name__}")
+        if x.dtype != np.float32:
+            raise TypeError(f"{name} must be float32 (the recipes quantize float32 operands), got {x.dtype}")
+        if x.ndim != 2:
+            raise ValueError(f"{name} must be a matrix (2-D), got shape {x.shape}")
+    if a.shape[1] != b.shape[0]:
+        raise ValueError(f"the contraction dimensions differ: a has shape {a.shape}, b has shape {b.shape}")
+    return jnp.asarray(a), jnp.asarray(b)
+
+
+@functools.partial(jax.jit, static_argnames="recipe")
+def _product(a: jax.Array, b: jax.Array, recipe: str) -> jax.Array:
+    if recipe in _UNSCALED:
+        fmt = _UNSCALED[recipe]
+        return matmul(a, b, lhs=fmt, rhs=fmt)
+    r = get_recipe(recipe)
+    if r.block_size is None:  # per-tensor scaling: one float32 scale per operand
+        a_q = quantize_dequantize(a, r, axis=None)
+        b_q = quantize_dequantize(b, r, axis=None)
+    else:  # blocks along the contraction dimension K; a shorter last block if K is not a multiple
+        a_q = quantize_dequantize(a, r, axis=-1, pad=True)
+        b_q = quantize_dequantize(b, r, axis=0, pad=True)
+    # Power-of-two scales times elements of at most 8 significant bits are bfloat16 values: rounding
+    # them to bf16 is exact and lets fpemu.matmul take its bf16 x bf16 -> f32 fast path. Float
+    # scales (per-tensor FP8, NVFP4) give arbitrary float32 values: multiplied as they are.
+    fmt = "bf16" if r.is_pow2 else None
+    return matmul(a_q, b_q, lhs=fmt, rhs=fmt)
+
+
+def quantized_matmul(a: Any, b: Any, recipe: str) -> jax.Array:
+    """The recipe's emulated product of the float32 matrices ``a`` (M x K) and ``b`` (K x N), float32.
+
+    ``"fp32"`` is the float32 product; ``"bf16"``/``"fp16"`` round both operands to that format and
+    accumulate in float32; the scaled recipes quantize ``a`` along K (``axis=-1``) and ``b`` along K
+    (``axis=0``), per tensor for ``"fp8_e4m3"``/``"fp8_e5m2"``, dequantize, and multiply with
+    float32 accumulation. Jitted once per recipe and shape.
+
+    Raises:
+      ValueError: for an unknown recipe (listing `MATMUL_RECIPES`), or shapes that do not multiply.
+      TypeError: for operands that are not float32 arrays.
+
+    Example:
+      >>> a = np.full((1, 32), 0.3, np.float32); b = np.ones((32, 1), np.float32)
+      >>> quantized_matmul(a, b, "bf16").tolist()    # 0.3 -> 0.30078125, times 32
+      [[9.625]]
+      >>> quantized_matmul(a, b, "mxfp4").tolist()   # scale 2**-4: 0.3 / 2**-4 = 4.8 -> 4, i.e. 0.25
+      [[8.0]]
+    """
+    recipe = _choice(recipe, MATMUL_RECIPES, "recipe")
+    a, b = _check_operands(a, b)
+    return _product(a, b, recipe)
+
+
+# -- the measurements --------------------------------------------------------------------------------
+
+
+def _measure(recipe: str, distribution: str, size: int, a: np.ndarray, b: np.ndarray, ref: np.ndarray) -> MatmulError:
+    c = np.asarray(quantized_matmul(a, b, recipe))
+    return MatmulError.from_product(c, ref, recipe=recipe, distribution=distribution, size=size)
+
+
+def matmul_error(recipe: str, distribution: str, size: int, *, seed: int = 0) -> MatmulError:
+    """The error of one recipe's ``(size x size) @ (size x size)`` product on `matmul_inputs`.
+
+    Raises:
+      ValueError: for an unknown recipe or distribution (listing the valid ones), a size below 1 or
+        a negative seed.
+
+    Example:
+      >>> e = matmul_error("bf16", "gaussian", 64)
+      >>> e.recipe, e.size, 2**-12 < e.relative_error < 2**-7
+      ('bf16', 64, True)
+    """
+    recipe = _choice(recipe, MATMUL_RECIPES, "recipe")
+    distribution = _choice(distribution, DISTRIBUTIONS, "distribution")
+    size, seed = _size(size), _seed(seed)
+    a, b = matmul_inputs(distribution, size, seed=seed)
+    return _measure(recipe, distribution, size, a, b, reference_matmul(a, b))
+
+
+def matmul_accuracy(
+    recipes: Iterable[str] | str | None = None,
+    distributions: Iterable[str] | str | None = None,
+    sizes: Iterable[int] = SIZES,
+    *,
+    seed: int = 0,
+    progress: Callable[[str], None] | None = None,
+) -> list[MatmulError]:
+    """`matmul_error` for every recipe, distribution and size, each reference computed once.
+
+    Args:
+      recipes: Names from `MATMUL_RECIPES` (default: all of them), or one name.
+      distributions: Names from `DISTRIBUTIONS` (default: both), or one name.
+      sizes: Positive ints (default `SIZES`, 256 to 8192).
+      seed: The seed of `matmul_inputs`.
+      progress: Called with one status line (a str, with timings) after each reference and each
+        product, e.g. to print them; None: silent.
+
+    Returns:
+      One `MatmulError` per (recipe, distribution, size), ordered by recipe (in the order given),
+      then distribution, then size. Every argument is validated before anything is computed.
+
+    The inputs and the float64 reference of each (distribution, size) are computed once and shared
+    by all recipes; at 8192 the reference takes most of a minute on two CPU cores.
+    """
+    recipes = _names(recipes, MATMUL_RECIPES, "recipe")
+    distributions = _names(distributions, DISTRIBUTIONS, "distribution")
+    if isinstance(sizes, (int, np.integer)):
+        sizes = (sizes,)
+    sizes = tuple(_size(s) for s in sizes)
+    seed = _seed(seed)
+    say = progress or (lambda line: None)
+    results: dict[tuple[str, str, int], MatmulError] = {}
+    for distribution in distributions:
+        for size in dict.fromkeys(sizes):
+            t0 = time.perf_counter()
+            a, b = matmul_inputs(distribution, size, seed=seed)
+            ref = reference_matmul(a, b)
+            say(f"{distribution} {size}: inputs and float64 reference in {time.perf_counter() - t0:.1f} s")
+            for recipe in recipes:
+                t0 = time.perf_counter()
+                row = _measure(recipe, distribution, size, a, b, ref)
+                results[recipe, distribution, size] = row
+                say(
+                    f"{distribution} {size} {recipe}: relative error {row.relative_error:.3g}, "
+                    f"QSNR {row.qsnr_db:.2f} dB ({time.perf_counter() - t0:.1f} s)"
+                )
+            del a, b, ref
+    return [results[r, d, s] for r in dict.fromkeys(recipes) for d in distributions for s in dict.fromkeys(sizes)]
+
+
+# -- the table ---------------------------------------------------------------------------------------
+
+_METRICS = ("relative_error", "max_abs_error", "qsnr_db")
+
+
+def _cell(value: float, metric: str) -> str:
+    if math.isnan(value):
+        return "nan"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    return f"{value:.1f}" if metric == "qsnr_db" else f"{value:.2e}"
+
+
+def markdown_table(rows: list[MatmulError], *, metric: str = "relative_error") -> str:
+    """One Markdown table: a row per recipe, a column per (distribution, size).
+
+    Cells hold ``metric``: ``"relative_error"`` (the default, ``||C - C64||_F / ||C64||_F``, as
+    ``1.23e-03``), ``"max_abs_error"`` (same format) or ``"qsnr_db"`` (dB, one decimal). Recipes
+    are ordered as in `MATMUL_RECIPES`, distributions as in `DISTRIBUTIONS`, sizes ascending; a
+    combination missing from ``rows`` is shown as ``-``.
+
+    Raises:
+      ValueError: for an unknown metric, or two rows for the same (recipe, distribution, size).
+
+    Example:
+      >>> rows = [MatmulError(recipe="bf16", distribution="gaussian", size=64, relative_error=0.00225,
+      ...                     max_abs_error=0.0011, qsnr_db=52.96)]
+      >>> print(markdown_table(rows))
+      | recipe | gaussian 64 |
+      |---|---:|
+      | `bf16` | 2.25e-03 |
+    """
+    metric = _choice(metric, _METRICS, "metric")
+    cells: dict[tuple[str, str, int], float] = {}
+    for row in rows:
+        key = (row.recipe, row.distribution, row.size)
+        if key in cells:
+            raise ValueError(f"two rows for recipe {row.recipe!r}, distribution {row.distribution!r}, size {row.size}")
+        cells[key] = getattr(row, metric)
+
+    def order(names: set[str], known: tuple[str, ...]) -> list[str]:
+        return sorted(names, key=lambda n: (known.index(n), "") if n in known else (len(known), n))
+
+    recipes = order({k[0] for k in cells}, MATMUL_RECIPES)
+    columns = [(d, s) for d in order({k[1] for k in cells}, DISTRIBUTIONS) for s in sorted({k[2] for k in cells})]
+    columns = [(d, s) for d, s in columns if any((r, d, s) in cells for r in recipes)]
+    lines = [
+        "| recipe | " + " | ".join(f"{d} {s}" for d, s in columns) + " |",
+        "|---|" + "---:|" * len(columns),
+    ]
+    for r in recipes:
+        values = [_cell(cells[r, d, s], metric) if (r, d, s) in cells else "-" for d, s in columns]
+        lines.append(f"| `{r}` | " + " | ".join(values) + " |")
+    return "\n".join(lines)

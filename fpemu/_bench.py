@@ -1,0 +1,548 @@
+"""The timing engine and the representative subset behind ``fpemu bench``.
+
+`run` times a fixed list of rows (`plan` lists them): `fpemu.quantize` per format and rounding
+mode, its peers (`lax.reduce_precision`, jitted astype round trips, the ml_dtypes NumPy round trip,
+gfloat when it is importable), `fpemu.encode`/`fpemu.pack`, `fpemu.scaled.quantize_dequantize`,
+matmuls, the Pallas kernel, and a NumPy copy as the memory-bandwidth reference. Every JAX row is
+jitted; `timeit` calls it twice before timing (the first call compiles), ends every call in
+``block_until_ready`` and reports the median and the minimum of the timed calls.
+
+Each row is a `BenchRow`; `BenchResult.to_json` gives the stable JSON schema that docs/benchmarks.md
+documents. This module has no pytest dependency: ``bench/`` is the pytest-benchmark suite with more
+rows and statistics, this is the quick, self-contained subset for tracking over time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+import platform
+import statistics
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+import fpemu
+
+SCHEMA = "fpemu.bench/1"
+SEED = 20261121
+SPREAD_EVERY = 16  # every 16th input element is a random finite float32 bit pattern (the whole range)
+
+Kind = Literal["fpemu", "peer", "reference"]
+
+# Formats of the quantize groups, and the extra formats of full mode.
+QUICK_FORMATS = ("e4m3fn", "e5m2", "bf16", "e2m1fn")
+FULL_FORMATS = (*QUICK_FORMATS, "fp16", "e3m2fn")
+QUICK_RECIPES = ("mxfp8_e4m3", "nvfp4")
+FULL_RECIPES = ("mxfp8_e4m3", "mxfp4", "nvfp4")
+# gfloat's name for each format (gfloat.formats.format_info_<name>).
+_GFLOAT_FORMATS = {
+    "e4m3fn": "ocp_e4m3",
+    "e5m2": "ocp_e5m2",
+    "bf16": "bfloat16",
+    "fp16": "binary16",
+    "e2m1fn": "ocp_e2m1",
+    "e3m2fn": "ocp_e3m2",
+}
+_MATMUL_BASELINE = "matmul/fpemu-e4m3fn"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Settings:
+    """Sizes and repeat rules of one run (`QUICK` or `FULL`)."""
+
+    mode: Literal["quick", "full"]
+    elements: int  # float32 elements of every elementwise row
+    matmul_size: int  # n of the n x n x n matmul rows
+    interpret_elements: int  # elements of the Pallas row in interpret mode (CPU)
+    warmup: int  # untimed calls before timing; the first one compiles
+    min_repeats: int  # timed calls, at least
+    max_repeats: int  # timed calls, at most
+    max_time: float  # seconds of timed calls per row, beyond min_repeats
+
+
+QUICK = Settings(
+    mode="quick", elements=1 << 18, matmul_size=256, interpret_elements=1 << 16, warmup=2, min_repeats=5,
+    max_repeats=50, max_time=0.05,
+)  # fmt: skip
+FULL = Settings(
+    mode="full", elements=1 << 24, matmul_size=2048, interpret_elements=1 << 20, warmup=2, min_repeats=5,
+    max_repeats=200, max_time=1.0,
+)  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Timing:
+    """What `timeit` measured, in seconds."""
+
+    median_s: float
+    min_s: float
+    repeats: int  # timed calls
+    first_call_s: float  # the first call (it compiles), not part of the statistics
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class BenchRow:
+    """One timed row. ``to_dict`` is its JSON object (docs/benchmarks.md, "JSON schema").
+
+    ``bytes_moved`` counts the input read and the output written once (float32 in and out: 8 bytes per
+    element; intermediates and temporaries are not counted), so ``gb_per_s`` is an effective bandwidth.
+    Ratios are per element: ``ratio_to_copy`` is ``ns_per_element`` over the NumPy copy's and
+    ``ratio_to_fpemu`` over the ``baseline`` row's (equal to the ratio of median times where the rows
+    have the same number of elements, as every elementwise row has, except the Pallas interpret row).
+    """
+
+    name: str  # "group/row", unique and stable across runs
+    group: str  # a format, a scaled recipe, "matmul" or "reference"
+    row: str  # what runs, e.g. "fpemu-nearest_even", "reduce_precision"
+    what: str  # the timed code, in words
+    kind: Kind  # fpemu's own code, a peer library, or a reference point
+    elements: int  # elements per call (multiply-adds for matmul rows)
+    shape: tuple[int, ...]  # the input shape (per operand for matmuls)
+    bytes_moved: int
+    repeats: int
+    first_call_s: float
+    median_s: float
+    min_s: float
+    ns_per_element: float  # median
+    gb_per_s: float  # bytes_moved / median_s / 1e9
+    ratio_to_copy: float
+    baseline: str  # the fpemu row this row is compared to (itself for a baseline)
+    ratio_to_fpemu: float
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["shape"] = list(self.shape)
+        return out
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class BenchResult:
+    """A whole run: ``meta`` (device, versions, settings, skipped rows) and the rows in run order."""
+
+    meta: dict[str, Any]
+    rows: tuple[BenchRow, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"meta": self.meta, "rows": [row.to_dict() for row in self.rows]}
+
+    def row(self, name: str) -> BenchRow:
+        for row in self.rows:
+            if row.name == name:
+                return row
+        raise KeyError(f"no row {name!r}; rows: {', '.join(r.name for r in self.rows)}")
+
+
+class Skip(Exception):
+    """Raised by a case's ``make`` when the row cannot run here; the message says why."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Case:
+    """A row to time: ``make()`` builds the (warm-up free) zero-argument call, or raises `Skip`."""
+
+    group: str
+    row: str
+    what: str
+    kind: Kind
+    elements: int
+    shape: tuple[int, ...]
+    bytes_moved: int
+    baseline: str
+    make: Callable[[], Callable[[], Any]]
+
+    @property
+    def name(self) -> str:
+        return f"{self.group}/{self.row}"
+
+
+# -- timing -----------------------------------------------------------------------------------------
+
+
+def timeit(
+    fn: Callable[[], Any],
+    *,
+    warmup: int = 2,
+    min_repeats: int = 5,
+    max_repeats: int = 100,
+    max_time: float = 0.5,
+) -> Timing:
+    """Time ``fn()`` the way every row is timed.
+
+    ``fn`` is called ``warmup`` times untimed (the first call of a jitted function compiles; its time
+    is reported as ``first_call_s``), then at least ``min_repeats`` times, and more while the timed
+    calls have taken less than ``max_time`` seconds, up to ``max_repeats``. Every call's result goes
+    through `jax.block_until_ready` inside the timed region (NumPy results pass through).
+
+    Example:
+      >>> t = timeit(lambda: sum(range(1000)), min_repeats=3, max_repeats=3)
+      >>> t.repeats, 0 < t.min_s <= t.median_s
+      (3, True)
+    """
+    if warmup < 1 or min_repeats < 1 or max_repeats < min_repeats:
+        raise ValueError(f"need warmup >= 1 and 1 <= min_repeats <= max_repeats, got {warmup=}, {min_repeats=}, "
+                         f"{max_repeats=}")  # fmt: skip
+    start = time.perf_counter()
+    jax.block_until_ready(fn())
+    first = time.perf_counter() - start
+    for _ in range(warmup - 1):
+        jax.block_until_ready(fn())
+    times: list[float] = []
+    while len(times) < min_repeats or (len(times) < max_repeats and sum(times) < max_time):
+        start = time.perf_counter()
+        jax.block_until_ready(fn())
+        times.append(time.perf_counter() - start)
+    return Timing(median_s=statistics.median(times), min_s=min(times), repeats=len(times), first_call_s=first)
+
+
+# -- inputs -----------------------------------------------------------------------------------------
+
+
+def make_input(n: int, seed: int = SEED) -> np.ndarray:
+    """``n`` float32 values: standard normal * 100, every 16th a random finite float32 (any exponent).
+
+    The same recipe as the ``bench/`` suite's input, so subnormals, overflow and every exponent occur.
+    """
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(n, dtype=np.float32) * np.float32(100)
+    count = len(x[::SPREAD_EVERY])
+    bits = rng.integers(0, 1 << 32, size=count, dtype=np.uint64).astype(np.uint32)
+    nonfinite = (bits & np.uint32(0x7F800000)) == np.uint32(0x7F800000)
+    bits = np.where(nonfinite, bits & ~np.uint32(1 << 30), bits)  # exponent field 0xff -> 0x7f: finite
+    x[::SPREAD_EVERY] = bits.view(np.float32)
+    return x
+
+
+# -- the rows ---------------------------------------------------------------------------------------
+
+
+def _jitted(fn: Callable[..., Any], *args: Any) -> Callable[[], Any]:
+    compiled = jax.jit(fn)
+    return lambda: compiled(*args)
+
+
+def _quantize_call(fmt: str, mode: str, x: jax.Array, key: jax.Array) -> Callable[[], Any]:
+    if mode == "stochastic":
+        return _jitted(lambda v, k: fpemu.quantize(v, fmt, rounding="stochastic", key=k), x, key)
+    return _jitted(lambda v: fpemu.quantize(v, fmt, rounding=mode), x)
+
+
+def gfloat_version() -> str | None:
+    """gfloat's version if it is importable, else None."""
+    try:
+        import gfloat
+    except ImportError:
+        return None
+    return getattr(gfloat, "__version__", "unknown")
+
+
+def _gfloat_call(fmt: str, x: jax.Array) -> Callable[[], Any]:
+    try:
+        import gfloat
+        import gfloat.formats
+    except ImportError:
+        raise Skip("gfloat is not installed") from None
+    fi = getattr(gfloat.formats, f"format_info_{_GFLOAT_FORMATS[fmt]}", None)
+    if fi is None:
+        raise Skip(f"this gfloat has no format_info_{_GFLOAT_FORMATS[fmt]}")
+    attempts = (lambda v: gfloat.round_ndarray(fi, v), lambda v: gfloat.round_ndarray(fi, v, np=jnp))
+    errors = []
+    for attempt in attempts:
+        call = _jitted(attempt, x)
+        try:
+            jax.block_until_ready(call())
+        except Exception as error:  # noqa: BLE001 - any failure of the optional peer skips its row
+            errors.append(f"{type(error).__name__}: {error}")
+            continue
+        return call
+    raise Skip(f"gfloat.round_ndarray does not run under jax.jit here: {errors[-1]}"[:300])
+
+
+def _astype_call(fmt: str, x: jax.Array, backend: str) -> Callable[[], Any]:
+    f = fpemu.get_format(fmt)
+    dtype = f.dtype
+    if f.bits == 6 and backend == "cpu":  # not even tried: XLA prints its LLVM error to stderr
+        raise Skip(f"float6 casts (x.astype({dtype.name})) do not compile on XLA:CPU")
+    call = _jitted(lambda v: v.astype(dtype).astype(jnp.float32), x)
+    try:
+        jax.block_until_ready(call())  # compiles; float6 casts do not compile on XLA:CPU
+    except Exception as error:  # noqa: BLE001 - only this peer may legitimately fail to compile
+        raise Skip(f"x.astype({dtype.name}) does not compile on {jax.default_backend()}: "
+                   f"{type(error).__name__}")  # fmt: skip
+    return call
+
+
+def _ml_dtypes_call(fmt: str, x_np: np.ndarray) -> Callable[[], Any]:
+    dtype = fpemu.get_format(fmt).dtype
+
+    def call():
+        with np.errstate(over="ignore", invalid="ignore"):  # casts that overflow warn in NumPy
+            return x_np.astype(dtype).astype(np.float32)
+
+    return call
+
+
+def _pallas_call(x: jax.Array, interpret: bool) -> Callable[[], Any]:
+    try:
+        from fpemu.kernels import quantize as kernel_quantize
+    except ImportError as error:
+        raise Skip(f"fpemu.kernels is not importable: {error}") from None
+    return _jitted(lambda v: kernel_quantize(v, "e4m3fn", interpret=interpret), x)
+
+
+def plan(settings: Settings, *, x_np: np.ndarray | None = None, backend: str | None = None) -> list[Case]:
+    """The rows of a run, in the order they run.
+
+    Args:
+      settings: `QUICK` or `FULL`.
+      x_np: the elementwise input (`make_input` when None); its device copy is made lazily.
+      backend: JAX's default backend when None; it decides how the Pallas row runs.
+    """
+    n = settings.elements
+    backend = backend or jax.default_backend()
+    if x_np is None:
+        x_np = make_input(n)
+    device: dict[str, jax.Array] = {}
+
+    def x() -> jax.Array:
+        if "x" not in device:
+            device["x"] = jnp.asarray(x_np).block_until_ready()
+        return device["x"]
+
+    key = jax.random.key(0)
+    shape = (n,)
+    f32 = 8 * n  # bytes: float32 in and out
+    cases: list[Case] = []
+
+    def add(group: str, row: str, what: str, kind: Kind, make: Callable[[], Callable[[], Any]], *,
+            baseline: str, elements: int = n, shape: tuple[int, ...] = shape, bytes_moved: int = f32) -> None:
+        cases.append(Case(group=group, row=row, what=what, kind=kind, elements=elements, shape=shape,
+                          bytes_moved=bytes_moved, baseline=baseline, make=make))  # fmt: skip
+
+    formats = FULL_FORMATS if settings.mode == "full" else QUICK_FORMATS
+    first = f"{formats[0]}/fpemu-nearest_even"
+    add("reference", "numpy_copy", "NumPy x.copy(): the memory-bandwidth reference", "reference",
+        lambda: x_np.copy, baseline=first)  # fmt: skip
+    add("reference", "xla_times2", "jit x * 2: the cheapest jitted elementwise op", "reference",
+        lambda: _jitted(lambda v: v * 2, x()), baseline=first)  # fmt: skip
+
+    full = settings.mode == "full"
+    modes = ("nearest_even", "toward_zero", "stochastic") if full else ("nearest_even", "stochastic")
+    for fmt in formats:
+        f = fpemu.get_format(fmt)
+        base = f"{fmt}/fpemu-nearest_even"
+        for mode in modes:
+            what = f"jit fpemu.quantize(x, {fmt!r}, rounding={mode!r}"
+            what += ", key=key), the key a jit argument" if mode == "stochastic" else ")"
+            add(fmt, f"fpemu-{mode}", what, "fpemu", lambda fmt=fmt, mode=mode: _quantize_call(fmt, mode, x(), key),
+                baseline=base)  # fmt: skip
+        add(fmt, "reduce_precision",
+            f"jit lax.reduce_precision(x, {f.exponent_bits}, {f.mantissa_bits}) (a speed peer: other rounding rules)",
+            "peer", lambda f=f: _jitted(lambda v: lax.reduce_precision(v, f.exponent_bits, f.mantissa_bits), x()),
+            baseline=base)  # fmt: skip
+        add(fmt, "astype_roundtrip", f"jit x.astype({f.dtype.name}).astype(float32)", "peer",
+            lambda fmt=fmt: _astype_call(fmt, x(), backend), baseline=base)  # fmt: skip
+        add(fmt, "ml_dtypes_roundtrip", f"NumPy x.astype({f.dtype.name}).astype(float32), one thread", "peer",
+            lambda fmt=fmt: _ml_dtypes_call(fmt, x_np), baseline=base)  # fmt: skip
+        if fmt in _GFLOAT_FORMATS and gfloat_version() is not None:
+            add(fmt, "gfloat", f"jit gfloat.round_ndarray(format_info_{_GFLOAT_FORMATS[fmt]}, x)", "peer",
+                lambda fmt=fmt: _gfloat_call(fmt, x()), baseline=base)  # fmt: skip
+        if fmt == "e4m3fn" and (backend == "gpu" or full):
+            interpret = backend != "gpu"
+            count = min(n, settings.interpret_elements) if interpret else n
+            add(fmt, "pallas-kernel-interpret" if interpret else "pallas-kernel",
+                f"jit fpemu.kernels.quantize(x, 'e4m3fn'{', interpret=True' if interpret else ''})"
+                + (f" on the first {count} elements" if count < n else ""),
+                "fpemu", lambda count=count, interpret=interpret: _pallas_call(x()[:count], interpret),
+                baseline=base, elements=count, shape=(count,), bytes_moved=8 * count)  # fmt: skip
+        if fmt == "e2m1fn" or (fmt == "e4m3fn" and full):
+            add(fmt, "fpemu-encode", f"jit fpemu.encode(x, {fmt!r}): uint8 codes", "fpemu",
+                lambda fmt=fmt: _jitted(lambda v: fpemu.encode(v, fmt), x()), baseline=base,
+                bytes_moved=5 * n)  # fmt: skip
+        if fmt == "e2m1fn":
+            add(fmt, "fpemu-encode+pack", f"jit fpemu.pack(fpemu.encode(x, {fmt!r}), {fmt!r}): two codes per byte",
+                "fpemu", lambda fmt=fmt: _jitted(lambda v: fpemu.pack(fpemu.encode(v, fmt), fmt), x()),
+                baseline=base, bytes_moved=4 * n + n // 2)  # fmt: skip
+
+    recipes = FULL_RECIPES if full else QUICK_RECIPES
+    for recipe in recipes:
+        element = fpemu.scaled.get_recipe(recipe).element
+        element_name = element if isinstance(element, str) else element.name
+        add(recipe, "scaled-qdq", f"jit fpemu.scaled.quantize_dequantize(x, {recipe!r}), blocks along x",
+            "fpemu", lambda recipe=recipe: _jitted(lambda v: fpemu.scaled.quantize_dequantize(v, recipe), x()),
+            baseline=f"{element_name}/fpemu-nearest_even")  # fmt: skip
+
+    m = settings.matmul_size
+    operands: dict[str, tuple[jax.Array, jax.Array]] = {}
+
+    def ab() -> tuple[jax.Array, jax.Array]:
+        if "ab" not in operands:
+            rng = np.random.default_rng(SEED)
+            a, b = (jnp.asarray(rng.standard_normal((m, m), dtype=np.float32)).block_until_ready() for _ in "ab")
+            operands["ab"] = (a, b)
+        return operands["ab"]
+
+    def bf16_dot(a, b):
+        return lax.dot_general(a.astype(jnp.bfloat16), b.astype(jnp.bfloat16), (((1,), (0,)), ((), ())),
+                               preferred_element_type=jnp.float32)  # fmt: skip
+
+    matmuls = {
+        "fp32": ("jit jnp.matmul(a, b, precision=HIGHEST), float32", "peer",
+                 lambda a, b: jnp.matmul(a, b, precision=lax.Precision.HIGHEST)),
+        "bf16xbf16-f32": ("jit lax.dot_general on bf16 casts, float32 accumulation", "peer", bf16_dot),
+        "fpemu-e4m3fn": ("jit fpemu.matmul(a, b, lhs='e4m3fn', rhs='e4m3fn'): rounds both operands", "fpemu",
+                         lambda a, b: fpemu.matmul(a, b, lhs="e4m3fn", rhs="e4m3fn")),
+    }  # fmt: skip
+    for row, (what, kind, fn) in matmuls.items():
+        add("matmul", row, what, kind, lambda fn=fn: _jitted(fn, *ab()), baseline=_MATMUL_BASELINE,
+            elements=m**3, shape=(m, m), bytes_moved=3 * 4 * m * m)  # fmt: skip
+    return cases
+
+
+# -- the run ----------------------------------------------------------------------------------------
+
+
+def git_commit() -> str | None:
+    """The short commit of the checkout fpemu is imported from, with ``+dirty`` for local changes."""
+    root = Path(__file__).resolve().parent.parent
+    if not (root / ".git").exists():
+        return None
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
+                              check=True, timeout=10).stdout.strip()  # fmt: skip
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, check=True, timeout=10).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head + ("+dirty" if dirty else "")
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def environment() -> dict[str, Any]:
+    """Device, versions, commit and date: the ``meta`` fields that do not depend on the rows."""
+    import jaxlib
+    import ml_dtypes
+
+    device = jax.devices()[0]
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cpus = os.cpu_count()
+    return {
+        "schema": SCHEMA,
+        "date": _now(),
+        "device": {
+            "platform": device.platform,
+            "device_kind": device.device_kind,
+            "count": jax.device_count(),
+            "cpu": _cpu_model(),
+            "cpus_usable": cpus,
+        },
+        "versions": {
+            "python": platform.python_version(),
+            "jax": jax.__version__,
+            "jaxlib": jaxlib.__version__,
+            "numpy": np.__version__,
+            "ml_dtypes": ml_dtypes.__version__,
+            "fpemu": fpemu.__version__,
+            "gfloat": gfloat_version(),
+        },
+        "git_commit": git_commit(),
+        "env": {var: os.environ.get(var) for var in ("XLA_FLAGS", "GLIBC_TUNABLES", "JAX_PLATFORMS")},
+    }
+
+
+def run(
+    settings: Settings = QUICK,
+    *,
+    progress: Callable[[int, int, str], None] | None = None,
+    cases: Sequence[Case] | None = None,
+) -> BenchResult:
+    """Time every row of `plan` (or ``cases``) and compute the ratios.
+
+    Args:
+      settings: `QUICK` or `FULL`.
+      progress: called as ``progress(done, total, name)`` before each row and once at the end
+        (``name`` empty).
+      cases: the rows to run instead of ``plan(settings)``; the ``reference/numpy_copy`` row and every
+        row named as a baseline must be among them.
+
+    Returns:
+      The rows that ran, in order, and ``meta`` (`environment`, the settings, the skipped rows with
+      their reasons and the wall time of the run).
+    """
+    start, date = time.perf_counter(), _now()
+    cases = list(plan(settings) if cases is None else cases)
+    names = [case.name for case in cases]
+    if "reference/numpy_copy" not in names:
+        raise ValueError("the cases must include reference/numpy_copy, the reference of ratio_to_copy")
+    missing = sorted({case.baseline for case in cases} - set(names))
+    if missing:
+        raise ValueError(f"baseline rows missing from the cases: {', '.join(missing)}")
+    timings: dict[str, tuple[Case, Timing]] = {}
+    skipped: list[dict[str, str]] = []
+    for i, case in enumerate(cases):
+        if progress is not None:
+            progress(i, len(cases), case.name)
+        made = time.perf_counter()
+        try:
+            call = case.make()
+        except Skip as reason:
+            skipped.append({"name": case.name, "reason": str(reason)})
+            continue
+        made = time.perf_counter() - made  # some rows compile in make(), to find out whether they can run
+        timing = timeit(call, warmup=settings.warmup, min_repeats=settings.min_repeats,
+                        max_repeats=settings.max_repeats, max_time=settings.max_time)  # fmt: skip
+        timings[case.name] = (case, dataclasses.replace(timing, first_call_s=made + timing.first_call_s))
+        del call
+    if progress is not None:
+        progress(len(cases), len(cases), "")
+
+    def per_element(name: str) -> float:
+        case, timing = timings[name]
+        return timing.median_s / case.elements
+
+    for name in {"reference/numpy_copy"} | {case.baseline for case, _ in timings.values()}:
+        if name not in timings:
+            raise RuntimeError(f"the reference row {name} was skipped: {[s for s in skipped if s['name'] == name]}")
+    copy = per_element("reference/numpy_copy")
+    rows = []
+    for name, (case, timing) in timings.items():
+        ns = per_element(name)
+        rows.append(BenchRow(
+            name=name, group=case.group, row=case.row, what=case.what, kind=case.kind, elements=case.elements,
+            shape=case.shape, bytes_moved=case.bytes_moved, repeats=timing.repeats,
+            first_call_s=timing.first_call_s, median_s=timing.median_s, min_s=timing.min_s,
+            ns_per_element=ns * 1e9, gb_per_s=case.bytes_moved / timing.median_s / 1e9,
+            ratio_to_copy=ns / copy, baseline=case.baseline, ratio_to_fpemu=ns / per_element(case.baseline),
+        ))  # fmt: skip
+    meta = environment()
+    meta.update(
+        date=date,
+        mode=settings.mode,
+        settings={k: v for k, v in dataclasses.asdict(settings).items() if k != "mode"},
+        skipped=skipped,
+        seconds=round(time.perf_counter() - start, 3),
+    )
+    return BenchResult(meta=meta, rows=tuple(rows))

@@ -1,0 +1,333 @@
+"""The quantized-matmul accuracy benchmark (fpemu._accuracy): bounds, orderings, semantics, errors, table."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import fpemu
+from fpemu import scaled
+from fpemu._accuracy import (
+    DISTRIBUTIONS,
+    MATMUL_RECIPES,
+    MatmulError,
+    markdown_table,
+    matmul_accuracy,
+    matmul_error,
+    matmul_inputs,
+    quantized_matmul,
+    reference_matmul,
+)
+
+N = 64  # every recipe, both distributions, at (64 x 64) @ (64 x 64): about 6 s, mostly compilation
+U32 = 2.0**-24
+
+
+@pytest.fixture(scope="module")
+def errors() -> dict[tuple[str, str], MatmulError]:
+    return {(r.recipe, r.distribution): r for r in matmul_accuracy(sizes=(N,))}
+
+
+# -- sanity bounds from the formats' precision -------------------------------------------------------
+#
+# With A_q = A + E_A and B_q = B + E_B, C_q - C = E_A B + A E_B + E_A E_B. For independent zero-mean
+# random matrices, ||E_A B||_F ≈ ||E_A||_F ||B||_F / sqrt(n) and ||A B||_F ≈ ||A||_F ||B||_F / sqrt(n),
+# so the product's relative error is about sqrt(rel_A**2 + rel_B**2) <= sqrt(2) * u_eff, where u_eff
+# bounds the relative error of one operand element:
+#
+# - a float element of p significant bits rounded to nearest: 2**-p (elements that land in the
+#   subnormal range have larger relative but negligible absolute errors);
+# - the OCP "floor" scale rule maps a block's amax into [2**emax, 2**(emax+1)) and saturates the part
+#   above the element max M, a relative error up to (2**(emax+1) - M) / 2**(emax+1): 1/8 for E4M3
+#   (448 of 512), E5M2 (57344 of 65536) and E3M2 (28 of 32), 1/16 for E2M3 (7.5 of 8), 1/4 for E2M1
+#   (6 of 8);
+# - NVFP4 maps each block amax to 6 up to the E4M3 rounding of the block scale (a saturation of at
+#   most 2**-4), so its E2M1 elements keep 2**-2;
+# - MXINT8 is 8-bit fixed point under the block scale 2**k <= amax: an absolute error of at most
+#   2**-7 * amax, and amax / rms of a block of 32 is at most sqrt(32).
+#
+# The bound is 3 * sqrt(2) * u_eff: a factor 3 over the estimate (the RMS error of round-to-nearest is
+# about u / sqrt(3), well below the per-element maximum u, so the margin covers the sampling spread
+# at n = 64). fp32 has no operand rounding: its error is float32 accumulation, at most
+# gamma_(n+1) |A||B| per element (one rounding per product and per addition), and for random signs
+# || |A||B| ||_F is about sqrt(n) ||A B||_F: rel < (n + 1) * 2**-24 * sqrt(n), with the same factor 3.
+U_EFF = {
+    "bf16": 2.0**-8,
+    "fp16": 2.0**-11,
+    "fp8_e4m3": 2.0**-4,
+    "fp8_e5m2": 2.0**-3,
+    "mxfp8_e4m3": max(2.0**-4, 1 / 8),
+    "mxfp8_e5m2": max(2.0**-3, 1 / 8),
+    "mxfp6_e3m2": max(2.0**-3, 1 / 8),
+    "mxfp6_e2m3": max(2.0**-4, 1 / 16),
+    "mxfp4": max(2.0**-2, 1 / 4),
+    "nvfp4": 2.0**-2,
+    "mxint8": 2.0**-7 * math.sqrt(32),
+}
+
+
+def bound(recipe: str) -> float:
+    if recipe == "fp32":
+        return 3 * (N + 1) * U32 * math.sqrt(N)
+    return 3 * math.sqrt(2) * U_EFF[recipe]
+
+
+def test_every_recipe_has_a_bound():
+    assert set(U_EFF) | {"fp32"} == set(MATMUL_RECIPES)
+
+
+@pytest.mark.parametrize("distribution", DISTRIBUTIONS)
+@pytest.mark.parametrize("recipe", MATMUL_RECIPES)
+def test_error_within_precision_bound(errors, recipe, distribution):
+    e = errors[recipe, distribution]
+    assert (e.recipe, e.distribution, e.size) == (recipe, distribution, N)
+    for value in (e.relative_error, e.max_abs_error, e.qsnr_db):
+        assert isinstance(value, float) and math.isfinite(value)
+    assert 0 < e.relative_error < bound(recipe)
+    assert 0 < e.max_abs_error < 1
+    assert e.qsnr_db == pytest.approx(-20 * math.log10(e.relative_error))
+
+
+# -- orderings that follow from the formats ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("distribution", DISTRIBUTIONS)
+def test_error_ordering(errors, distribution):
+    rel = {r: errors[r, distribution].relative_error for r in MATMUL_RECIPES}
+    # Each step loses at least one significand bit (u doubles or more) at an unchanged range:
+    # fp32 (no operand rounding) < fp16 (11 bits) < bf16 (8) < fp8_e4m3 (4) < fp8_e5m2 (3).
+    assert rel["fp32"] < rel["fp16"] < rel["bf16"] < rel["fp8_e4m3"] < rel["fp8_e5m2"]
+    # Block formats: 8-bit fixed point < 4-bit significands < 3-bit < 2-bit (E2M1).
+    assert rel["mxint8"] < rel["mxfp8_e4m3"] < rel["mxfp8_e5m2"] < rel["mxfp4"]
+    assert rel["mxfp6_e2m3"] < rel["mxfp6_e3m2"] < rel["mxfp4"]
+    assert rel["nvfp4"] > rel["mxfp8_e4m3"]
+
+
+# -- semantics ---------------------------------------------------------------------------------------
+
+
+def test_reference_is_float64():
+    # 1 + 2**-24 is a float32 tie that rounds back to 1, so a sequential float32 sum of
+    # [1, 2**-24, 2**-24] gives 1; the exact sum 1 + 2**-23 is what a float64 reference returns.
+    a = np.array([[1.0, 2.0**-24, 2.0**-24]], np.float32)
+    b = np.ones((3, 1), np.float32)
+    ref = reference_matmul(a, b)
+    assert ref.dtype == np.float64 and ref.tolist() == [[1 + 2.0**-23]]
+    c = fpemu.matmul(a, b, accumulate_every=1)  # float32, one addition at a time
+    assert c.tolist() == [[1.0]]
+    e = MatmulError.from_product(c, ref, recipe="fp32", distribution="gaussian", size=3)
+    assert e.relative_error == e.max_abs_error == 2.0**-23 / (1 + 2.0**-23)
+    assert e.qsnr_db == pytest.approx(20 * math.log10(2.0**23 + 1))
+
+
+def test_matmul_error_uses_the_float64_reference_of_matmul_inputs():
+    a, b = matmul_inputs("gaussian", 32, seed=3)
+    c = quantized_matmul(a, b, "fp32")
+    expected = MatmulError.from_product(c, reference_matmul(a, b), recipe="fp32", distribution="gaussian", size=32)
+    assert matmul_error("fp32", "gaussian", 32, seed=3) == expected
+    assert expected.relative_error > 0  # float32 accumulation is measured, not compared with itself
+
+
+def test_blocks_run_along_the_contraction():
+    # One MXFP4 block of 32 along K holding 1000 and 31 ones: floor(log2(1000)) = 9, scale
+    # 2**(9 - 2) = 128, 1000 / 128 = 7.8 saturates to 6 (768) and 1 / 128 rounds to 0: the sum is 768.
+    # Blocks along the other axis would keep every element in its own block: 768 + 31.
+    row = np.ones((1, 32), np.float32)
+    row[0, 0] = 1000.0
+    assert quantized_matmul(row, np.ones((32, 1), np.float32), "mxfp4").tolist() == [[768.0]]
+    assert quantized_matmul(np.ones((1, 32), np.float32), row.T.copy(), "mxfp4").tolist() == [[768.0]]
+
+
+def test_short_last_block():
+    # K = 40 is not a multiple of 32: the last block has 8 elements (pad=True), here each a lone 1.
+    a = np.ones((1, 40), np.float32)
+    a[0, 0] = 1000.0
+    assert quantized_matmul(a, np.ones((40, 1), np.float32), "mxfp4").tolist() == [[768.0 + 8.0]]
+
+
+def test_small_products():
+    a = np.full((1, 32), 0.3, np.float32)
+    b = np.ones((32, 1), np.float32)
+    assert quantized_matmul(a, b, "bf16").tolist() == [[32 * 0.30078125]]  # 0.3 in bf16
+    assert quantized_matmul(a, b, "fp16").tolist() == [[32 * 1229 / 2**12]]  # 0.3 in fp16: 1228.8 ulps of 2**-12
+    # Per-tensor scaling maps the amax 0.3 to the E4M3 max 448, which is exact: 0.3 comes back
+    # (within the float32 roundings of the scale and its reciprocal).
+    assert quantized_matmul(a, b, "fp8_e4m3").item() == pytest.approx(9.6, rel=4 * U32)
+
+
+@pytest.mark.parametrize("recipe", ["mxfp8_e4m3", "mxint8"])
+def test_mx_dequantized_values_are_bfloat16(recipe):
+    # The premise of the bf16 fast path for power-of-two recipes: rounding the dequantized operand
+    # to bfloat16 changes nothing (checked for a 4-bit significand and for the widest element, MXINT8's
+    # 7 bits; bfloat16 has 8).
+    a, _ = matmul_inputs("heavy_tailed", N)
+    q = np.asarray(scaled.quantize_dequantize(a, recipe, axis=-1))
+    np.testing.assert_array_equal(np.asarray(fpemu.quantize(q, "bf16")), q)
+
+
+def test_nonfinite_products_are_reported_as_infinite():
+    a = np.full((2, 2), 1e5, np.float32)  # beyond float16's max 65504: the fp16 operand is inf
+    b = np.eye(2, dtype=np.float32)
+    c = quantized_matmul(a, b, "fp16")
+    e = MatmulError.from_product(c, reference_matmul(a, b), recipe="fp16", distribution="gaussian", size=2)
+    assert (e.relative_error, e.max_abs_error, e.qsnr_db) == (math.inf, math.inf, -math.inf)
+    nan = np.array([[np.nan, 1.0]], np.float32)
+    e = MatmulError.from_product(nan, np.ones((1, 2)), recipe="fp16", distribution="gaussian", size=2)
+    assert (e.relative_error, e.qsnr_db) == (math.inf, -math.inf)
+
+
+def test_from_product_checks():
+    ok = MatmulError.from_product(np.zeros((2, 2), np.float32), np.zeros((2, 2)), recipe="fp32",
+                                  distribution="gaussian", size=2)  # fmt: skip
+    assert (ok.relative_error, ok.max_abs_error, ok.qsnr_db) == (0.0, 0.0, math.inf)
+    with pytest.raises(ValueError, match="same shape"):
+        MatmulError.from_product(np.zeros((2, 2)), np.zeros((2, 3)), recipe="fp32", distribution="gaussian", size=2)
+    with pytest.raises(TypeError, match="float64"):
+        MatmulError.from_product(np.zeros(2), np.zeros(2, np.float32), recipe="fp32", distribution="gaussian", size=2)
+
+
+def test_inputs():
+    a, b = matmul_inputs("gaussian", N)
+    assert a.shape == b.shape == (N, N) and a.dtype == b.dtype == np.float32
+    assert not np.array_equal(a, b)
+    np.testing.assert_array_equal(matmul_inputs("gaussian", N)[0], a)  # deterministic
+    assert not np.array_equal(matmul_inputs("gaussian", N, seed=1)[0], a)
+    t, _ = matmul_inputs("heavy_tailed", N)
+    # P(|x| > 6) is 2e-9 for a standard normal and about 0.008 for Student's t with 3 degrees of
+    # freedom: about 33 of 4096 draws.
+    assert np.sum(np.abs(a) > 6) == 0
+    assert np.sum(np.abs(t) > 6) > 10
+
+
+def test_matmul_accuracy_order_and_shared_reference():
+    lines: list[str] = []
+    rows = matmul_accuracy(["bf16", "fp32"], "gaussian", (32, 16), progress=lines.append)
+    assert [(r.recipe, r.distribution, r.size) for r in rows] == [
+        ("bf16", "gaussian", 32), ("bf16", "gaussian", 16), ("fp32", "gaussian", 32), ("fp32", "gaussian", 16),
+    ]  # fmt: skip
+    assert sum("reference" in line for line in lines) == 2  # once per (distribution, size)
+    assert len(lines) == 2 + 4
+    assert rows[0] == matmul_error("bf16", "gaussian", 32)
+
+
+# -- errors ------------------------------------------------------------------------------------------
+
+
+def test_unknown_recipe_lists_the_recipes():
+    for call in (
+        lambda: matmul_error("mxfp3", "gaussian", N),
+        lambda: quantized_matmul(np.ones((2, 2), np.float32), np.ones((2, 2), np.float32), "fp64"),
+        lambda: matmul_accuracy(["bf16", "nope"], sizes=(N,)),
+    ):
+        with pytest.raises(ValueError, match="unknown recipe") as info:
+            call()
+        assert all(name in str(info.value) for name in MATMUL_RECIPES)
+
+
+def test_unknown_distribution_lists_the_distributions():
+    for call in (
+        lambda: matmul_error("bf16", "cauchy", N),
+        lambda: matmul_inputs("normal", N),
+        lambda: matmul_accuracy(distributions=["gaussian", "cauchy"], sizes=(N,)),
+    ):
+        with pytest.raises(ValueError, match="unknown distribution.*gaussian, heavy_tailed"):
+            call()
+
+
+@pytest.mark.parametrize("size", [0, -8, 2.5, True, "64"])
+def test_bad_size(size):
+    with pytest.raises(ValueError, match="size must be a positive int"):
+        matmul_error("bf16", "gaussian", size)
+    with pytest.raises(ValueError, match="size must be a positive int"):
+        matmul_accuracy(sizes=(N, size))
+
+
+def test_bad_seed():
+    with pytest.raises(ValueError, match="seed"):
+        matmul_inputs("gaussian", N, seed=-1)
+
+
+def test_validation_before_computation():
+    lines: list[str] = []
+    with pytest.raises(ValueError):
+        matmul_accuracy(["bf16"], ["gaussian"], (N, 0), progress=lines.append)
+    assert lines == []
+
+
+def test_bad_operands():
+    ok = np.ones((4, 4), np.float32)
+    with pytest.raises(TypeError, match="float32"):
+        quantized_matmul(ok.astype(np.float64), ok, "bf16")
+    with pytest.raises(TypeError, match="array"):
+        quantized_matmul([[1.0]], ok, "bf16")
+    with pytest.raises(ValueError, match="2-D"):
+        quantized_matmul(np.ones(4, np.float32), ok, "bf16")
+    with pytest.raises(ValueError, match="contraction"):
+        quantized_matmul(np.ones((4, 3), np.float32), ok, "bf16")
+
+
+# -- the table ---------------------------------------------------------------------------------------
+
+
+def _row(recipe, distribution, size, rel):
+    return MatmulError(recipe=recipe, distribution=distribution, size=size, relative_error=rel,
+                       max_abs_error=2 * rel, qsnr_db=-20 * math.log10(rel) if rel else math.inf)  # fmt: skip
+
+
+def test_markdown_table():
+    rows = [
+        _row("mxfp4", "heavy_tailed", 256, 0.2),
+        _row("fp32", "gaussian", 512, 4e-7),
+        _row("mxfp4", "gaussian", 256, 0.1624),
+        _row("fp32", "gaussian", 256, 2.87e-7),
+        _row("fp16", "heavy_tailed", 256, math.inf),
+    ]
+    assert markdown_table(rows).splitlines() == [
+        "| recipe | gaussian 256 | gaussian 512 | heavy_tailed 256 |",
+        "|---|---:|---:|---:|",
+        "| `fp32` | 2.87e-07 | 4.00e-07 | - |",
+        "| `fp16` | - | - | inf |",
+        "| `mxfp4` | 1.62e-01 | - | 2.00e-01 |",
+    ]
+    assert markdown_table(rows, metric="qsnr_db").splitlines()[2:5] == [
+        "| `fp32` | 130.8 | 128.0 | - |",
+        "| `fp16` | - | - | -inf |",
+        "| `mxfp4` | 15.8 | - | 14.0 |",
+    ]
+    assert "| `fp32` | 5.74e-07 |" in markdown_table(rows, metric="max_abs_error")
+
+
+def test_markdown_table_of_a_run(errors):
+    lines = markdown_table(list(errors.values())).splitlines()
+    assert lines[0] == f"| recipe | gaussian {N} | heavy_tailed {N} |"
+    assert [line.split(" | ")[0] for line in lines[2:]] == [f"| `{r}`" for r in MATMUL_RECIPES]
+
+
+def test_markdown_table_errors():
+    with pytest.raises(ValueError, match="two rows"):
+        markdown_table([_row("fp32", "gaussian", 8, 0.1)] * 2)
+    with pytest.raises(ValueError, match="unknown metric.*relative_error, max_abs_error, qsnr_db"):
+        markdown_table([], metric="snr")
+
+
+# -- the bench script --------------------------------------------------------------------------------
+
+
+def test_bench_script(capsys, tmp_path):
+    path = Path(__file__).resolve().parent.parent / "bench" / "accuracy.py"
+    spec = importlib.util.spec_from_file_location("bench_accuracy", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out_json = tmp_path / "rows.json"
+    args = ["--sizes", "16", "--recipes", "fp32,bf16", "--distributions", "gaussian", "--json", str(out_json)]
+    assert module.main(args) == 0
+    out = capsys.readouterr().out
+    assert "- jax: " in out and "- commit: " in out
+    assert "| recipe | gaussian 16 |" in out and "| `bf16` |" in out
+    payload = json.loads(out_json.read_text())
+    assert [r["recipe"] for r in payload["rows"]] == ["fp32", "bf16"]

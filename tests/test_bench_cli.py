@@ -1,0 +1,259 @@
+"""``fpemu bench``: one quick run (module-scoped), its table, JSON and charts; the timing engine."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import time
+import types
+
+import jax
+import numpy as np
+import pytest
+
+from fpemu import _bench, _plot
+from fpemu._cli import _ProgressBar, main
+from tests.test_cli import table_row
+
+try:
+    import matplotlib.colors
+    import matplotlib.image
+except ImportError:  # the charts are checked only where matplotlib is installed (the `plot` extra)
+    matplotlib = None
+
+# Every row of `fpemu bench --quick` on any backend (gfloat and Pallas rows are added below).
+QUICK_ROWS = [
+    "reference/numpy_copy",
+    "reference/xla_times2",
+    *(
+        f"{fmt}/{row}"
+        for fmt in ("e4m3fn", "e5m2", "bf16", "e2m1fn")
+        for row in ("fpemu-nearest_even", "fpemu-stochastic", "reduce_precision", "astype_roundtrip",
+                    "ml_dtypes_roundtrip")  # fmt: skip
+    ),
+    "e2m1fn/fpemu-encode",
+    "e2m1fn/fpemu-encode+pack",
+    "mxfp8_e4m3/scaled-qdq",
+    "nvfp4/scaled-qdq",
+    "matmul/fp32",
+    "matmul/bf16xbf16-f32",
+    "matmul/fpemu-e4m3fn",
+]
+GFLOAT_ROWS = [f"{fmt}/gfloat" for fmt in ("e4m3fn", "e5m2", "bf16", "e2m1fn")]
+ROW_FIELDS = {
+    "name", "group", "row", "what", "kind", "elements", "shape", "bytes_moved", "repeats", "first_call_s",
+    "median_s", "min_s", "ns_per_element", "gb_per_s", "ratio_to_copy", "baseline", "ratio_to_fpemu",
+}  # fmt: skip
+QUICK_SECONDS = 60  # the issue's limit for the whole quick run, compilation included
+
+
+def _strict_json(path) -> dict:
+    def refuse(constant):
+        raise ValueError(f"non-standard JSON constant {constant}")
+
+    with open(path, encoding="utf-8") as f:
+        return json.load(f, parse_constant=refuse)
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory):
+    """``fpemu bench --quick --json FILE [--plot DIR] --no-progress``, run once in-process."""
+    out = tmp_path_factory.mktemp("bench")
+    argv = ["bench", "--quick", "--json", str(out / "bench.json"), "--no-progress"]
+    if matplotlib is not None:
+        argv += ["--plot", str(out / "plots")]
+    stdout, stderr = io.StringIO(), io.StringIO()
+    start = time.perf_counter()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        status = main(argv)
+    seconds = time.perf_counter() - start
+    return types.SimpleNamespace(
+        status=status, seconds=seconds, out=out, stdout=stdout.getvalue(), stderr=stderr.getvalue(),
+        data=_strict_json(out / "bench.json"),
+    )  # fmt: skip
+
+
+def test_quick_run_succeeds_in_time(quick):
+    assert quick.status == 0
+    assert quick.seconds < QUICK_SECONDS
+    assert quick.stderr == ""  # --no-progress, and no stray XLA or warning output
+
+
+def test_json_has_every_expected_row(quick):
+    data = quick.data
+    assert set(data) == {"meta", "rows"}
+    names = [row["name"] for row in data["rows"]]
+    skipped = {entry["name"]: entry["reason"] for entry in data["meta"]["skipped"]}
+    assert len(names) == len(set(names))
+    expected = list(QUICK_ROWS)
+    if jax.default_backend() == "gpu":
+        expected.append("e4m3fn/pallas-kernel")
+    assert set(expected) <= set(names), f"missing rows: {set(expected) - set(names)}; skipped: {skipped}"
+    optional = set(GFLOAT_ROWS) if _bench.gfloat_version() is not None else set()
+    assert set(names) - set(expected) <= optional
+    for name in optional:  # gfloat, where installed, either ran or says why not
+        assert (name in names) != (name in skipped)
+    if _bench.gfloat_version() is None:
+        assert not skipped
+
+
+def test_json_meta(quick):
+    meta = quick.data["meta"]
+    assert meta["schema"] == _bench.SCHEMA == "fpemu.bench/1"
+    assert meta["mode"] == "quick"
+    assert meta["settings"]["elements"] == 1 << 18 and meta["settings"]["matmul_size"] == 256
+    assert meta["device"]["platform"] == jax.devices()[0].platform
+    assert meta["device"]["device_kind"] == jax.devices()[0].device_kind
+    assert set(meta["versions"]) == {"python", "jax", "jaxlib", "numpy", "ml_dtypes", "fpemu", "gfloat"}
+    assert meta["versions"]["jax"] == jax.__version__
+    assert meta["versions"]["numpy"] == np.__version__
+    assert meta["date"].endswith("+00:00")
+    assert 0 < meta["seconds"] < QUICK_SECONDS
+
+
+def test_json_rows_are_consistent(quick):
+    rows = {row["name"]: row for row in quick.data["rows"]}
+    copy = rows["reference/numpy_copy"]
+    for name, row in rows.items():
+        assert set(row) == ROW_FIELDS, name
+        assert name == f"{row['group']}/{row['row']}"
+        assert row["kind"] in ("fpemu", "peer", "reference")
+        assert row["repeats"] >= 5
+        for key in ("median_s", "min_s", "first_call_s", "ns_per_element", "gb_per_s", "ratio_to_copy",
+                    "ratio_to_fpemu"):  # fmt: skip
+            assert math.isfinite(row[key]) and row[key] > 0, (name, key, row[key])
+        assert row["min_s"] <= row["median_s"]
+        assert row["ns_per_element"] == pytest.approx(row["median_s"] / row["elements"] * 1e9, rel=1e-12)
+        assert row["gb_per_s"] == pytest.approx(row["bytes_moved"] / row["median_s"] / 1e9, rel=1e-12)
+        assert row["ratio_to_copy"] == pytest.approx(row["ns_per_element"] / copy["ns_per_element"], rel=1e-12)
+        if row["elements"] == copy["elements"]:  # every elementwise row: the ratio of median times
+            assert row["ratio_to_copy"] == pytest.approx(row["median_s"] / copy["median_s"], rel=1e-12)
+        baseline = rows[row["baseline"]]
+        assert baseline["kind"] == "fpemu"
+        assert row["ratio_to_fpemu"] == pytest.approx(row["ns_per_element"] / baseline["ns_per_element"], rel=1e-12)
+    assert copy["ratio_to_copy"] == 1.0
+    assert rows["e4m3fn/fpemu-nearest_even"]["ratio_to_fpemu"] == 1.0
+    assert rows["e4m3fn/reduce_precision"]["baseline"] == "e4m3fn/fpemu-nearest_even"
+    assert rows["nvfp4/scaled-qdq"]["baseline"] == "e2m1fn/fpemu-nearest_even"
+    assert rows["matmul/fp32"]["baseline"] == "matmul/fpemu-e4m3fn"
+    assert rows["matmul/fp32"]["elements"] == 256**3 and rows["matmul/fp32"]["shape"] == [256, 256]
+    assert rows["e4m3fn/fpemu-nearest_even"]["bytes_moved"] == 8 << 18
+    assert rows["e2m1fn/fpemu-encode"]["bytes_moved"] == 5 << 18
+
+
+def test_table_shows_every_row_and_the_header(quick):
+    out = quick.stdout
+    header = table_row(out, "group")
+    assert header == ["group", "row", "elements", "ns/element", "GB/s", "x copy", "x fpemu", "baseline"]
+    for row in quick.data["rows"]:
+        cells = dict(zip(header, table_row_for(out, row["group"], row["row"])))
+        assert float(cells["ns/element"]) == pytest.approx(row["ns_per_element"], rel=6e-3)
+        assert float(cells["x copy"]) == pytest.approx(row["ratio_to_copy"], rel=6e-3)
+        assert float(cells["x fpemu"]) == pytest.approx(row["ratio_to_fpemu"], rel=6e-3)
+    device = jax.devices()[0]
+    assert table_row(out, "device")[1].startswith(f"{device.device_kind} ({device.platform}")
+    versions = table_row(out, "versions")[1]
+    for lib in ("python", "jax", "jaxlib", "numpy", "ml_dtypes", "fpemu", "gfloat"):
+        assert f"{lib} " in versions
+    assert table_row(out, "commit") and table_row(out, "date")
+    assert "Bench done in" in out
+    assert f"wrote {quick.out / 'bench.json'}" in out
+
+
+def table_row_for(output: str, group: str, row: str) -> list[str]:
+    for line in output.splitlines():
+        cells = line.split()
+        if cells[:2] == [group, row]:
+            return cells
+    raise AssertionError(f"no row {group} {row} in:\n{output}")
+
+
+def assert_png_has_content(path, *, min_height=200, min_width=300, colors=(), min_share=0.002) -> np.ndarray:
+    """Open a PNG and check its size, that it is not blank, and that each colour of ``colors`` covers
+    at least ``min_share`` of its pixels (bars, lines: what was drawn, not just the axes)."""
+    image = matplotlib.image.imread(path)
+    assert image.ndim == 3 and image.shape[0] >= min_height and image.shape[1] >= min_width, image.shape
+    rgb = image[..., :3]
+    assert rgb.var() > 0.001, "blank image"
+    for color in colors:
+        target = np.array(matplotlib.colors.to_rgb(color))
+        share = np.mean(np.all(np.abs(rgb - target) < 0.02, axis=-1))
+        assert share > min_share, f"colour {color} covers only {share:.4%} of {path}"
+    return image
+
+
+@pytest.mark.skipif(matplotlib is None, reason="matplotlib is not installed")
+def test_charts_render(quick):
+    written = [line.removeprefix("wrote ") for line in quick.stdout.splitlines() if line.endswith(".png")]
+    assert sorted(written) == sorted(str(quick.out / "plots" / n) for n in ("bench.png", "bench_ratio_to_fpemu.png"))
+    rows = len(quick.data["rows"])
+    for path in written:  # fpemu rows in C0, peers in C1, the references in C7
+        assert_png_has_content(path, min_height=20 * rows, min_width=800, colors=("C0", "C1", "C7"))
+
+
+# -- without matplotlib, the progress bar, errors -----------------------------------------------------
+
+
+def test_plot_without_matplotlib_fails_before_timing(monkeypatch, tmp_path, capsys):
+    def missing():
+        raise _plot.MissingMatplotlibError(f"no matplotlib; install it with: {_plot.INSTALL_HINT}")
+
+    monkeypatch.setattr(_plot, "require_matplotlib", missing)
+    monkeypatch.setattr(_bench, "run", lambda *a, **k: pytest.fail("the bench ran without matplotlib"))
+    assert main(["bench", "--quick", "--plot", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "pip install 'fpemu[plot]'" in err and err.startswith("fpemu bench: error: --plot:")
+
+
+@pytest.mark.parametrize("argv", [["bench", "--bogus"], ["bench", "--json"], ["bench", "quick"]])
+def test_usage_errors_exit_2(capsys, argv):
+    with pytest.raises(SystemExit) as exc_info:
+        main(argv)
+    assert exc_info.value.code == 2
+    assert capsys.readouterr().err
+
+
+def test_progress_bar():
+    stream = io.StringIO()
+    bar = _ProgressBar(stream, width=10)
+    bar(0, 4, "e4m3fn/fpemu-nearest_even")
+    bar(2, 4, "bf16/reduce_precision")
+    bar(4, 4, "")
+    text = stream.getvalue()
+    assert "\r[..........] 0/4" in text and "e4m3fn/fpemu-nearest_even" in text
+    assert "\r[#####.....] 2/4" in text and "bf16/reduce_precision" in text
+    assert text.endswith("\r")  # the finished bar is erased
+    assert "\n" not in text
+
+
+def test_timeit_excludes_warmup_and_reports_medians():
+    calls = []
+
+    def fn():
+        calls.append(None)
+        if len(calls) == 1:
+            time.sleep(0.05)  # a "compiling" first call
+        return jax.numpy.zeros(4)
+
+    timing = _bench.timeit(fn, warmup=2, min_repeats=5, max_repeats=7, max_time=0.0)
+    assert timing.repeats == 5 and len(calls) == 7
+    assert timing.first_call_s >= 0.05 > timing.median_s >= timing.min_s > 0
+    with pytest.raises(ValueError, match="min_repeats"):
+        _bench.timeit(fn, min_repeats=3, max_repeats=2)
+
+
+def test_run_needs_the_copy_row():
+    cases = [case for case in _bench.plan(_bench.QUICK, x_np=np.zeros(1 << 18, np.float32))
+             if case.name != "reference/numpy_copy"]  # fmt: skip
+    with pytest.raises(ValueError, match="reference/numpy_copy"):
+        _bench.run(_bench.QUICK, cases=cases)
+
+
+def test_make_input_spans_the_float32_range():
+    x = _bench.make_input(1 << 12)
+    assert x.dtype == np.float32 and np.isfinite(x).all()
+    magnitudes = np.abs(x[::16][x[::16] != 0])
+    assert magnitudes.min() < 2.0**-100 and magnitudes.max() > 2.0**100
+    np.testing.assert_array_equal(x, _bench.make_input(1 << 12))  # deterministic
