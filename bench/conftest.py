@@ -179,14 +179,32 @@ def summary_lines(times: dict[tuple[str, str], dict[str, float]]) -> list[str]:
     return lines
 
 
+_SUMMARIES = pytest.StashKey[dict]()
+
+
+@pytest.fixture
+def print_summary(request):
+    """``print_summary(title, lines)``: after pytest-benchmark's tables, print ``lines()`` under
+    ``title`` (a module's own summary; registered once per title, skipped when it returns nothing)."""
+
+    def register(title: str, lines) -> None:
+        request.config.stash.setdefault(_SUMMARIES, {}).setdefault(title, lines)
+
+    return register
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_terminal_summary(terminalreporter, config):
-    times = config.stash.get(_TIMES, {})
-    if not times:
-        return
-    terminalreporter.write_sep("-", "fpemu speed summary")
-    for line in summary_lines(times):
-        terminalreporter.write_line(line)
+    summaries = {}
+    if config.stash.get(_TIMES, {}):
+        summaries["fpemu speed summary"] = lambda: summary_lines(config.stash[_TIMES])
+    summaries.update(config.stash.get(_SUMMARIES, {}))
+    for title, lines in summaries.items():
+        text = lines()
+        if text:
+            terminalreporter.write_sep("-", title)
+            for line in text:
+                terminalreporter.write_line(line)
 
 
 @pytest.fixture

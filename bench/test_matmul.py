@@ -35,6 +35,11 @@ def _bf16_peer(a, b):  # the hardware's bf16 x bf16 -> f32 product, no rounding 
                            preferred_element_type=jnp.float32)  # fmt: skip
 
 
+def _native_fp8(a, b):  # the backend's own FP8 dot on float8_e4m3fn casts (XLA:CPU upcasts; Hopper has FP8 MMA)
+    return lax.dot_general(a.astype(jnp.float8_e4m3fn), b.astype(jnp.float8_e4m3fn), (((1,), (0,)), ((), ())),
+                           preferred_element_type=jnp.float32)  # fmt: skip
+
+
 def _quantize_then_fp32(a, b):  # what the fast path saves: the same rounding, then a float32 dot
     return jnp.matmul(fpemu.quantize(a, "e4m3fn"), fpemu.quantize(b, "e4m3fn"), precision=HIGHEST)
 
@@ -50,6 +55,9 @@ GROUPS = {
         {
             "fp32 matmul": (_fp32, "jnp.matmul(a, b), float32, Precision.HIGHEST", None),
             "bf16 x bf16 -> f32": (_bf16_peer, "lax.dot_general on bf16 casts, f32 accumulation (peer)", None),
+            "native fp8 e4m3fn -> f32": (
+                _native_fp8, "lax.dot_general on float8_e4m3fn casts, f32 accumulation (peer)", ("e4m3fn", "e4m3fn"),
+            ),
             "fpemu e4m3fn": (
                 _fpemu(lhs="e4m3fn", rhs="e4m3fn"), "fpemu.matmul(lhs=rhs='e4m3fn'): fast path", ("e4m3fn", "e4m3fn"),
             ),
@@ -163,19 +171,6 @@ def summary_lines(times: dict[tuple[str, str], dict[str, float]]) -> list[str]:
     return lines
 
 
-class _SummaryPlugin:
-    """Prints the summary after pytest-benchmark's tables (a test module cannot define hooks itself)."""
-
-    @pytest.hookimpl(trylast=True)
-    def pytest_terminal_summary(self, terminalreporter):
-        if _TIMES:
-            terminalreporter.write_sep("-", "fpemu matmul speed summary")
-            for line in summary_lines(_TIMES):
-                terminalreporter.write_line(line)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _summary_plugin(request):
-    name = "fpemu-matmul-bench-summary"
-    if not request.config.pluginmanager.has_plugin(name):
-        request.config.pluginmanager.register(_SummaryPlugin(), name)
+@pytest.fixture(autouse=True)
+def _summary(print_summary):
+    print_summary("fpemu matmul speed summary", lambda: summary_lines(_TIMES) if _TIMES else [])

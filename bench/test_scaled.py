@@ -157,19 +157,6 @@ def summary_lines(times: dict[tuple[str, str], dict[str, float]], n: int = 1 << 
     return lines
 
 
-class _SummaryPlugin:
-    """Prints the summary after pytest-benchmark's tables (a test module cannot define hooks itself)."""
-
-    @pytest.hookimpl(trylast=True)
-    def pytest_terminal_summary(self, terminalreporter):
-        if _TIMES:
-            terminalreporter.write_sep("-", "fpemu scaled speed summary")
-            for line in summary_lines(_TIMES):
-                terminalreporter.write_line(line)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _summary_plugin(request):
-    name = "fpemu-scaled-bench-summary"
-    if not request.config.pluginmanager.has_plugin(name):
-        request.config.pluginmanager.register(_SummaryPlugin(), name)
+@pytest.fixture(autouse=True)
+def _summary(print_summary):
+    print_summary("fpemu scaled speed summary", lambda: summary_lines(_TIMES) if _TIMES else [])
