@@ -25,7 +25,8 @@ BACKENDS: tuple[str, ...] = ("auto", "xla", "pallas")
 _PALLAS_PLATFORMS = ("gpu", "tpu")
 
 # What backend="auto" runs on each platform, from measurements (bench/RESULTS.md, "Backends"):
-# - cpu: Pallas only interprets there, orders of magnitude slower than the XLA path.
+# - cpu: Pallas only interprets there (the kernel body becomes XLA ops in a loop over blocks),
+#   measured 2-8x slower than the XLA path, never faster.
 # - gpu, tpu: the kernel has not yet been timed against the XLA path on real hardware; until it
 #   has, auto keeps the XLA path, which also lets XLA fuse the rounding into neighbouring ops.
 _AUTO_BACKEND = {"cpu": "xla", "gpu": "xla", "tpu": "xla"}

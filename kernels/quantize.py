@@ -6,8 +6,10 @@ the flattened input. Stochastic rounding draws its bits from the same counter-ba
 the block size. Ragged tails are padded to a whole block and sliced off.
 
 Status: tested in Pallas interpret mode on CPU (every format, mode, saturate and subnormal option
-on the exhaustive 16-bit input sets). The compiled GPU path has not yet run on a GPU. Until it has
-been tested and measured there, `fpemu.quantize(backend="auto")` uses the XLA path everywhere.
+on the exhaustive 16-bit input sets). The kernel asks for the Triton backend (`TritonCompilerParams`)
+and loads the seeds as scalars, which Triton lowers; the compiled GPU path has not yet run on a GPU.
+Until it has been tested and measured there, `fpemu.quantize(backend="auto")` uses the XLA path
+everywhere; ``backend="pallas"`` runs this kernel.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from jax import lax
 from fpemu import _convert, _random
 from fpemu._modes import Rounding
 from fpemu._quantize import RoundingSpec, check_fits, input_format, round_bits, rounding_spec
-from fpemu.kernels._pallas import BlockSpec, pallas_call, program_id
+from fpemu.kernels._pallas import BlockSpec, TritonCompilerParams, pallas_call, program_id
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -49,7 +51,7 @@ def _quantize_kernel(seeds_ref, x_ref, out_ref, *, spec: RoundingSpec, block: in
     random = None
     if spec.rounding == "stochastic":
         index = lax.iota(jnp.uint32, block) + (program_id(0) * block).astype(jnp.uint32)
-        random = _random.hash_index(seeds_ref[...], index)
+        random = _random.hash_index((seeds_ref[0], seeds_ref[1]), index)  # scalar loads: Triton-friendly
     out = _convert.round_narrow(
         bits,
         src=src,
@@ -77,6 +79,7 @@ def _quantize_pallas(x, seeds, *, spec: RoundingSpec, block_sizes: BlockSizes, i
         grid=(padded // block,),
         in_specs=[BlockSpec((2,), lambda i: (0,)), BlockSpec((block,), lambda i: (i,))],
         out_specs=BlockSpec((block,), lambda i: (i,)),
+        compiler_params=TritonCompilerParams(),  # Triton, not jax 0.10.2's default Mosaic GPU
         interpret=interpret,
     )(seeds, flat)
     return out[:n].reshape(x.shape)
