@@ -40,6 +40,12 @@ def _native_fp8(a, b):  # the backend's own FP8 dot on float8_e4m3fn casts (XLA:
                            preferred_element_type=jnp.float32)  # fmt: skip
 
 
+def _pallas_kernel(a, b):  # GPU only: on CPU, interpret mode would time the interpreter
+    from fpemu.kernels import quantized_matmul
+
+    return quantized_matmul(a, b, lhs="e4m3fn", rhs="e4m3fn")
+
+
 def _quantize_then_fp32(a, b):  # what the fast path saves: the same rounding, then a float32 dot
     return jnp.matmul(fpemu.quantize(a, "e4m3fn"), fpemu.quantize(b, "e4m3fn"), precision=HIGHEST)
 
@@ -60,6 +66,9 @@ GROUPS = {
             ),
             "fpemu e4m3fn": (
                 _fpemu(lhs="e4m3fn", rhs="e4m3fn"), "fpemu.matmul(lhs=rhs='e4m3fn'): fast path", ("e4m3fn", "e4m3fn"),
+            ),
+            "pallas kernel e4m3fn": (
+                _pallas_kernel, "fpemu.kernels.quantized_matmul(lhs=rhs='e4m3fn') (GPU only)", ("e4m3fn", "e4m3fn"),
             ),
             "fpemu e4m3fn x e5m2, out bf16": (
                 _fpemu(lhs="e4m3fn", rhs="e5m2", out="bf16"), "fast path, output rounded to bf16", None,
@@ -125,6 +134,8 @@ def _check(y: np.ndarray, a: jax.Array, b: jax.Array, formats: tuple[str, str]) 
 @pytest.mark.parametrize(("group", "row"), CASES, ids=[f"{g}-{r}" for g, r in CASES])
 def test_matmul_speed(benchmark, operands, group, row):
     fn, description, check = GROUPS[group][1][row]
+    if row.startswith("pallas") and jax.default_backend() != "gpu":
+        pytest.skip("the compiled Pallas kernel needs a GPU (interpret mode would time the interpreter)")
     benchmark.group = f"matmul {group}"
     benchmark.extra_info["row"] = description
     a, b = operands[group]

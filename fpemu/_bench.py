@@ -298,6 +298,26 @@ def _pallas_call(x: jax.Array, interpret: bool) -> Callable[[], Any]:
     return _jitted(lambda v: kernel_quantize(v, "e4m3fn", interpret=interpret), x)
 
 
+def _native_fp8_dot(a: jax.Array, b: jax.Array) -> jax.Array:
+    f8 = jnp.float8_e4m3fn
+    return lax.dot_general(a.astype(f8), b.astype(f8), (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+
+
+def _checked(call: Callable[[], Any], what: str) -> Callable[[], Any]:
+    """``call`` if it compiles and runs here, else `Skip` with the reason."""
+    try:
+        jax.block_until_ready(call())
+    except Exception as error:  # noqa: BLE001 - a peer the backend cannot compile skips its row
+        raise Skip(f"{what} does not run on {jax.default_backend()}: {type(error).__name__}: {error}"[:300]) from None
+    return call
+
+
+def _kernel_matmul_call(a: jax.Array, b: jax.Array) -> Callable[[], Any]:
+    from fpemu.kernels import quantized_matmul
+
+    return _checked(_jitted(lambda u, v: quantized_matmul(u, v, lhs="e4m3fn", rhs="e4m3fn"), a, b), "the Pallas matmul")
+
+
 def plan(settings: Settings, *, x_np: np.ndarray | None = None, backend: str | None = None) -> list[Case]:
     """The rows of a run, in the order they run.
 
@@ -404,6 +424,13 @@ def plan(settings: Settings, *, x_np: np.ndarray | None = None, backend: str | N
     for row, (what, kind, fn) in matmuls.items():
         add("matmul", row, what, kind, lambda fn=fn: _jitted(fn, *ab()), baseline=_MATMUL_BASELINE,
             elements=m**3, shape=(m, m), bytes_moved=3 * 4 * m * m)  # fmt: skip
+    add("matmul", "native-fp8xfp8-f32", "jit lax.dot_general on float8_e4m3fn casts, float32 accumulation (where "
+        "the backend compiles it)", "peer", lambda: _checked(_jitted(_native_fp8_dot, *ab()), "the native FP8 dot"),
+        baseline=_MATMUL_BASELINE, elements=m**3, shape=(m, m), bytes_moved=3 * 4 * m * m)  # fmt: skip
+    if backend == "gpu":  # interpret mode on CPU would time the interpreter, not the kernel
+        add("matmul", "pallas-kernel-e4m3fn", "jit fpemu.kernels.quantized_matmul(a, b, lhs='e4m3fn', rhs='e4m3fn')",
+            "fpemu", lambda: _kernel_matmul_call(*ab()), baseline=_MATMUL_BASELINE, elements=m**3, shape=(m, m),
+            bytes_moved=3 * 4 * m * m)  # fmt: skip
     return cases
 
 

@@ -40,6 +40,7 @@ QUICK_ROWS = [
     "matmul/fp32",
     "matmul/bf16xbf16-f32",
     "matmul/fpemu-e4m3fn",
+    "matmul/native-fp8xfp8-f32",
 ]
 GFLOAT_ROWS = [f"{fmt}/gfloat" for fmt in ("e4m3fn", "e5m2", "bf16", "e2m1fn")]
 ROW_FIELDS = {
@@ -89,7 +90,7 @@ def test_json_has_every_expected_row(quick):
     assert len(names) == len(set(names))
     expected = list(QUICK_ROWS)
     if jax.default_backend() == "gpu":
-        expected.append("e4m3fn/pallas-kernel")
+        expected += ["e4m3fn/pallas-kernel", "matmul/pallas-kernel-e4m3fn"]
     assert set(expected) <= set(names), f"missing rows: {set(expected) - set(names)}; skipped: {skipped}"
     optional = set(GFLOAT_ROWS) if _bench.gfloat_version() is not None else set()
     assert set(names) - set(expected) <= optional
