@@ -260,10 +260,10 @@ def _gfloat_call(fmt: str, x: jax.Array) -> Callable[[], Any]:
         try:
             jax.block_until_ready(call())
         except Exception as error:  # noqa: BLE001 - any failure of the optional peer skips its row
-            errors.append(f"{type(error).__name__}: {error}")
+            errors.append(f"{type(error).__name__}: {(str(error).splitlines() or [''])[0]}")
             continue
         return call
-    raise Skip(f"gfloat.round_ndarray does not run under jax.jit here: {errors[-1]}"[:300])
+    raise Skip(f"gfloat.round_ndarray does not run under jax.jit here: {' / '.join(errors)}"[:400])
 
 
 def _astype_call(fmt: str, x: jax.Array, backend: str) -> Callable[[], Any]:
@@ -308,7 +308,7 @@ def _checked(call: Callable[[], Any], what: str) -> Callable[[], Any]:
     try:
         jax.block_until_ready(call())
     except Exception as error:  # noqa: BLE001 - a peer the backend cannot compile skips its row
-        raise Skip(f"{what} does not run on {jax.default_backend()}: {type(error).__name__}: {error}"[:300]) from None
+        raise Skip(f"{what} does not run on {jax.default_backend()}: {type(error).__name__}: {(str(error).splitlines() or [''])[0]}"[:300]) from None
     return call
 
 
