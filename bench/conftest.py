@@ -9,21 +9,16 @@ minimums) and one verdict line per performance target.
 from __future__ import annotations
 
 import math
-import os
-import platform
-import subprocess
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
-import jaxlib
-import ml_dtypes
 import numpy as np
 import pytest
 
+from fpemu import _bench
+from fpemu._bench import machine_line
+
 N = 1 << 24  # elements per benchmark (64 MiB of float32)
-SEED = 20261121
-SPREAD_EVERY = 16  # every 16th element is a random finite float32 bit pattern (the whole range)
 
 _DEFAULT_COLUMNS = ["median", "iqr", "min", "max", "rounds"]
 _TIMES = pytest.StashKey[dict]()
@@ -31,12 +26,7 @@ _TIMES = pytest.StashKey[dict]()
 
 def make_input() -> np.ndarray:
     """2**24 float32 values: standard normal * 100, every 16th a random finite float32 (any exponent)."""
-    rng = np.random.default_rng(SEED)
-    x = rng.standard_normal(N, dtype=np.float32) * np.float32(100)
-    bits = rng.integers(0, 1 << 32, size=N // SPREAD_EVERY, dtype=np.uint64).astype(np.uint32)
-    nonfinite = (bits & np.uint32(0x7F800000)) == np.uint32(0x7F800000)
-    bits = np.where(nonfinite, bits & ~np.uint32(1 << 30), bits)  # exponent field 0xff -> 0x7f: finite
-    x[::SPREAD_EVERY] = bits.view(np.float32)
+    x = _bench.make_input(N)
     assert np.isfinite(x).all()
     return x
 
@@ -78,26 +68,6 @@ def pytest_configure(config):
         config.option.benchmark_columns = _DEFAULT_COLUMNS
 
 
-def _git_commit() -> str:
-    root = Path(__file__).resolve().parent.parent
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True, check=True)
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return head.stdout.strip() + (" (with uncommitted changes)" if dirty.stdout.strip() else "")
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def _ratio(num: float | None, den: float | None) -> str:
     return "n/a" if num is None or den is None else f"{num / den:.2f}"
 
@@ -135,10 +105,7 @@ def summary_lines(times: dict[tuple[str, str], dict[str, float]]) -> list[str]:
     rows = list(dict.fromkeys(r for _, r in times))
     lines = [
         f"{N} float32 elements; cell = median ns/element (ratio to the NumPy copy of the same group)",
-        f"machine: {_cpu_model()}, {len(os.sched_getaffinity(0))} CPUs usable, JAX backend {jax.default_backend()}; "
-        f"jax {jax.__version__}, jaxlib {jaxlib.__version__}, ml_dtypes {ml_dtypes.__version__}, "
-        f"numpy {np.__version__}; commit {_git_commit()}; "
-        + "; ".join(f"{var}={os.environ.get(var, '(unset)')}" for var in ("GLIBC_TUNABLES", "XLA_FLAGS")),
+        machine_line(),
         "",
         "| row | " + " | ".join(formats) + " |",
         "|---|" + "---:|" * len(formats),

@@ -34,7 +34,6 @@ from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 import fpemu
 import fpemu.kernels

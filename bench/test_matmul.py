@@ -10,17 +10,15 @@ from conftest.py's quantize summary, which is about ns/element of 2**24-element 
 
 from __future__ import annotations
 
-import os
-import platform
 
 import jax
 import jax.numpy as jnp
-import jaxlib
 import numpy as np
 import pytest
 from jax import lax
 
 import fpemu
+from fpemu._bench import machine_line
 
 HIGHEST = lax.Precision.HIGHEST
 CHECK_ROWS = 4
@@ -153,16 +151,8 @@ def test_matmul_speed(benchmark, operands, group, row):
 
 
 def summary_lines(times: dict[tuple[str, str], dict[str, float]]) -> list[str]:
-    cpu = "unknown"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
-    except OSError:
-        cpu = platform.processor() or platform.machine()
     lines = [
-        f"machine: {cpu}, {len(os.sched_getaffinity(0))} CPUs usable, JAX backend {jax.default_backend()}; "
-        f"jax {jax.__version__}, jaxlib {jaxlib.__version__}, numpy {np.__version__}; "
-        f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '(unset)')}",
+        machine_line(),
         "",
         "| group | row | median ms | min ms | median / fp32 | min / fp32 |",
         "|---|---|---:|---:|---:|---:|",

@@ -14,21 +14,16 @@ and the verdict on the issue's target: MX quantize + dequantize within 2x of pla
 
 from __future__ import annotations
 
-import os
-import platform
-import subprocess
 import time
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
-import jaxlib
-import ml_dtypes
 import numpy as np
 import pytest
 
 import fpemu
 from fpemu import scaled
+from fpemu._bench import machine_line
 from fpemu.scaled import reference
 
 CHECK = 1 << 16  # elements checked after timing (whole blocks)
@@ -110,30 +105,9 @@ def test_scaled_speed(benchmark, rounds_for, x, x_np, group, row):
     _check(group, row, x_np, x, out)
 
 
-def _git_commit() -> str:
-    root = Path(__file__).resolve().parent.parent
-    try:
-        def git(*args):
-            return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout
-
-        head, dirty = git("rev-parse", "--short", "HEAD"), git("status", "--porcelain")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return head.strip() + (" (with uncommitted changes)" if dirty.strip() else "")
-
-
 def summary_lines(times: dict[tuple[str, str], dict[str, float]], n: int = 1 << 24) -> list[str]:
-    cpu = "unknown"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
-    except OSError:
-        cpu = platform.processor() or platform.machine()
     lines = [
-        f"{n} float32 elements; machine: {cpu}, {len(os.sched_getaffinity(0))} CPUs usable, JAX backend "
-        f"{jax.default_backend()}; jax {jax.__version__}, jaxlib {jaxlib.__version__}, "
-        f"ml_dtypes {ml_dtypes.__version__}, numpy {np.__version__}; commit {_git_commit()}; "
-        + "; ".join(f"{var}={os.environ.get(var, '(unset)')}" for var in ("GLIBC_TUNABLES", "XLA_FLAGS")),
+        f"{n} float32 elements; {machine_line()}",
         "",
         "| recipe | row | median ns/element | min ns/element | median / plain | min / plain |",
         "|---|---|---:|---:|---:|---:|",

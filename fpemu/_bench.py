@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import importlib.metadata
 import os
 import platform
 import statistics
@@ -241,7 +242,10 @@ def gfloat_version() -> str | None:
         import gfloat
     except ImportError:
         return None
-    return getattr(gfloat, "__version__", "unknown")
+    try:
+        return importlib.metadata.version("gfloat")
+    except importlib.metadata.PackageNotFoundError:  # importable but not installed (a source checkout)
+        return getattr(gfloat, "__version__", "unknown")
 
 
 def _gfloat_call(fmt: str, x: jax.Array) -> Callable[[], Any]:
@@ -498,6 +502,18 @@ def environment() -> dict[str, Any]:
         "git_commit": git_commit(),
         "env": {var: os.environ.get(var) for var in ("XLA_FLAGS", "GLIBC_TUNABLES", "JAX_PLATFORMS")},
     }
+
+
+def machine_line() -> str:
+    """`environment` as one line, for the summaries of the ``bench/`` suite."""
+    env = environment()
+    device, versions = env["device"], env["versions"]
+    libraries = ", ".join(f"{lib} {version}" for lib, version in versions.items() if version is not None)
+    variables = "; ".join(f"{var}={value if value is not None else '(unset)'}" for var, value in env["env"].items())
+    return (
+        f"machine: {device['cpu']}, {device['cpus_usable']} CPUs usable, JAX backend {device['platform']} "
+        f"({device['device_kind']}); {libraries}; commit {env['git_commit'] or 'unknown'}; {variables}"
+    )
 
 
 def run(

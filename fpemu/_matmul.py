@@ -695,6 +695,22 @@ def _emulated(a, b, lhs_scale, rhs_scale, key, cfg: _Config, geometry):
 _emulated_jit = jax.jit(_emulated, static_argnames=("cfg", "geometry"))
 
 
+def device_operands(a, b, lhs_scale, rhs_scale, key, cfg: _Config) -> list:
+    """``a`` and ``b`` as W arrays. A host float64 operand (x64 disabled) with a format and no scale
+    is rounded here, once from its float64 value, as `quantize` does (the later rounding of the
+    float32 result is then the identity)."""
+    work = np.dtype(cfg.work)
+    keys = jax.random.split(key, 4) if key is not None and cfg.operands_stochastic else (None,) * 4
+    operands = []
+    for x, fmt, scale, k in ((a, cfg.lhs, lhs_scale, keys[_KEY_LHS]), (b, cfg.rhs, rhs_scale, keys[_KEY_RHS])):
+        if isinstance(x, np.ndarray):  # host float64 with x64 disabled
+            if fmt is not None and scale is None:
+                x = quantize(x, fmt, rounding=cfg.rounding, saturate=cfg.saturate, key=k)
+            x = jnp.asarray(x, work)
+        operands.append(x)
+    return operands
+
+
 def _run(a, b, geometry_fn, options: dict) -> jax.Array:
     a, a_fmt = _operand(a, "a")
     b, b_fmt = _operand(b, "b")
@@ -704,14 +720,7 @@ def _run(a, b, geometry_fn, options: dict) -> jax.Array:
     work = np.dtype(cfg.work)
     lhs_scale = _scale_arg(options["lhs_scale"], "lhs_scale", work)
     rhs_scale = _scale_arg(options["rhs_scale"], "rhs_scale", work)
-    keys = jax.random.split(key, 4) if key is not None and cfg.operands_stochastic else (None,) * 4
-    operands = []
-    for x, fmt, scale, k in ((a, cfg.lhs, lhs_scale, keys[_KEY_LHS]), (b, cfg.rhs, rhs_scale, keys[_KEY_RHS])):
-        if isinstance(x, np.ndarray):  # host float64 with x64 disabled
-            if fmt is not None and scale is None:  # round once from the float64 value (the result is float32)
-                x = quantize(x, fmt, rounding=cfg.rounding, saturate=cfg.saturate, key=k)
-            x = jnp.asarray(x, work)
-        operands.append(x)
+    operands = device_operands(a, b, lhs_scale, rhs_scale, key, cfg)
     return _emulated_jit(*operands, lhs_scale, rhs_scale, key, cfg=cfg, geometry=geometry)
 
 

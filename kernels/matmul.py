@@ -51,10 +51,10 @@ from fpemu._matmul import (
     _operand,
     _positive_zero,
     _scale_arg,
+    device_operands,
     matmul,
 )
 from fpemu._modes import Rounding
-from fpemu._quantize import quantize
 from fpemu._registry import get_format
 from fpemu.kernels._pallas import BlockSpec, TritonCompilerParams, ds, pallas_call, program_id
 
@@ -430,14 +430,7 @@ def quantized_matmul(
             f"block_sizes: block_m={block_sizes.block_m} and block_n={block_sizes.block_n} must be at least "
             f"{_MIN_DOT} on a GPU (Triton's smallest dot)"
         )
-    keys = jax.random.split(key, 4) if key is not None and cfg.operands_stochastic else (None,) * 4
-    operands = []
-    for x, fmt, scale, stream in ((a, cfg.lhs, lhs_scale, keys[_KEY_LHS]), (b, cfg.rhs, rhs_scale, keys[_KEY_RHS])):
-        if isinstance(x, np.ndarray):  # host float64 with x64 disabled: as fpemu.matmul does
-            if fmt is not None and scale is None:  # round once from the float64 value (idempotent in the kernel)
-                x = quantize(x, fmt, rounding=cfg.rounding, saturate=cfg.saturate, key=stream)
-            x = jnp.asarray(x, jnp.float32)
-        operands.append(x)
+    operands = device_operands(a, b, lhs_scale, rhs_scale, key, cfg)  # host float64 rounded once, as fpemu.matmul
     return _quantized_matmul_pallas(
         *operands, lhs_scale, rhs_scale, key, cfg=cfg, block_sizes=block_sizes, interpret=bool(interpret)
     )
