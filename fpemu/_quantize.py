@@ -21,14 +21,16 @@ _INPUT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 Backend = Literal["auto", "xla", "pallas"]
 BACKENDS: tuple[str, ...] = ("auto", "xla", "pallas")
 
-# The platforms where compiled Pallas kernels run (elsewhere only Pallas' interpret mode does).
-_PALLAS_PLATFORMS = ("gpu", "tpu")
+# The platforms the Pallas kernels are compiled for: GPUs (they are written for Triton). Elsewhere
+# only Pallas' interpret mode runs them.
+_PALLAS_PLATFORMS = ("gpu",)
 
 # What backend="auto" runs on each platform, from measurements (bench/RESULTS.md, "Backends"):
 # - cpu: Pallas only interprets there (the kernel body becomes XLA ops in a loop over blocks),
 #   measured 2-8x slower than the XLA path, never faster.
-# - gpu, tpu: the kernel has not yet been timed against the XLA path on real hardware; until it
-#   has, auto keeps the XLA path, which also lets XLA fuse the rounding into neighbouring ops.
+# - gpu: the kernel has not yet been timed against the XLA path on real hardware; until it has,
+#   auto keeps the XLA path, which also lets XLA fuse the rounding into neighbouring ops.
+# - tpu: the kernels are written for Triton (GPUs) only.
 _AUTO_BACKEND = {"cpu": "xla", "gpu": "xla", "tpu": "xla"}
 
 
@@ -98,9 +100,9 @@ def resolve_backend(backend: Any, platform: str) -> str:
         return _AUTO_BACKEND.get(platform, "xla")
     if backend == "pallas" and platform not in _PALLAS_PLATFORMS:
         raise ValueError(
-            f"backend='pallas' needs a GPU or TPU, but JAX's default backend is {platform!r}, where compiled "
-            "Pallas kernels cannot run. Use backend='xla' or 'auto' (the same bits), or run the kernel in "
-            "Pallas interpret mode with fpemu.kernels.quantize(..., interpret=True)"
+            f"backend='pallas' needs a GPU (fpemu's Pallas kernels are compiled with Triton), but JAX's "
+            f"default backend is {platform!r}. Use backend='xla' or 'auto' (the same bits), or run the kernel "
+            "in Pallas interpret mode with fpemu.kernels.quantize(..., interpret=True)"
         )
     return backend
 
@@ -256,11 +258,11 @@ def quantize(
     silent float32 rounding first) and returned as float32.
 
     Backends: ``"xla"`` runs the integer engine as XLA ops (fused with neighbouring ops under
-    ``jit``); ``"pallas"`` runs it as the `fpemu.kernels.quantize` kernel, on a GPU or TPU only.
+    ``jit``); ``"pallas"`` runs it as the `fpemu.kernels.quantize` kernel, on a GPU only.
     Both give the same bits, stochastic rounding included (the random bits are a function of the
     key and the element's index). ``"auto"`` (default) picks the faster one measured on the
     platform: XLA on CPU, where Pallas only interprets, and, until the kernel has been timed on
-    real hardware, on GPU and TPU too (bench/RESULTS.md).
+    real hardware, on GPU too (bench/RESULTS.md).
 
     Args:
       x: float16, bfloat16, float32 or float64 array (or a Python float).
