@@ -20,6 +20,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from fpemu import _convert, _random
@@ -109,7 +110,8 @@ def quantize(
       interpret: run in Pallas interpret mode (default: on CPU, where nothing else can run it).
 
     Raises:
-      TypeError, ValueError: as `fpemu.quantize`, and for a bad ``block_sizes``.
+      TypeError, ValueError: as `fpemu.quantize`, and for a bad ``block_sizes`` or ``interpret``
+        (``interpret=False`` off a GPU: the kernel is compiled with Triton).
 
     Example:
       >>> import jax.numpy as jnp
@@ -127,6 +129,13 @@ def quantize(
         raise TypeError(f"block_sizes must be a fpemu.kernels.quantize.BlockSizes, got {type(block_sizes).__name__}")
     if interpret is None:
         interpret = platform == "cpu"
+    elif not isinstance(interpret, (bool, np.bool_)):
+        raise TypeError(f"interpret must be a bool or None, got {interpret!r}")
+    if not interpret and platform != "gpu":
+        raise ValueError(
+            f"interpret=False: fpemu.kernels.quantize compiles for GPUs (Triton) only, and the default backend is "
+            f"{platform!r}; pass interpret=True (or None), or use fpemu.quantize"
+        )
     seeds = _random.seeds_from_key(key) if spec.rounding == "stochastic" else jnp.zeros((2,), jnp.uint32)
     return _quantize_pallas(x, seeds, spec=spec, block_sizes=block_sizes, interpret=bool(interpret))
 

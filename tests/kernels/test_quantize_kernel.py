@@ -122,6 +122,11 @@ class QuantizeKernelTest:
             kernel_quantize(jnp.ones(4), "e4m3fn", rounding="up", interpret=self.interpret)
         with pytest.raises(TypeError, match="integer"):
             kernel_quantize(jnp.ones(4, jnp.int32), "e4m3fn", interpret=self.interpret)
+        with pytest.raises(TypeError, match="interpret must be a bool or None"):
+            kernel_quantize(jnp.ones(4), "e4m3fn", interpret="yes")
+        if jax.default_backend() != "gpu":
+            with pytest.raises(ValueError, match="interpret=False: fpemu.kernels.quantize compiles for GPUs"):
+                kernel_quantize(jnp.ones(4), "e4m3fn", interpret=False)
 
 
 class TestQuantizeKernelGpu(QuantizeKernelTest):
