@@ -10,7 +10,7 @@ Rows (each timed the same way: compiled and run once before timing, every call e
 - quantize, float32 input of N elements (default 2**28 on a GPU, 2**20 on CPU): a device-to-device
   copy (``jnp.copy`` under ``jit``: the bandwidth reference, 8 bytes moved per element) and
   ``x * -1`` (the cheapest elementwise op), then ``fpemu.quantize`` to e4m3fn with nearest-even and
-  stochastic rounding through ``backend="xla"`` and through the Pallas kernel (compiled on GPU/TPU,
+  stochastic rounding through ``backend="xla"`` and through the Pallas kernel (compiled on a GPU,
   interpret mode on CPU, where it is the only way Pallas runs). Reported: ns/element, GB/s (8
   bytes per element) and the fraction of the copy's bandwidth.
 - matmul, N x N x N (default 8192 on a GPU, 512 on CPU): float32 (default precision and
