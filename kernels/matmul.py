@@ -20,9 +20,9 @@ otherwise lower a ``pallas_call`` on a GPU to Mosaic GPU. It uses only what Pall
 Triton: ref slices with `ds`, scalar loads of the seeds and the scale, 2-D dots, `fori_loop`.
 
 Status: tested in Pallas interpret mode on CPU against `fpemu.matmul` (bit for bit where the chunk
-sums are exact) and against `fpemu._matmul.dot_general_reference`. Its Pallas-to-Triton-IR
-lowering has been checked on a CPU-only machine, but the compiled GPU path has not yet been
-compiled to PTX or run on a GPU. No gradient: use `fpemu.matmul` (straight-through) for training.
+sums are exact) and against `fpemu._matmul.dot_general_reference`. Its lowering to a Triton kernel
+is checked in CI (tests/kernels/test_triton_lowering.py), but the compiled GPU path has not yet
+been compiled to PTX or run on a GPU. No gradient: use `fpemu.matmul` (straight-through) for training.
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ the block size. Ragged tails are padded to a whole block and sliced off.
 
 Status: tested in Pallas interpret mode on CPU (every format, mode, saturate and subnormal option
 on the exhaustive 16-bit input sets). The kernel asks for the Triton backend (`TritonCompilerParams`)
-and loads the seeds as scalars, which Triton lowers; the compiled GPU path has not yet run on a GPU.
+and loads the seeds as scalars, which Triton lowers (CI checks the lowering to a Triton kernel:
+tests/kernels/test_triton_lowering.py); the compiled GPU path has not yet run on a GPU.
 Until it has been tested and measured there, `fpemu.quantize(backend="auto")` uses the XLA path
 everywhere; ``backend="pallas"`` runs this kernel.
 """

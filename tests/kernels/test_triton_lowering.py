@@ -1,0 +1,87 @@
+"""Both kernels lower to Triton for a GPU, on any machine.
+
+CI has no GPU, so interpret mode checks what the kernels compute, and this checks that Pallas can
+turn them into Triton kernels: JAX lowers a jitted function for the "cuda" platform without a GPU,
+and a kernel that uses something Triton cannot express (a value slice, a gather, an index into a
+loaded array) fails here. Compiling the Triton IR to PTX and running it still needs a GPU
+(tests/kernels' `...Gpu` classes, bench/gpu.sh).
+"""
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import fpemu
+from fpemu import _quantize
+from fpemu._convert import ROUNDING_MODES, fits
+from fpemu._matmul import _config
+from fpemu.kernels.matmul import BlockSizes as MatmulBlockSizes
+from fpemu.kernels.matmul import _quantized_matmul_pallas
+from fpemu.kernels.quantize import BlockSizes, _quantize_pallas
+
+TRITON_CALL = "__gpu$xla.gpu.triton"
+SMALL_FORMATS = [f.name for f in fpemu.formats() if f.bits <= 16]
+
+
+def _lowered_text(fn, *args, **kwargs) -> str:
+    return fn.trace(*args, **kwargs).lower(lowering_platforms=("cuda",)).as_text()
+
+
+def _quantize_cases():
+    """Every format with nearest-even and stochastic rounding, every mode for two formats, and the
+    saturate / subnormal options and narrow input dtypes for one."""
+    cases = [(f, m, False, True, "float32") for f in SMALL_FORMATS for m in ("nearest_even", "stochastic")]
+    cases += [(f, m, False, True, "float32") for f in ("e4m3fn", "e8m0fnu") for m in ROUNDING_MODES]
+    cases += [("e5m2", "to_odd", True, False, "float32"), ("e4m3fn", "stochastic", True, True, "bfloat16")]
+    cases += [("e2m1fn", "nearest_even", False, True, "float16")]
+    return cases
+
+
+@pytest.mark.parametrize("case", _quantize_cases(), ids=lambda c: "-".join(map(str, c)))
+def test_quantize_kernel_lowers_to_triton(case):
+    fmt, rounding, saturate, subnormals, dtype = case
+    key = jax.random.key(0) if rounding == "stochastic" else None
+    spec = _quantize.rounding_spec(fmt, rounding, saturate, subnormals, key, None)
+    assert fits(spec.fmt, _quantize.input_format(jnp.dtype(dtype)))
+    x = jnp.ones((5000,), dtype)  # ragged: 5 blocks of 1024, the last one padded
+    text = _lowered_text(
+        _quantize_pallas, x, jnp.zeros((2,), jnp.uint32), spec=spec, block_sizes=BlockSizes(block=1024), interpret=False
+    )
+    assert TRITON_CALL in text
+
+
+_MATMUL_CASES = {
+    "fp8 bf16-dot": {"lhs": "e4m3fn", "rhs": "e4m3fn"},
+    "fp16 f32-dot, out e2m1fn": {"lhs": "fp16", "rhs": "fp16", "out": "e2m1fn"},
+    "unrounded": {},
+    "bf16 accumulator every 3 (rank-1 steps)": {"lhs": "e4m3fn", "rhs": "e5m2", "accumulate": "bf16", "accumulate_every": 3},
+    "fp32 every 128": {"lhs": "e4m3fn", "rhs": "e4m3fn", "accumulate": "fp32", "accumulate_every": 128},
+    "stochastic everything": {
+        "lhs": "e4m3fn", "rhs": "e2m1fn", "out": "bf16", "accumulate": "fp16", "accumulate_every": 16,
+        "rounding": "stochastic", "accumulate_rounding": "stochastic",
+    },
+    "scales and saturation": {"lhs": "e4m3fn", "rhs": "e4m3fn", "saturate": True, "scaled": True},
+    "e8m0 operand, bf16 result": {"lhs": "e8m0fnu", "rhs": "e4m3fn", "preferred_element_type": "bfloat16"},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(_MATMUL_CASES))
+def test_matmul_kernel_lowers_to_triton(name):
+    options = dict(_MATMUL_CASES[name])
+    scaled = options.pop("scaled", False)
+    stochastic = "stochastic" in (options.get("rounding"), options.get("accumulate_rounding"))
+    full = {
+        "lhs": None, "rhs": None, "accumulate": "fp32", "out": None, "accumulate_every": None,
+        "rounding": "nearest_even", "accumulate_rounding": None, "saturate": False,
+        "key": jax.random.key(0) if stochastic else None, "lhs_scale": None, "rhs_scale": None,
+        "preferred_element_type": None, **options,
+    }  # fmt: skip
+    fp32 = fpemu.get_format("fp32")
+    cfg = _config(fp32, fp32, **full)
+    a, b = jnp.ones((40, 70)), jnp.ones((70, 24))  # ragged against 16-wide tiles
+    scale = jnp.float32(2.0) if scaled else None
+    for blocks in (MatmulBlockSizes(block_m=16, block_n=16, block_k=16), MatmulBlockSizes(block_m=32, block_n=16, block_k=64)):
+        text = _lowered_text(
+            _quantized_matmul_pallas, a, b, scale, scale, full["key"], cfg=cfg, block_sizes=blocks, interpret=False
+        )
+        assert TRITON_CALL in text, name
