@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from fpemu import _convert, _random
+from fpemu import _convert
 from fpemu._modes import Rounding
 from fpemu._format import Format
 from fpemu._quantize import (
@@ -23,6 +23,7 @@ from fpemu._quantize import (
     is_host_float64,
     round_bits,
     rounding_spec,
+    seeds_for,
 )
 from fpemu._registry import get_format
 
@@ -65,7 +66,7 @@ def encode(
       [2, 15, 7, 0]
     """
     spec = rounding_spec(fmt, rounding, saturate, subnormals, key, random_bits)
-    seeds = _random.seeds_from_key(key) if spec.rounding == "stochastic" else jnp.zeros((2,), jnp.uint32)
+    seeds = seeds_for(spec, key)
     if is_host_float64(x):
         check_fits(spec.fmt, get_format("fp32"), what="the float64 input (x64 is disabled)")
         with jax.enable_x64(True):

@@ -117,6 +117,8 @@ def is_host_float64(x: Any) -> bool:
 
 
 def as_input_array(x: Any) -> jax.Array:
+    if isinstance(x, jax.Array):
+        return x
     if isinstance(x, (bool, int, complex, np.bool_)) and not isinstance(x, float):
         raise TypeError(f"x must be a floating-point array, got {type(x).__name__} {x!r}")
     if isinstance(x, float):
@@ -124,10 +126,17 @@ def as_input_array(x: Any) -> jax.Array:
     return jnp.asarray(x)
 
 
-def _seeds(spec: RoundingSpec, key) -> jax.Array:
+# The seeds argument of deterministic roundings (unused): a host constant, so that an eager call does
+# not dispatch a zeros op every time (that dispatch cost more than the jitted rounding itself).
+NO_SEEDS = np.zeros((2,), np.uint32)
+NO_SEEDS.flags.writeable = False
+
+
+def seeds_for(spec: RoundingSpec, key) -> Any:
+    """The two uint32 words of ``key`` for stochastic rounding, else `NO_SEEDS`."""
     if spec.rounding == "stochastic":
         return _random.seeds_from_key(key)
-    return jnp.zeros((2,), jnp.uint32)
+    return NO_SEEDS
 
 
 def reduce_precision_is_exact(src: Format, spec: RoundingSpec) -> bool:
@@ -295,7 +304,7 @@ def quantize(
     spec = rounding_spec(fmt, rounding, saturate, subnormals, key, random_bits)
     engine = resolve_backend(backend, jax.default_backend())
     if is_host_float64(x):
-        return _quantize_host_float64(x, spec, _seeds(spec, key), engine)
+        return _quantize_host_float64(x, spec, seeds_for(spec, key), engine)
     x = as_input_array(x)
     check_fits(spec.fmt, input_format(x.dtype))
-    return _quantize_jit(x, _seeds(spec, key), spec, engine)
+    return _quantize_jit(x, seeds_for(spec, key), spec, engine)

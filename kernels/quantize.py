@@ -26,7 +26,7 @@ from jax import lax
 
 from fpemu import _convert, _random
 from fpemu._modes import Rounding
-from fpemu._quantize import RoundingSpec, check_fits, input_format, round_bits, rounding_spec
+from fpemu._quantize import RoundingSpec, check_fits, input_format, round_bits, rounding_spec, seeds_for
 from fpemu.kernels._pallas import BlockSpec, TritonCompilerParams, pallas_call, program_id
 
 
@@ -137,7 +137,7 @@ def quantize(
             f"interpret=False: fpemu.kernels.quantize compiles for GPUs (Triton) only, and the default backend is "
             f"{platform!r}; pass interpret=True (or None), or use fpemu.quantize"
         )
-    seeds = _random.seeds_from_key(key) if spec.rounding == "stochastic" else jnp.zeros((2,), jnp.uint32)
+    seeds = seeds_for(spec, key)
     return _quantize_pallas(x, seeds, spec=spec, block_sizes=block_sizes, interpret=bool(interpret))
 
 

@@ -31,7 +31,7 @@ def _inputs(n=3000, seed=0) -> jax.Array:
 
 def _engine_quantize(x, fmt, engine, rounding="nearest_even", key=None):
     spec = _quantize.rounding_spec(fmt, rounding, False, True, key, None)
-    return _quantize._quantize_jit(x, _quantize._seeds(spec, key), spec, engine)
+    return _quantize._quantize_jit(x, _quantize.seeds_for(spec, key), spec, engine)
 
 
 @pytest.mark.parametrize("platform", ["cpu", "gpu", "tpu", "some_future_platform"])
@@ -94,7 +94,7 @@ def test_pallas_engine_rounds_host_float64_once():
     # 1 + 2**-4 + 2**-30 is above the e4m3fn tie 1.0625 only in float64: float32 would round it to the tie.
     x = np.array([1 + 2.0**-4 + 2.0**-30, -(1 + 2.0**-4)], np.float64)
     spec = _quantize.rounding_spec("e4m3fn", "nearest_even", False, True, None, None)
-    got = _quantize._quantize_host_float64(x, spec, _quantize._seeds(spec, None), "pallas_interpret")
+    got = _quantize._quantize_host_float64(x, spec, _quantize.seeds_for(spec, None), "pallas_interpret")
     assert got.dtype == jnp.float32
     assert np.asarray(got).tolist() == [1.125, -1.0]
     np.testing.assert_array_equal(_bits(got), _bits(fpemu.quantize(x, "e4m3fn", backend="xla")))
