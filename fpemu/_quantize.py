@@ -92,17 +92,29 @@ def check_fits(fmt: Format, container: Format, what: str = "x") -> None:
         )
 
 
-def resolve_backend(backend: Any, platform: str) -> str:
-    """The engine that runs ``backend`` on ``platform``: "xla" or "pallas"; errors say why not."""
+def resolve_backend(backend: Any, platform: str, float64: bool = False) -> str:
+    """The engine that runs ``backend`` on ``platform`` for input of that width: "xla" or "pallas".
+
+    Errors say why not. The Pallas kernels do not take float64 input when compiled: jax 0.10.2's
+    Pallas-to-Triton lowering cannot emit uint64 constants with the top bit set (the sign mask of
+    float64), so ``"auto"`` falls back to XLA there and ``"pallas"`` refuses
+    (tests/kernels/test_triton_lowering.py pins the limitation).
+    """
     if not isinstance(backend, str) or backend not in BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(map(repr, BACKENDS))}; got {backend!r}")
     if backend == "auto":
-        return _AUTO_BACKEND.get(platform, "xla")
+        engine = _AUTO_BACKEND.get(platform, "xla")
+        return "xla" if float64 else engine
     if backend == "pallas" and platform not in _PALLAS_PLATFORMS:
         raise ValueError(
             f"backend='pallas' needs a GPU (fpemu's Pallas kernels are compiled with Triton), but JAX's "
             f"default backend is {platform!r}. Use backend='xla' or 'auto' (the same bits), or run the kernel "
             "in Pallas interpret mode with fpemu.kernels.quantize(..., interpret=True)"
+        )
+    if backend == "pallas" and float64:
+        raise ValueError(
+            "backend='pallas' does not take float64 input: Pallas cannot lower the float64 rounding to Triton "
+            "(uint64 constants with the top bit set). Use backend='xla' or 'auto' (the same bits)"
         )
     return backend
 
@@ -267,7 +279,8 @@ def quantize(
     silent float32 rounding first) and returned as float32.
 
     Backends: ``"xla"`` runs the integer engine as XLA ops (fused with neighbouring ops under
-    ``jit``); ``"pallas"`` runs it as the `fpemu.kernels.quantize` kernel, on a GPU only.
+    ``jit``); ``"pallas"`` runs it as the `fpemu.kernels.quantize` kernel, on a GPU only, for
+    float16, bfloat16 and float32 input.
     Both give the same bits, stochastic rounding included (the random bits are a function of the
     key and the element's index). ``"auto"`` (default) picks the faster one measured on the
     platform: XLA on CPU, where Pallas only interprets, and, until the kernel has been timed on
@@ -290,7 +303,7 @@ def quantize(
       TypeError: integer, bool or complex input.
       ValueError: unknown format, mode or backend, a format that ``x``'s dtype cannot hold (fp16
         in a bfloat16 array), stochastic rounding without a key, ``backend="pallas"`` on a
-        platform without compiled Pallas kernels (CPU).
+        platform without compiled Pallas kernels (CPU) or with float64 input.
 
     Example:
       >>> import jax.numpy as jnp, fpemu
@@ -302,9 +315,10 @@ def quantize(
       [1.125, -1.0]
     """
     spec = rounding_spec(fmt, rounding, saturate, subnormals, key, random_bits)
-    engine = resolve_backend(backend, jax.default_backend())
     if is_host_float64(x):
+        engine = resolve_backend(backend, jax.default_backend(), float64=True)
         return _quantize_host_float64(x, spec, seeds_for(spec, key), engine)
     x = as_input_array(x)
     check_fits(spec.fmt, input_format(x.dtype))
+    engine = resolve_backend(backend, jax.default_backend(), float64=np.dtype(x.dtype) == np.float64)
     return _quantize_jit(x, seeds_for(spec, key), spec, engine)

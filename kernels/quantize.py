@@ -105,7 +105,8 @@ def quantize(
     rounding uses the same random bits (a hash of the key and the global element index).
 
     Args:
-      x: float16, bfloat16 or float32 array, any shape (float64 where the backend supports it).
+      x: float16, bfloat16 or float32 array, any shape (float64 in interpret mode only: Pallas
+        cannot lower the float64 rounding to Triton).
       fmt, rounding, saturate, subnormals, key, random_bits: as for `fpemu.quantize`.
       block_sizes: elements per grid step; default `BlockSizes.default` for the platform.
       interpret: run in Pallas interpret mode (default: on CPU, where nothing else can run it).
@@ -136,6 +137,11 @@ def quantize(
         raise ValueError(
             f"interpret=False: fpemu.kernels.quantize compiles for GPUs (Triton) only, and the default backend is "
             f"{platform!r}; pass interpret=True (or None), or use fpemu.quantize"
+        )
+    if not interpret and x.dtype == jnp.float64:
+        raise ValueError(
+            "x: float64 input does not compile: Pallas cannot lower the float64 rounding to Triton (uint64 "
+            "constants with the top bit set); pass interpret=True, or use fpemu.quantize (the XLA path)"
         )
     seeds = seeds_for(spec, key)
     return _quantize_pallas(x, seeds, spec=spec, block_sizes=block_sizes, interpret=bool(interpret))

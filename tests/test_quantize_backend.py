@@ -47,6 +47,13 @@ def test_explicit_backends():
     assert _quantize.resolve_backend("pallas", "gpu") == "pallas"
 
 
+def test_float64_input_falls_back_or_is_refused():
+    assert _quantize.resolve_backend("auto", "gpu", float64=True) == "xla"
+    assert _quantize.resolve_backend("xla", "gpu", float64=True) == "xla"
+    with pytest.raises(ValueError, match=r"backend='pallas' does not take float64 input.*backend='xla'"):
+        _quantize.resolve_backend("pallas", "gpu", float64=True)
+
+
 @pytest.mark.parametrize("platform", ["cpu", "tpu"])
 def test_pallas_off_a_gpu_says_why_and_what_to_do(platform):
     with pytest.raises(ValueError, match=rf"backend='pallas' needs a GPU.*Triton.*'{platform}'.*interpret=True"):

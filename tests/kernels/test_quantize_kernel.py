@@ -34,7 +34,7 @@ def _assert_same(actual, expected):
     with np.errstate(invalid="ignore"):  # signalling-NaN inputs warn in NumPy's isnan
         nan, actual_nan = np.isnan(expected), np.isnan(actual)
     np.testing.assert_array_equal(actual_nan, nan)
-    bits = {2: np.uint16, 4: np.uint32}[actual.dtype.itemsize]
+    bits = {2: np.uint16, 4: np.uint32, 8: np.uint64}[actual.dtype.itemsize]
     np.testing.assert_array_equal(actual[~nan].view(bits), expected[~nan].view(bits))
 
 
@@ -106,6 +106,17 @@ class QuantizeKernelTest:
         keep = ~np.isnan(x) if not fmt.has_nan else np.ones(x.shape, bool)
         _assert_same(np.asarray(got)[keep], host[keep])
 
+    def test_float64_inputs(self, x64):
+        """With x64 on, float64 arrays are rounded once from their float64 value, in the kernel too:
+        1 + 2**-4 + 2**-40 is above the e4m3fn tie 1 + 2**-4 only in float64 (it rounds up)."""
+        x = np.random.default_rng(4).standard_normal(3000) * 300
+        x[:5] = [1 + 2**-4 + 2**-40, 1 + 2**-4, np.nan, -np.inf, 2.0**-1070]
+        x = jnp.asarray(x, jnp.float64)
+        for fmt, rounding in (("e4m3fn", "nearest_even"), ("fp32", "nearest_even"), ("bf16", "stochastic"),
+                              ("e2m1fn", "toward_zero")):  # fmt: skip
+            self._check(fmt, rounding, False, True, x, block=1024)
+        assert kernel_quantize(x[:2], "e4m3fn", interpret=self.interpret).tolist() == [1.125, 1.0]
+
     def test_stochastic_bits_do_not_depend_on_the_block_size(self):
         x = jnp.asarray(np.random.default_rng(2).standard_normal(5000).astype(np.float32))
         kw = {"rounding": "stochastic", "key": jax.random.key(9), "interpret": self.interpret}
@@ -127,6 +138,9 @@ class QuantizeKernelTest:
         if jax.default_backend() != "gpu":
             with pytest.raises(ValueError, match="interpret=False: fpemu.kernels.quantize compiles for GPUs"):
                 kernel_quantize(jnp.ones(4), "e4m3fn", interpret=False)
+        else:
+            with jax.enable_x64(True), pytest.raises(ValueError, match="x: float64 input does not compile"):
+                kernel_quantize(jnp.ones(4, jnp.float64), "e4m3fn", interpret=False)
 
 
 class TestQuantizeKernelGpu(QuantizeKernelTest):

@@ -85,3 +85,21 @@ def test_matmul_kernel_lowers_to_triton(name):
             _quantized_matmul_pallas, a, b, scale, scale, full["key"], cfg=cfg, block_sizes=blocks, interpret=False
         )
         assert TRITON_CALL in text, name
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=RuntimeError,
+    reason="jax 0.10.2's Pallas-to-Triton lowering cannot emit uint64 constants with the top bit set "
+    "(std::bad_cast), so float64 input is refused by backend='pallas' and the compiled kernel. Strict: "
+    "when JAX lowers it, this fails and the refusal can be lifted.",
+)
+@pytest.mark.parametrize("rounding", ["nearest_even", "stochastic"])
+def test_quantize_kernel_lowers_to_triton_for_float64(x64, rounding):
+    key = jax.random.key(0) if rounding == "stochastic" else None
+    spec = _quantize.rounding_spec("e4m3fn", rounding, False, True, key, None)
+    x = jnp.ones((5000,), jnp.float64)
+    text = _lowered_text(
+        _quantize_pallas, x, jnp.zeros((2,), jnp.uint32), spec=spec, block_sizes=BlockSizes(block=1024), interpret=False
+    )
+    assert TRITON_CALL in text
