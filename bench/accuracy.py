@@ -17,25 +17,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import json
 import os
-import platform
 import shlex
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-import jax
-import jaxlib
-import ml_dtypes
-import numpy as np
-
 from fpemu._accuracy import DISTRIBUTIONS, MATMUL_RECIPES, SIZES, markdown_table, matmul_accuracy
-
-ROOT = Path(__file__).resolve().parent.parent
-
+from fpemu._bench import environment
 
 def _list(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
@@ -51,40 +41,13 @@ def _sizes(text: str) -> list[int]:
     return sizes
 
 
-def _git(*args: str) -> str:
-    try:
-        out = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return out.stdout.strip()
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def metadata(argv: list[str]) -> dict[str, object]:
-    """Date, command, machine, versions and commit of this run."""
-    dirty = _git("status", "--porcelain", "--untracked-files=no")
-    commit = _git("rev-parse", "--short", "HEAD")
+    """Command and load average of this run, with `fpemu._bench.environment` (date, device, CPU,
+    versions, commit, environment variables)."""
     return {
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "command": " ".join(shlex.quote(a) for a in [".venv/bin/python", "bench/accuracy.py", *argv]),
-        "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPU cores, {_cpu_model()}",
-        "devices": ", ".join(str(d) for d in jax.devices()),
         "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
-        "python": platform.python_version(),
-        "jax": jax.__version__,
-        "jaxlib": jaxlib.__version__,
-        "numpy": np.__version__,
-        "ml_dtypes": ml_dtypes.__version__,
-        "commit": commit + (" (with uncommitted changes)" if dirty and dirty != "unknown" else ""),
+        **{k: v for k, v in environment().items() if k != "schema"},
     }
 
 

@@ -21,10 +21,6 @@ _INPUT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 Backend = Literal["auto", "xla", "pallas"]
 BACKENDS: tuple[str, ...] = ("auto", "xla", "pallas")
 
-# The platforms the Pallas kernels are compiled for: GPUs (they are written for Triton). Elsewhere
-# only Pallas' interpret mode runs them.
-_PALLAS_PLATFORMS = ("gpu",)
-
 # What backend="auto" runs on each platform, from measurements (bench/RESULTS.md, "Backends"):
 # - cpu: Pallas only interprets there (the kernel body becomes XLA ops in a loop over blocks),
 #   measured 2-8x slower than the XLA path, never faster.
@@ -105,7 +101,9 @@ def resolve_backend(backend: Any, platform: str, float64: bool = False) -> str:
     if backend == "auto":
         engine = _AUTO_BACKEND.get(platform, "xla")
         return "xla" if float64 else engine
-    if backend == "pallas" and platform not in _PALLAS_PLATFORMS:
+    from fpemu.kernels._pallas import COMPILED_PLATFORM  # imported late: fpemu.kernels imports this module
+
+    if backend == "pallas" and platform != COMPILED_PLATFORM:
         raise ValueError(
             f"backend='pallas' needs a GPU (fpemu's Pallas kernels are compiled with Triton), but JAX's "
             f"default backend is {platform!r}. Use backend='xla' or 'auto' (the same bits), or run the kernel "

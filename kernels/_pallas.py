@@ -9,9 +9,13 @@ On GPUs, jax 0.10.2 lowers a ``pallas_call`` without compiler parameters to Mosa
 (``jax_pallas_use_mosaic_gpu`` defaults to True, and ``pallas_call`` for Mosaic GPU is deprecated).
 Kernels written for Triton pass ``compiler_params=TritonCompilerParams(...)``, which selects the
 Triton backend; interpret mode ignores it. Kernel modules import these names from here, never
-from Pallas directly.
+from Pallas directly. Because the kernels are written for Triton, this module also holds the one
+rule about where they compile (`COMPILED_PLATFORM`, `interpret_mode`).
 """
 
+from typing import Any
+
+import numpy as np
 from jax.experimental import pallas as _pl
 from jax.experimental.pallas import triton as _pl_triton
 
@@ -21,4 +25,32 @@ program_id = _pl.program_id
 ds = _pl.ds
 TritonCompilerParams = _pl_triton.CompilerParams
 
-__all__ = ["BlockSpec", "TritonCompilerParams", "ds", "pallas_call", "program_id"]
+# The platform the kernels are compiled for: they are written for Triton.
+COMPILED_PLATFORM = "gpu"
+
+
+def interpret_mode(interpret: Any, platform: str, *, kernel: str, xla_path: str) -> bool:
+    """The validated ``interpret=`` of a kernel wrapper: None means interpret mode unless the
+    platform compiles Pallas kernels; ``interpret=False`` elsewhere is a ValueError naming the
+    kernel and its XLA counterpart."""
+    if interpret is None:
+        return platform != COMPILED_PLATFORM
+    if not isinstance(interpret, (bool, np.bool_)):
+        raise TypeError(f"interpret must be a bool or None, got {interpret!r}")
+    if not interpret and platform != COMPILED_PLATFORM:
+        raise ValueError(
+            f"interpret=False: {kernel} compiles for GPUs (Triton) only, and the default backend is {platform!r}; "
+            f"pass interpret=True (or None), or use {xla_path}"
+        )
+    return bool(interpret)
+
+
+__all__ = [
+    "COMPILED_PLATFORM",
+    "BlockSpec",
+    "TritonCompilerParams",
+    "ds",
+    "interpret_mode",
+    "pallas_call",
+    "program_id",
+]

@@ -56,7 +56,15 @@ from fpemu._matmul import (
 )
 from fpemu._modes import Rounding
 from fpemu._registry import get_format
-from fpemu.kernels._pallas import BlockSpec, TritonCompilerParams, ds, pallas_call, program_id
+from fpemu.kernels._pallas import (
+    COMPILED_PLATFORM,
+    BlockSpec,
+    TritonCompilerParams,
+    ds,
+    interpret_mode,
+    pallas_call,
+    program_id,
+)
 
 _FP32 = get_format("fp32")
 _MIN_DOT = 16  # Triton's dot needs every dimension >= 16: narrower K steps are rank-1 updates
@@ -89,7 +97,7 @@ class BlockSizes:
     def default(cls, platform: str) -> BlockSizes:
         """Per-device defaults: Triton-sized tiles on a GPU (not yet tuned: never run there), large
         tiles in interpret mode, where every grid step costs milliseconds."""
-        if platform == "gpu":
+        if platform == COMPILED_PLATFORM:
             return cls(block_m=64, block_n=64, block_k=32)
         return cls(block_m=256, block_n=256, block_k=256)
 
@@ -100,7 +108,7 @@ def _pow2_at_least(x: int) -> int:
 
 def _fitted(blocks: BlockSizes, m: int, n: int, k: int, platform: str) -> BlockSizes:
     """Default blocks no larger than the (power-of-two rounded) problem; at least 16 on a GPU."""
-    low = _MIN_DOT if platform == "gpu" else 1
+    low = _MIN_DOT if platform == COMPILED_PLATFORM else 1
     return BlockSizes(
         block_m=min(blocks.block_m, max(_pow2_at_least(m), low)),
         block_n=min(blocks.block_n, max(_pow2_at_least(n), low)),
@@ -416,15 +424,7 @@ def quantized_matmul(
             f"block_sizes must be a fpemu.kernels.matmul.BlockSizes (fpemu.kernels.MatmulBlockSizes), got "
             f"{type(block_sizes).__name__}"
         )
-    if interpret is None:
-        interpret = platform == "cpu"
-    elif not isinstance(interpret, (bool, np.bool_)):
-        raise TypeError(f"interpret must be a bool or None, got {interpret!r}")
-    if not interpret and platform != "gpu":
-        raise ValueError(
-            f"interpret=False: quantized_matmul compiles for GPUs (Triton) only, and the default backend is "
-            f"{platform!r}; pass interpret=True (or None), or use fpemu.matmul"
-        )
+    interpret = interpret_mode(interpret, platform, kernel="quantized_matmul", xla_path="fpemu.matmul")
     if not interpret and min(block_sizes.block_m, block_sizes.block_n) < _MIN_DOT:
         raise ValueError(
             f"block_sizes: block_m={block_sizes.block_m} and block_n={block_sizes.block_n} must be at least "
@@ -432,7 +432,7 @@ def quantized_matmul(
         )
     operands = device_operands(a, b, lhs_scale, rhs_scale, key, cfg)  # host float64 rounded once, as fpemu.matmul
     return _quantized_matmul_pallas(
-        *operands, lhs_scale, rhs_scale, key, cfg=cfg, block_sizes=block_sizes, interpret=bool(interpret)
+        *operands, lhs_scale, rhs_scale, key, cfg=cfg, block_sizes=block_sizes, interpret=interpret
     )
 
 

@@ -21,13 +21,19 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
 
 from fpemu import _convert, _random
 from fpemu._modes import Rounding
 from fpemu._quantize import RoundingSpec, check_fits, input_format, round_bits, rounding_spec, seeds_for
-from fpemu.kernels._pallas import BlockSpec, TritonCompilerParams, pallas_call, program_id
+from fpemu.kernels._pallas import (
+    COMPILED_PLATFORM,
+    BlockSpec,
+    TritonCompilerParams,
+    interpret_mode,
+    pallas_call,
+    program_id,
+)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -43,7 +49,7 @@ class BlockSizes:
     @classmethod
     def default(cls, platform: str) -> BlockSizes:
         """Per-device defaults: large blocks in interpret mode (every grid step costs milliseconds)."""
-        return cls(block={"gpu": 4096, "tpu": 8 * 1024}.get(platform, 1 << 16))
+        return cls(block=4096 if platform == COMPILED_PLATFORM else 1 << 16)
 
 
 def _quantize_kernel(seeds_ref, x_ref, out_ref, *, spec: RoundingSpec, block: int):
@@ -129,22 +135,14 @@ def quantize(
         block_sizes = BlockSizes.default(platform)
     elif not isinstance(block_sizes, BlockSizes):
         raise TypeError(f"block_sizes must be a fpemu.kernels.quantize.BlockSizes, got {type(block_sizes).__name__}")
-    if interpret is None:
-        interpret = platform == "cpu"
-    elif not isinstance(interpret, (bool, np.bool_)):
-        raise TypeError(f"interpret must be a bool or None, got {interpret!r}")
-    if not interpret and platform != "gpu":
-        raise ValueError(
-            f"interpret=False: fpemu.kernels.quantize compiles for GPUs (Triton) only, and the default backend is "
-            f"{platform!r}; pass interpret=True (or None), or use fpemu.quantize"
-        )
+    interpret = interpret_mode(interpret, platform, kernel="fpemu.kernels.quantize", xla_path="fpemu.quantize")
     if not interpret and x.dtype == jnp.float64:
         raise ValueError(
             "x: float64 input does not compile: Pallas cannot lower the float64 rounding to Triton (uint64 "
             "constants with the top bit set); pass interpret=True, or use fpemu.quantize (the XLA path)"
         )
     seeds = seeds_for(spec, key)
-    return _quantize_pallas(x, seeds, spec=spec, block_sizes=block_sizes, interpret=bool(interpret))
+    return _quantize_pallas(x, seeds, spec=spec, block_sizes=block_sizes, interpret=interpret)
 
 
 def quantize_reference(x: jax.Array, seeds: jax.Array, spec: RoundingSpec) -> jax.Array:

@@ -56,19 +56,28 @@ def errors() -> dict[tuple[str, str], MatmulError]:
 # at n = 64). fp32 has no operand rounding: its error is float32 accumulation, at most
 # gamma_(n+1) |A||B| per element (one rounding per product and per addition), and for random signs
 # || |A||B| ||_F is about sqrt(n) ||A B||_F: rel < (n + 1) * 2**-24 * sqrt(n), with the same factor 3.
-U_EFF = {
-    "bf16": 2.0**-8,
-    "fp16": 2.0**-11,
-    "fp8_e4m3": 2.0**-4,
-    "fp8_e5m2": 2.0**-3,
-    "mxfp8_e4m3": max(2.0**-4, 1 / 8),
-    "mxfp8_e5m2": max(2.0**-3, 1 / 8),
-    "mxfp6_e3m2": max(2.0**-3, 1 / 8),
-    "mxfp6_e2m3": max(2.0**-4, 1 / 16),
-    "mxfp4": max(2.0**-2, 1 / 4),
-    "nvfp4": 2.0**-2,
-    "mxint8": 2.0**-7 * math.sqrt(32),
-}
+def _unit_roundoff(fmt) -> float:
+    return 2.0 ** -(fmt.mantissa_bits + 1)
+
+
+def _floor_rule_clip(fmt) -> float:
+    """The relative saturation of the OCP floor rule: the amax lands in [2**emax, 2**(emax + 1)) and
+    the part above the element max is clipped."""
+    top = 2.0 ** (math.floor(math.log2(fmt.max)) + 1)
+    return (top - fmt.max) / top
+
+
+def _u_eff(recipe: str) -> float:
+    if recipe in ("bf16", "fp16"):
+        return _unit_roundoff(fpemu.get_format(recipe))
+    r = scaled.get_recipe(recipe)
+    if recipe == "mxint8":  # fixed point: 2**-(m) * amax absolute, amax / rms <= sqrt(block size)
+        return 2.0 ** -r.element.mantissa_bits * math.sqrt(r.block_size)
+    u = _unit_roundoff(r.element)
+    return max(u, _floor_rule_clip(r.element)) if r.scale_rule == "ocp" else u
+
+
+U_EFF = {recipe: _u_eff(recipe) for recipe in MATMUL_RECIPES if recipe != "fp32"}
 
 
 def bound(recipe: str) -> float:
@@ -327,7 +336,7 @@ def test_bench_script(capsys, tmp_path):
     args = ["--sizes", "16", "--recipes", "fp32,bf16", "--distributions", "gaussian", "--json", str(out_json)]
     assert module.main(args) == 0
     out = capsys.readouterr().out
-    assert "- jax: " in out and "- commit: " in out
+    assert "- versions: " in out and "'jax': " in out and "- git_commit: " in out and "- device: " in out
     assert "| recipe | gaussian 16 |" in out and "| `bf16` |" in out
     payload = json.loads(out_json.read_text())
     assert [r["recipe"] for r in payload["rows"]] == ["fp32", "bf16"]
