@@ -24,8 +24,8 @@ import sys
 import time
 from pathlib import Path
 
-from fpemu._accuracy import DISTRIBUTIONS, MATMUL_RECIPES, SIZES, markdown_table, matmul_accuracy
-from fpemu._bench import environment
+from fpemu.tools.accuracy import DISTRIBUTIONS, MATMUL_RECIPES, SIZES, markdown_table, matmul_accuracy
+from fpemu.tools.bench import environment
 
 def _list(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
@@ -42,7 +42,7 @@ def _sizes(text: str) -> list[int]:
 
 
 def metadata(argv: list[str]) -> dict[str, object]:
-    """Command and load average of this run, with `fpemu._bench.environment` (date, device, CPU,
+    """Command and load average of this run, with `fpemu.tools.bench.environment` (date, device, CPU,
     versions, commit, environment variables)."""
     return {
         "command": " ".join(shlex.quote(a) for a in [".venv/bin/python", "bench/accuracy.py", *argv]),

@@ -15,8 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fpemu import _bench
-from fpemu._bench import machine_line
+from fpemu.tools import bench as _bench
+from fpemu.tools.bench import machine_line
 
 N = 1 << 24  # elements per benchmark (64 MiB of float32)
 

@@ -37,7 +37,7 @@ import jax.numpy as jnp
 
 import fpemu
 import fpemu.kernels
-from fpemu._bench import environment, timeit
+from fpemu.tools.bench import environment, timeit
 
 
 def _median_seconds(fn: Callable[..., Any], args: tuple, repeats: int) -> float:

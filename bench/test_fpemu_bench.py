@@ -1,6 +1,6 @@
 """Every row of ``fpemu bench`` (full mode), timed by pytest-benchmark.
 
-The rows, their inputs and their peers are `fpemu._bench.plan`'s (docs/benchmarks.md): the same
+The rows, their inputs and their peers are `fpemu.tools.bench.plan`'s (docs/benchmarks.md): the same
 code as the command, so the two cannot drift apart. gfloat's rows appear when gfloat is installed;
 a row that cannot run on this machine (a cast XLA cannot compile, gfloat failing under jit) is
 skipped with its reason. The summary prints ns/element with the ratios to the NumPy copy and to the
@@ -12,7 +12,7 @@ from __future__ import annotations
 import jax
 import pytest
 
-from fpemu import _bench
+from fpemu.tools import bench as _bench
 
 CASES = _bench.plan(_bench.FULL)
 _TIMES: dict[str, float] = {}

@@ -18,7 +18,7 @@ import pytest
 from jax import lax
 
 import fpemu
-from fpemu._bench import machine_line
+from fpemu.tools.bench import machine_line
 
 HIGHEST = lax.Precision.HIGHEST
 CHECK_ROWS = 4

@@ -3,7 +3,7 @@
 bench/test_quantize.py compares five formats with their peers at 2**24 elements; this module covers
 the whole matrix, so that a slow format or mode cannot hide: every format of the registry that
 float32 holds (a new format is benchmarked automatically), every mode, at 2**16 and 2**20 elements
-(the input recipe of the other rows: `fpemu._bench.make_input`). Each size's NumPy copy is the
+(the input recipe of the other rows: `fpemu.tools.bench.make_input`). Each size's NumPy copy is the
 bandwidth reference. The summary prints median ns/element per (format, mode) and size, with the
 ratio to the copy of that size and to the format's nearest_even row.
 
@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 import fpemu
-from fpemu._bench import make_input
-from fpemu._convert import ROUNDING_MODES, fits
+from fpemu.tools.bench import make_input
+from fpemu._engine.convert import ROUNDING_MODES, fits
 
 SIZES = (1 << 16, 1 << 20)
 FORMATS = [f.name for f in fpemu.formats() if fits(f, fpemu.get_format("fp32"))]

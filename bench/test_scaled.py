@@ -23,7 +23,7 @@ import pytest
 
 import fpemu
 from fpemu import scaled
-from fpemu._bench import machine_line
+from fpemu.tools.bench import machine_line
 from fpemu.scaled import reference
 
 CHECK = 1 << 16  # elements checked after timing (whole blocks)

@@ -1,17 +1,34 @@
-"""fpemu: bit-exact low-precision floating-point emulation for JAX."""
+"""fpemu: bit-exact low-precision floating-point emulation for JAX.
 
+The public API is what this module exports (``__all__``) and the subpackages `fpemu.scaled`
+(scaled and block formats), `fpemu.testing` (oracles, strategies, assertions; needs the test
+extras), `fpemu.kernels` (Pallas kernels) and `fpemu.tools` (the ``fpemu`` command line,
+benchmarks, accuracy tables and plots). ``fpemu.testing``, ``fpemu.kernels`` and ``fpemu.tools``
+are loaded on first use. Modules whose names start with an underscore are private: do not import
+them. docs/architecture.md maps the layers.
+"""
+
+import importlib as _importlib
+
+from fpemu import _checkout
+from fpemu._core.format import Format
+from fpemu._core.modes import ROUNDING_MODES, Rounding
+from fpemu._core.registry import FormatLike, UnknownFormatError, formats, get_format, register_format
+from fpemu._emulate.interpreter import emulate
+from fpemu._emulate.policy import DotPolicy, Policy
+from fpemu._emulate.stats import summary as stats_summary
+from fpemu._ops.codec import decode, encode, pack, unpack
+from fpemu._ops.matmul import conv_general_dilated, dot_general, matmul
+from fpemu._ops.quantize import quantize
 from fpemu import scaled
-from fpemu._codec import decode, encode, pack, unpack
-from fpemu._emulate import DotPolicy, Policy, emulate
-from fpemu._format import Format
-from fpemu._matmul import conv_general_dilated, dot_general, matmul
-from fpemu._quantize import quantize
-from fpemu._registry import UnknownFormatError, formats, get_format, register_format
 
 __all__ = [
+    "ROUNDING_MODES",
     "DotPolicy",
     "Format",
+    "FormatLike",
     "Policy",
+    "Rounding",
     "UnknownFormatError",
     "conv_general_dilated",
     "decode",
@@ -20,21 +37,31 @@ __all__ = [
     "encode",
     "formats",
     "get_format",
+    "kernels",
     "matmul",
     "pack",
     "quantize",
     "register_format",
     "scaled",
+    "stats_summary",
     "testing",
+    "tools",
     "unpack",
 ]
 __version__ = "0.1.0"
 
+_checkout.install()
+
+# Loaded on first use: `testing` needs the test extras (hypothesis), `kernels` imports Pallas, and
+# `tools` (command line, benchmarks, plots) is not part of the library's import cost.
+_LAZY = ("kernels", "testing", "tools")
+
 
 def __getattr__(name: str):
-    # `fpemu.testing` needs the test extras (hypothesis): imported on first use, not with fpemu.
-    if name == "testing":
-        import importlib
-
-        return importlib.import_module("fpemu.testing")
+    if name in _LAZY:
+        return _importlib.import_module(f"fpemu.{name}")
     raise AttributeError(f"module 'fpemu' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

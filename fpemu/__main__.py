@@ -1,5 +1,5 @@
-"""``python -m fpemu``: the ``fpemu`` command line (see `fpemu._cli`)."""
+"""``python -m fpemu``: the ``fpemu`` command line (see `fpemu.tools.cli`)."""
 
-from fpemu._cli import main
+from fpemu.tools.cli import main
 
 raise SystemExit(main())

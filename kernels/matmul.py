@@ -3,7 +3,7 @@
 The kernel computes ``C = A @ B`` for 2-D ``A`` (M, K) and ``B`` (K, N) on a grid of
 (M / block_m, N / block_n) output tiles. Each grid step walks the contraction with a loop over
 K steps: it loads a (block_m, s) slice of A and an (s, block_n) slice of B, rounds them to their
-formats with the integer engine of `fpemu.quantize` (`fpemu._convert.round_narrow`), multiplies
+formats with the integer engine of `fpemu.quantize` (`fpemu._engine.convert.round_narrow`), multiplies
 them exactly (bfloat16 dots with float32 accumulation when both formats are bfloat16 values, as
 on the XLA path) and accumulates in float32, or in an emulated narrow accumulator that is
 rounded after every ``accumulate_every`` products. docs/matmul.md is the contract and
@@ -20,7 +20,7 @@ otherwise lower a ``pallas_call`` on a GPU to Mosaic GPU. It uses only what Pall
 Triton: ref slices with `ds`, scalar loads of the seeds and the scale, 2-D dots, `fori_loop`.
 
 Status: tested in Pallas interpret mode on CPU against `fpemu.matmul` (bit for bit where the chunk
-sums are exact) and against `fpemu._matmul.dot_general_reference`. Its lowering to a Triton kernel
+sums are exact) and against `fpemu._ops.matmul.dot_general_reference`. Its lowering to a Triton kernel
 is checked in CI (tests/kernels/test_triton_lowering.py), but the compiled GPU path has not yet
 been compiled to PTX or run on a GPU. No gradient: use `fpemu.matmul` (straight-through) for training.
 """
@@ -37,9 +37,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from fpemu import _convert, _random
-from fpemu._format import Format
-from fpemu._matmul import (
+from fpemu._engine import convert as _convert
+
+from fpemu._engine import rng as _random
+from fpemu._core.format import Format
+from fpemu._ops.matmul import (
     _KEY_ACC,
     _KEY_LHS,
     _KEY_OUT,
@@ -54,8 +56,8 @@ from fpemu._matmul import (
     device_operands,
     matmul,
 )
-from fpemu._modes import Rounding
-from fpemu._registry import get_format
+from fpemu._core.modes import Rounding
+from fpemu._core.registry import get_format
 from fpemu.kernels._pallas import (
     COMPILED_PLATFORM,
     BlockSpec,
@@ -201,7 +203,7 @@ def _matmul_kernel(
         return total
 
     def accumulate(acc: jax.Array, chunk_sum: jax.Array, j) -> jax.Array:
-        """The running sum after chunk ``j``: `fpemu._matmul._round_accumulator`, in the kernel."""
+        """The running sum after chunk ``j``: `fpemu._ops.matmul._round_accumulator`, in the kernel."""
         if cfg.direct:  # a float32 addition
             total = _positive_zero(acc + chunk_sum)
             return _round(total, cfg.accumulate, "nearest_even", True) if cfg.saturate else total
@@ -440,7 +442,7 @@ def quantized_matmul_reference(a: Any, b: Any, **options: Any) -> jax.Array:
     """Plain-JAX reference with the kernel's semantics: `fpemu.matmul` itself (the XLA path).
 
     Takes the arguments of `quantized_matmul` except ``block_sizes`` and ``interpret``.
-    docs/matmul.md is the contract of both; `fpemu._matmul.dot_general_reference` is the slow,
+    docs/matmul.md is the contract of both; `fpemu._ops.matmul.dot_general_reference` is the slow,
     exact oracle behind it.
     """
     return matmul(a, b, **options)

@@ -1,6 +1,6 @@
 """Elementwise quantize as a Pallas kernel, bit-identical to the XLA path of `fpemu.quantize`.
 
-The kernel runs the same integer rounding engine (`fpemu._convert.round_narrow`) on each block of
+The kernel runs the same integer rounding engine (`fpemu._engine.convert.round_narrow`) on each block of
 the flattened input. Stochastic rounding draws its bits from the same counter-based hash of
 (key, global element index) as the XLA path, so the result depends neither on the backend nor on
 the block size. Ragged tails are padded to a whole block and sliced off.
@@ -23,9 +23,12 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from fpemu import _convert, _random
-from fpemu._modes import Rounding
-from fpemu._quantize import RoundingSpec, check_fits, input_format, round_bits, rounding_spec, seeds_for
+from fpemu._engine import convert as _convert
+
+from fpemu._engine import rng as _random
+from fpemu._core.modes import Rounding
+from fpemu._args import check_fits, input_format
+from fpemu._ops.quantize import RoundingSpec, round_bits, rounding_spec, seeds_for
 from fpemu.kernels._pallas import (
     COMPILED_PLATFORM,
     BlockSpec,

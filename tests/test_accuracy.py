@@ -1,4 +1,4 @@
-"""The quantized-matmul accuracy benchmark (fpemu._accuracy): bounds, orderings, semantics, errors, table."""
+"""The quantized-matmul accuracy benchmark (fpemu.tools.accuracy): bounds, orderings, semantics, errors, table."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 import fpemu
 from fpemu import scaled
-from fpemu._accuracy import (
+from fpemu.tools.accuracy import (
     DISTRIBUTIONS,
     MATMUL_RECIPES,
     MatmulError,

@@ -13,8 +13,10 @@ import jax
 import numpy as np
 import pytest
 
-from fpemu import _bench, _plot
-from fpemu._cli import _ProgressBar, main
+from fpemu.tools import bench as _bench
+
+from fpemu.tools import plot as _plot
+from fpemu.tools.cli import _ProgressBar, main
 from tests.test_cli import table_row
 
 try:

@@ -10,8 +10,8 @@ import jax
 import pytest
 
 import fpemu
-from fpemu._cli import _num, main
-from fpemu._convert import ROUNDING_MODES
+from fpemu.tools.cli import _num, main
+from fpemu._engine.convert import ROUNDING_MODES
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> str:

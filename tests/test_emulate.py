@@ -17,9 +17,9 @@ import pytest
 from jax import lax
 
 import fpemu
-import fpemu._convert
-from fpemu._emulate_rules import EXACT, ROUNDED, RULES, rounded_primitives
-from fpemu._stats import FIELDS, summary
+import fpemu._engine.convert
+from fpemu._emulate.rules import EXACT, ROUNDED, RULES, rounded_primitives
+from fpemu._emulate.stats import FIELDS, summary
 
 
 def _bits(a) -> np.ndarray:
@@ -59,7 +59,7 @@ def matmul_for(r):
     accumulator, possibly summed in another order by the backend), the result rounded."""
     if r is identity:
         return jnp.matmul
-    if fpemu._convert.fits(r.fmt, fpemu.get_format("bf16")):
+    if fpemu._engine.convert.fits(r.fmt, fpemu.get_format("bf16")):
         bf16 = jnp.bfloat16
         return lambda a, b: r(jnp.matmul(a.astype(bf16), b.astype(bf16), preferred_element_type=jnp.float32))
     return lambda a, b: r(a @ b)
@@ -531,7 +531,7 @@ def test_policy_is_normalised_hashable_and_static():
     a = fpemu.Policy(default="bfloat16", overrides={"exp": "float32", "log": None}, exclude="head")
     b = fpemu.Policy(default=jnp.bfloat16, overrides=(("log", None), ("exp", "fp32")), exclude=("head",))
     assert a == b and hash(a) == hash(b) and a.default is fpemu.get_format("bf16")
-    assert fpemu.Policy(default="bf16") == fpemu._policy.as_policy("bf16")
+    assert fpemu.Policy(default="bf16") == fpemu._emulate.policy.as_policy("bf16")
     with pytest.raises(dataclasses_frozen_error()):
         a.default = None  # type: ignore[misc]
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import fpemu
-from fpemu import _random
-from fpemu._convert import ROUNDING_MODES
+from fpemu._engine import rng as _random
+from fpemu._engine.convert import ROUNDING_MODES
 from fpemu.testing import reference
 
 SMALL_FORMATS = [f for f in fpemu.formats() if f.bits <= 16]
@@ -69,7 +69,7 @@ def test_every_16_bit_pattern_with_few_random_bits(fmt, random_bits, patterns):
                          ids=lambda f: f.name)  # fmt: skip
 def test_reduce_precision_fast_path_equals_the_integer_path(fmt, patterns):
     """quantize dispatches bf16/tf32/fp32 nearest-even on float32 to lax.reduce_precision: prove it exact."""
-    from fpemu._quantize import RoundingSpec, _round_array, reduce_precision_is_exact
+    from fpemu._ops.quantize import RoundingSpec, _round_array, reduce_precision_is_exact
 
     spec = RoundingSpec(fmt)
     assert reduce_precision_is_exact(fpemu.get_format("fp32"), spec)

@@ -11,8 +11,8 @@ import pytest
 from jax import lax
 
 import fpemu
-from fpemu._matmul import dot_general_reference
-from fpemu._modes import ROUNDING_MODES
+from fpemu._ops.matmul import dot_general_reference
+from fpemu._core.modes import ROUNDING_MODES
 
 MM = (((1,), (0,)), ((), ()))  # dimension numbers of a 2-D matmul
 DETERMINISTIC = tuple(m for m in ROUNDING_MODES if m != "stochastic")

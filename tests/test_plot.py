@@ -1,4 +1,4 @@
-"""``fpemu plot`` and `fpemu._plot`: every picture at small settings, opened and checked; errors."""
+"""``fpemu plot`` and `fpemu.tools.plot`: every picture at small settings, opened and checked; errors."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import fpemu
-from fpemu import _plot
-from fpemu._cli import main
+from fpemu.tools import plot as _plot
+from fpemu.tools.cli import main
 
 pytest.importorskip("matplotlib")
 
@@ -103,7 +103,7 @@ class FakeMatmulError:
 
 @pytest.fixture
 def fake_accuracy(monkeypatch):
-    """A stand-in `fpemu._accuracy` that records its calls (the interface, not the numbers, is tested)."""
+    """A stand-in `fpemu.tools.accuracy` that records its calls (the interface, not the numbers, is tested)."""
     calls = []
 
     def matmul_accuracy(recipes, distributions, sizes, *, seed):
@@ -115,12 +115,12 @@ def fake_accuracy(monkeypatch):
             for r in recipes for d in distributions for s in sizes
         ]  # fmt: skip
 
-    module = types.ModuleType("fpemu._accuracy")
+    module = types.ModuleType("fpemu.tools.accuracy")
     module.MATMUL_RECIPES = ("fp32", "bf16", "mxfp4")
     module.DISTRIBUTIONS = ("gaussian", "heavy_tailed")
     module.MatmulError = FakeMatmulError
     module.matmul_accuracy = matmul_accuracy
-    monkeypatch.setitem(sys.modules, "fpemu._accuracy", module)
+    monkeypatch.setitem(sys.modules, "fpemu.tools.accuracy", module)
     monkeypatch.setattr(fpemu, "_accuracy", module, raising=False)
     return calls
 
@@ -141,7 +141,7 @@ def test_plot_matmul_error_calls_accuracy(tmp_path, fake_accuracy):
 
 
 def test_plot_matmul_error_with_the_accuracy_module(tmp_path):
-    accuracy = pytest.importorskip("fpemu._accuracy")
+    accuracy = pytest.importorskip("fpemu.tools.accuracy")
     assert {"fp32", "mxfp4"} <= set(accuracy.MATMUL_RECIPES) and "gaussian" in accuracy.DISTRIBUTIONS
     path = _plot.plot_matmul_error(["bf16", "mxfp4"], [16, 32], tmp_path / "mm.png")
     assert_png_has_content(path, colors=("C0", "C1"), min_share=0.0005)
@@ -167,7 +167,7 @@ def test_plot_bench_from_json_dicts(tmp_path):
 
 
 def test_cli_plot_all(tmp_path, capsys):
-    pytest.importorskip("fpemu._accuracy")
+    pytest.importorskip("fpemu.tools.accuracy")
     out = tmp_path / "plots"
     lines = run_cli(capsys, "plot", "all", "--formats", "e4m3fn,e2m1fn", "--recipes", "mxfp4",
                     "--sizes", "16,32", "--out", str(out))  # fmt: skip
@@ -196,7 +196,7 @@ def test_cli_usage_errors(capsys, argv, message):
 
 
 def test_cli_unknown_matmul_recipe_lists_the_recipes(capsys):
-    accuracy = pytest.importorskip("fpemu._accuracy")
+    accuracy = pytest.importorskip("fpemu.tools.accuracy")
     err = usage_error(capsys, "plot", "matmul-error", "--recipes", "bf17")
     assert "unknown matmul recipe 'bf17'" in err and ", ".join(accuracy.MATMUL_RECIPES) in err
 

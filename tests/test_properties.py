@@ -11,8 +11,8 @@ from hypothesis import assume, example, given, note
 from hypothesis import strategies as st
 
 import fpemu
-from fpemu import _random
-from fpemu._convert import ROUNDING_MODES, fits
+from fpemu._engine import rng as _random
+from fpemu._engine.convert import ROUNDING_MODES, fits
 from fpemu.testing import reference
 from fpemu.testing import _strategies as fpemu_strategies
 

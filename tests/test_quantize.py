@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import fpemu
-from fpemu._convert import ROUNDING_MODES
+from fpemu._engine.convert import ROUNDING_MODES
 from fpemu.testing import reference
 from tests.corner_cases import CASES, F64, case_id
 
@@ -280,7 +280,7 @@ def test_stochastic_is_unbiased():
 
 
 def test_stochastic_bits_are_uniform():
-    from fpemu import _random
+    from fpemu._engine import rng as _random
 
     bits = np.asarray(_random.random_uint32(_random.seeds_from_key(jax.random.key(0)), (1 << 20,)))
     for shift in (0, 8, 16, 24, 28):
@@ -309,7 +309,7 @@ def test_stochastic_up_probability_is_exact_over_all_random_values(fmt, random_b
     """Feed the engine every k-bit random value: exactly floor(2**k * f) of them round up."""
     from fractions import Fraction
 
-    from fpemu._convert import round_narrow
+    from fpemu._engine.convert import round_narrow
 
     fmt = fpemu.get_format(fmt)
     fp32 = fpemu.get_format("fp32")

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import fpemu
-from fpemu import _quantize
-from fpemu._convert import ROUNDING_MODES
+from fpemu._ops import quantize as _quantize
+from fpemu._engine.convert import ROUNDING_MODES
 
 
 def _bits(x) -> np.ndarray:

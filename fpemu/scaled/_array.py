@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-import fpemu
+from fpemu._ops import codec
 from fpemu.scaled import _core
 from fpemu.scaled._recipes import Recipe, get_recipe, is_twos_complement
 
@@ -141,7 +141,7 @@ class ScaledArray:
         `fpemu.encode` does (a zero code)."""
         if is_twos_complement(self.element):
             return jnp.round(self.values * F32(64)).astype(jnp.int8)
-        return fpemu.encode(self.values, self.element)
+        return codec.encode(self.values, self.element)
 
     def pack(self) -> Packed:
         """The storage form (see `Packed`); ``pack().nbytes == nbytes``."""
@@ -154,7 +154,7 @@ class ScaledArray:
         pad = -codes.shape[-1] % group
         if pad:
             codes = jnp.pad(codes, [(0, 0)] * (codes.ndim - 1) + [(0, pad)])
-        elements = codes if self.element.bits == 8 else fpemu.pack(codes, self.element)
+        elements = codes if self.element.bits == 8 else codec.pack(codes, self.element)
         return Packed(elements.astype(jnp.uint8), self.scale, self.global_scale)
 
     @property
@@ -185,7 +185,7 @@ class ScaledArray:
         if is_twos_complement(recipe.element):
             values = codes.astype(jnp.int8).astype(F32) * F32(2.0**-6)
         else:
-            values = fpemu.decode(codes, recipe.element)
+            values = codec.decode(codes, recipe.element)
         if axis is not None and codes.ndim:
             axis = axis % codes.ndim - codes.ndim
         scale = jnp.asarray(scale)
@@ -202,7 +202,7 @@ class ScaledArray:
         if recipe.element.bits == 8:
             codes = elements
         else:
-            codes = fpemu.unpack(elements, recipe.element)
+            codes = codec.unpack(elements, recipe.element)
         codes = codes[..., : (shape[-1] if shape else 1)].reshape(shape)
         if is_twos_complement(recipe.element):
             codes = lax.bitcast_convert_type(codes.astype(jnp.uint8), jnp.int8)

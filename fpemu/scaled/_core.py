@@ -13,7 +13,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-import fpemu
+from fpemu._ops import codec
+from fpemu._ops import quantize as element_quantize
 from fpemu.scaled import _bits, _rne
 from fpemu.scaled._bits import ABS, IMPLICIT, INF, U32
 from fpemu.scaled._recipes import Recipe, is_twos_complement
@@ -188,7 +189,7 @@ def encode(
         y = _bits.mul_flushing(xb, w.per_element(enc_b))
         scale_leaf = jnp.where(nan, jnp.asarray(s_fmt.nan_code, codes.dtype), codes)
         global_leaf = g if recipe.global_scale else None
-    values = fpemu.quantize(
+    values = element_quantize.quantize(
         y, recipe.element, rounding=rounding, saturate=recipe.saturate, key=key, random_bits=random_bits
     )
     if is_twos_complement(recipe.element):
@@ -253,7 +254,7 @@ def scale_bits(scale_leaf: jnp.ndarray, recipe: Recipe) -> tuple[jnp.ndarray, jn
         k = codes - s_fmt.bias
         sb = jnp.where(k >= -126, _bits.pow2_bits(jnp.maximum(k, -126)), U32(IMPLICIT >> 1))
         return sb, nan
-    sb = _bits.to_bits(fpemu.decode(scale_leaf, recipe.scale_format))
+    sb = _bits.to_bits(codec.decode(scale_leaf, recipe.scale_format))
     return sb, _is_nan_bits(sb)
 
 

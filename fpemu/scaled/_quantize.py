@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from fpemu._quantize import rounding_spec
+from fpemu._ops.quantize import rounding_spec
 from fpemu.scaled import _core
 from fpemu.scaled._array import ScaledArray
 from fpemu.scaled._recipes import Recipe, get_recipe

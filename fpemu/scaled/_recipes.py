@@ -13,8 +13,8 @@ import difflib
 import math
 from typing import Any, Literal, get_args
 
-from fpemu._format import Format
-from fpemu._registry import get_format
+from fpemu._core.format import Format
+from fpemu._core.registry import get_format
 
 ScaleRule = Literal["ocp", "ceil", "even", "ceil_log2", "float"]
 SCALE_RULES: tuple[str, ...] = get_args(ScaleRule)
@@ -222,7 +222,7 @@ class Recipe:
 
     @property
     def allowed_roundings(self) -> tuple[str, ...]:
-        from fpemu._modes import ROUNDING_MODES
+        from fpemu._core.modes import ROUNDING_MODES
 
         return ROUNDING_MODES if self.is_pow2 else FLOAT_SCALE_ROUNDINGS
 

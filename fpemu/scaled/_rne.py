@@ -3,7 +3,7 @@
 With a power-of-two scale ``2**k``, ``quantize(x / 2**k) * 2**k`` is the rounding of ``x`` to the grid
 ``{v * 2**k : v in the element format}``: a float format whose exponent range is the element's shifted
 by ``k``. This module rounds float32 bit patterns to that grid directly, with the increment-and-
-truncate method of `fpemu._convert.round_narrow` (round at bit ``sh`` by ``(a + half - 1 + lsb) &
+truncate method of `fpemu._engine.convert.round_narrow` (round at bit ``sh`` by ``(a + half - 1 + lsb) &
 ~mask``; a carry into the exponent field lands on the next binade), but with the grid's smallest
 normal, smallest value and largest value per block instead of per format. One pass, no scaling in
 and out. The generic path (`_bits.scale_down`, `fpemu.quantize`, `_bits.scale_up`) computes the same
@@ -17,7 +17,7 @@ from typing import NamedTuple
 import jax.numpy as jnp
 from jax import lax
 
-from fpemu._format import Format
+from fpemu._core.format import Format
 from fpemu.scaled import _bits
 from fpemu.scaled._bits import ABS, IMPLICIT, INF, SIGN, U32
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import jax.numpy as jnp
 
-import fpemu
+from fpemu._ops import codec
 from fpemu.scaled import _bits
 from fpemu.scaled._bits import ABS, FLT_MAX, IMPLICIT, INF, U32
 from fpemu.scaled._recipes import Recipe, pow2_constants
@@ -108,8 +108,8 @@ def two_level_scales(
         g = s
     mult = s * F32(np.float32(1) / np.float32(e_fmt.max))
     block = jnp.where(nonfinite, U32(0), amax_block)
-    codes = fpemu.encode(jnp.minimum(_bits.mul_flushing(block, mult), F32(s_fmt.max)), s_fmt, saturate=True)
-    d = fpemu.decode(codes, s_fmt)
+    codes = codec.encode(jnp.minimum(_bits.mul_flushing(block, mult), F32(s_fmt.max)), s_fmt, saturate=True)
+    d = codec.decode(codes, s_fmt)
     p = _bits.mul_exact(_bits.to_bits(d), _bits.to_bits(g))
     enc = jnp.minimum(_bits.reciprocal(p), _bits.from_bits(U32(FLT_MAX)))
     return codes, g, enc, nonfinite

@@ -14,8 +14,8 @@ from typing import Any, Mapping, NamedTuple
 
 import numpy as np
 
-from fpemu._format import Format
-from fpemu._registry import UnknownFormatError, get_format
+from fpemu._core.format import Format
+from fpemu._core.registry import UnknownFormatError, get_format
 from fpemu.testing import reference
 
 __all__ = [

@@ -10,13 +10,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fpemu._convert import fits
-from fpemu._emulate import emulate
-from fpemu._format import Format
-from fpemu._modes import Rounding
-from fpemu._policy import Policy
-from fpemu._quantize import quantize
-from fpemu._registry import get_format
+from fpemu._engine.convert import fits
+from fpemu._emulate.interpreter import emulate
+from fpemu._core.format import Format
+from fpemu._core.modes import Rounding
+from fpemu._emulate.policy import Policy
+from fpemu._ops.quantize import quantize
+from fpemu._core.registry import get_format
 from fpemu.testing._assertions import _table, ulp_distance
 
 __all__ = ["CompareReport", "CompareRow", "compare"]

@@ -13,9 +13,9 @@ from hypothesis import assume
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as npst
 
-from fpemu._convert import fits
-from fpemu._format import Format
-from fpemu._registry import UnknownFormatError, get_format
+from fpemu._engine.convert import fits
+from fpemu._core.format import Format
+from fpemu._core.registry import UnknownFormatError, get_format
 from fpemu.testing import reference
 
 __all__ = ["LAYOUTS", "arrays", "boundaries", "codes", "formats", "from_dtype", "values"]

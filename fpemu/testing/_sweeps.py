@@ -11,9 +11,9 @@ from typing import Any, Callable, TextIO
 
 import numpy as np
 
-from fpemu._convert import fits
-from fpemu._format import Format
-from fpemu._registry import get_format
+from fpemu._engine.convert import fits
+from fpemu._core.format import Format
+from fpemu._core.registry import get_format
 from fpemu.testing._assertions import _as_array, _bits, _bits_hex, _hex, _is_float, _table, _widen
 
 __all__ = ["Mismatch", "SweepReport", "sweep"]

@@ -54,9 +54,9 @@ from typing import Any, Literal, NamedTuple
 import ml_dtypes
 import numpy as np
 
-from fpemu._format import Format
-from fpemu._modes import ROUNDING_MODES, Rounding
-from fpemu._registry import get_format
+from fpemu._core.format import Format
+from fpemu._core.modes import ROUNDING_MODES, Rounding
+from fpemu._core.registry import get_format
 
 __all__ = [
     "ROUNDING_MODES",

@@ -1,5 +1,5 @@
 """The Pallas quantized-matmul kernel against `fpemu.matmul` (its reference) and the exact oracle
-`fpemu._matmul.dot_general_reference`: compiled on a GPU (skipped without one) and in interpret
+`fpemu._ops.matmul.dot_general_reference`: compiled on a GPU (skipped without one) and in interpret
 mode on CPU, so CI exercises the kernel.
 
 Bit-equality is asserted wherever every chunk sum is exact in float32 (small-integer-valued
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import fpemu
-from fpemu._matmul import dot_general_reference
+from fpemu._ops.matmul import dot_general_reference
 from fpemu.kernels import MatmulBlockSizes, quantized_matmul
 from fpemu.kernels.matmul import BlockSizes, quantized_matmul_reference
 

@@ -13,7 +13,7 @@ from hypothesis.extra import numpy as npst
 
 import fpemu
 import fpemu.testing as fst
-from fpemu._convert import ROUNDING_MODES
+from fpemu._engine.convert import ROUNDING_MODES
 from fpemu.kernels import BlockSizes
 from fpemu.kernels import quantize as kernel_quantize
 

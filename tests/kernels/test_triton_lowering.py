@@ -12,9 +12,9 @@ import jax.numpy as jnp
 import pytest
 
 import fpemu
-from fpemu import _quantize
-from fpemu._convert import ROUNDING_MODES, fits
-from fpemu._matmul import _config
+from fpemu._ops import quantize as _quantize
+from fpemu._engine.convert import ROUNDING_MODES, fits
+from fpemu._ops.matmul import _config
 from fpemu.kernels.matmul import BlockSizes as MatmulBlockSizes
 from fpemu.kernels.matmul import _quantized_matmul_pallas
 from fpemu.kernels.quantize import BlockSizes, _quantize_pallas

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fpemu import _random
+from fpemu._engine import rng as _random
 from fpemu.scaled import MXINT8_ELEMENT, Recipe, get_recipe, quantize, quantize_dequantize, recipes, reference
 
 SHAPE = (4, 64)

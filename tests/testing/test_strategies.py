@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, find, given, settings
 from hypothesis import strategies as st
 
 import fpemu
-from fpemu._convert import fits
+from fpemu._engine.convert import fits
 from fpemu.testing import arrays, boundaries, codes, formats, from_dtype, reference, values
 from fpemu.testing._strategies import LAYOUTS
 

@@ -37,7 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fpemu._matmul import matmul
+from fpemu._ops.matmul import matmul
 from fpemu.scaled._quantize import quantize_dequantize
 from fpemu.scaled._recipes import get_recipe
 

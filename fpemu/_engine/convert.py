@@ -31,8 +31,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from fpemu._format import Format
-from fpemu._modes import ROUNDING_MODES
+from fpemu._args import DEFAULT_RANDOM_BITS
+from fpemu._core.format import Format, fits
+from fpemu._core.modes import ROUNDING_MODES
 
 
 # Modes in which a result beyond the largest finite value overflows to infinity (for positive and
@@ -46,16 +47,6 @@ _OVERFLOWS = {
     "toward_positive": (True, False),
     "toward_negative": (False, True),
 }
-DEFAULT_RANDOM_BITS = 32
-
-
-def fits(inner: Format, outer: Format) -> bool:
-    """Whether every finite value of ``inner`` is exactly representable in ``outer``."""
-    return (
-        inner.mantissa_bits <= outer.mantissa_bits
-        and inner.min_subnormal_exponent >= outer.min_subnormal_exponent
-        and inner.max <= outer.max
-    )
 
 
 def _work_dtype(src: Format, dst: Format) -> np.dtype:

@@ -21,6 +21,10 @@ _MAX_MANTISSA_BITS = 52  # values must be exact Python floats (float64): 53 sign
 _F64_MAX_EXPONENT = 1023
 _F64_MIN_SUBNORMAL_EXPONENT = -1074
 
+# The NumPy / ml_dtypes dtype of each encoding that has one, filled by the registry (`bind_dtype`),
+# which owns the table of built-in formats and their dtypes.
+_DTYPE_BY_ENCODING: dict[tuple, np.dtype] = {}
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Format:
@@ -286,9 +290,21 @@ class Format:
     @property
     def dtype(self) -> np.dtype | None:
         """The NumPy / ml_dtypes dtype with exactly this encoding, or None (tf32 and most custom formats)."""
-        from fpemu import _registry  # the registry owns the dtype table
-
-        return _registry.dtype_for_encoding(self.encoding)
+        return _DTYPE_BY_ENCODING.get(self.encoding)
 
     def __str__(self) -> str:
         return self.name
+
+
+def bind_dtype(fmt: Format, dtype: np.dtype) -> None:
+    """Record that ``dtype`` has exactly ``fmt``'s encoding (`Format.dtype` answers from it)."""
+    _DTYPE_BY_ENCODING[fmt.encoding] = np.dtype(dtype)
+
+
+def fits(inner: Format, outer: Format) -> bool:
+    """Whether every finite value of ``inner`` is exactly representable in ``outer``."""
+    return (
+        inner.mantissa_bits <= outer.mantissa_bits
+        and inner.min_subnormal_exponent >= outer.min_subnormal_exponent
+        and inner.max <= outer.max
+    )

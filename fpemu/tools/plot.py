@@ -10,7 +10,7 @@ no global backend is switched and no figure is left open.
   with each format's unit roundoff ``eps / 2``.
 - `plot_qsnr`: the QSNR of scaling recipes (`fpemu.scaled`) on Gaussian and heavy-tailed data.
 - `plot_matmul_error`: the relative error of quantized matmuls against their size
-  (`fpemu._accuracy.matmul_accuracy`).
+  (`fpemu.tools.accuracy.matmul_accuracy`).
 - `plot_bench`: a bar chart of ``fpemu bench`` rows.
 """
 
@@ -27,8 +27,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import fpemu
-from fpemu._accuracy import HEAVY_TAILED_DF
-from fpemu._format import Format
+from fpemu.tools.accuracy import HEAVY_TAILED_DF
+from fpemu._core.format import Format
 
 INSTALL_HINT = "pip install 'fpemu[plot]'"
 DEFAULT_FORMATS = ("e4m3fn", "e5m2", "e3m2fn", "e2m1fn", "bf16", "fp16")
@@ -199,7 +199,7 @@ def _heavy_tailed(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarra
     return rng.standard_t(HEAVY_TAILED_DF, size=shape).astype(np.float32)
 
 
-# The distributions of the matmul accuracy benchmark (fpemu._accuracy), drawn as one array.
+# The distributions of the matmul accuracy benchmark (fpemu.tools.accuracy), drawn as one array.
 QSNR_DISTRIBUTIONS = {
     "Gaussian": lambda rng, shape: rng.standard_normal(shape, dtype=np.float32),
     f"Student-t (df={HEAVY_TAILED_DF})": _heavy_tailed,
@@ -282,7 +282,7 @@ def plot_matmul_error(
 ) -> Path:
     """Relative error of quantized matmuls against their size (log-log), one line per recipe.
 
-    The numbers come from `fpemu._accuracy.matmul_accuracy` (recipes from its ``MATMUL_RECIPES``,
+    The numbers come from `fpemu.tools.accuracy.matmul_accuracy` (recipes from its ``MATMUL_RECIPES``,
     data from its ``DISTRIBUTIONS``). Errors of exactly 0 cannot be drawn on a log axis; such points
     are left out and the recipe is marked "exact" in the legend.
 
@@ -298,7 +298,7 @@ def plot_matmul_error(
       MissingMatplotlibError: without matplotlib.
     """
     require_matplotlib()
-    from fpemu import _accuracy
+    from fpemu.tools import accuracy as _accuracy
 
     known = names_of(_accuracy.MATMUL_RECIPES)
     recipe_names = known if recipes is None else [str(r) for r in recipes]
@@ -361,7 +361,7 @@ def plot_bench(
     """Horizontal bars of one metric for every ``fpemu bench`` row, coloured by kind.
 
     Args:
-      rows: `fpemu._bench.BenchRow` objects, or their JSON dicts (``"rows"`` of ``--json`` output).
+      rows: `fpemu.tools.bench.BenchRow` objects, or their JSON dicts (``"rows"`` of ``--json`` output).
       path: the PNG to write.
       metric: a key of `BENCH_METRICS`.
       title: the figure title (a default names the metric).

@@ -12,7 +12,7 @@ from typing import Any, Iterable, Union
 import ml_dtypes
 import numpy as np
 
-from fpemu._format import Format
+from fpemu._core.format import Format, bind_dtype
 
 FormatLike = Union[str, Format, np.dtype, type]
 
@@ -53,11 +53,10 @@ def _lookup_dtype(name: str | None) -> np.dtype | None:
     return None if scalar_type is None else np.dtype(scalar_type)
 
 
-_DTYPE_BY_ENCODING: dict[tuple, np.dtype] = {}
 for _fmt, _dtype_name, _ in _BUILTINS:
     _dtype = _lookup_dtype(_dtype_name)
     if _dtype is not None:
-        _DTYPE_BY_ENCODING[_fmt.encoding] = _dtype
+        bind_dtype(_fmt, _dtype)
 
 _lock = threading.Lock()
 _formats: dict[str, Format] = {}  # canonical name -> Format, in registration order
@@ -89,11 +88,6 @@ def _add(fmt: Format, aliases: Iterable[str]) -> None:
 for _fmt, _dtype_name, _aliases in _BUILTINS:
     _prefixed = (_dtype_name,) if _dtype_name and _dtype_name.startswith("float") and "_" in _dtype_name else ()
     _add(_fmt, _prefixed + _aliases)
-
-
-def dtype_for_encoding(encoding: tuple) -> np.dtype | None:
-    """The NumPy/ml_dtypes dtype with exactly this encoding, or None."""
-    return _DTYPE_BY_ENCODING.get(encoding)
 
 
 class UnknownFormatError(ValueError):

@@ -13,9 +13,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from fpemu._convert import value_bits
-from fpemu._format import Format
-from fpemu._registry import get_format
+from fpemu._engine.convert import value_bits
+from fpemu._core.format import Format
+from fpemu._core.registry import get_format
 
 # The counters, in the order of the int32 vector kept per site. Each is a number of elements.
 FIELDS: tuple[str, ...] = ("elements", "overflow", "saturated", "underflow", "subnormal", "inf", "nan")
@@ -49,7 +49,7 @@ def counts(x: jax.Array, y: jax.Array, fmt: Format) -> jax.Array:
 
     Example:
       >>> import jax.numpy as jnp, fpemu
-      >>> from fpemu._stats import FIELDS, counts
+      >>> from fpemu._emulate.stats import FIELDS, counts
       >>> x = jnp.array([1.0, 500.0, 1e-4, 2.0**-8, jnp.nan, -jnp.inf], jnp.float32)
       >>> y = fpemu.quantize(x, "e4m3fn")
       >>> dict(zip(FIELDS, counts(x, y, fpemu.get_format("e4m3fn")).tolist()))
@@ -96,7 +96,7 @@ def summary(stats: dict[str, dict[str, jax.Array]], *, nonzero_only: bool = True
 
     Example:
       >>> import jax.numpy as jnp, fpemu
-      >>> from fpemu._stats import summary
+      >>> from fpemu._emulate.stats import summary
       >>> f = fpemu.emulate(lambda x: x * 300.0, "e4m3fn", with_stats=True)
       >>> _, stats = f(jnp.array([1.0, 2.0]))
       >>> print(summary(stats))

@@ -11,12 +11,14 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from fpemu import _convert, _random
-from fpemu._modes import ROUNDING_MODES, Rounding
-from fpemu._format import Format
-from fpemu._registry import get_format
+from fpemu import _args
+from fpemu._args import check_fits, float_array, input_format, is_host_float64
+from fpemu._engine import convert as _convert
 
-_INPUT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+from fpemu._engine import rng as _random
+from fpemu._core.modes import ROUNDING_MODES, Rounding
+from fpemu._core.format import Format
+from fpemu._core.registry import get_format
 
 Backend = Literal["auto", "xla", "pallas"]
 BACKENDS: tuple[str, ...] = ("auto", "xla", "pallas")
@@ -38,54 +40,17 @@ class RoundingSpec:
     rounding: str = "nearest_even"
     saturate: bool = False
     subnormals: bool = True
-    random_bits: int = _convert.DEFAULT_RANDOM_BITS
+    random_bits: int = _args.DEFAULT_RANDOM_BITS
 
 
 def rounding_spec(fmt, rounding, saturate, subnormals, key, random_bits) -> RoundingSpec:
-    """Validate the options shared by quantize and encode; errors name the argument."""
-    fmt = get_format(fmt)
-    if rounding not in ROUNDING_MODES:
-        raise ValueError(f"rounding must be one of {', '.join(ROUNDING_MODES)}; got {rounding!r}")
-    for name, value in (("saturate", saturate), ("subnormals", subnormals)):
-        if not isinstance(value, (bool, np.bool_)):
-            raise TypeError(f"{name} must be a bool, got {value!r}")
-    if rounding == "stochastic":
-        if key is None:
-            raise ValueError("rounding='stochastic' needs key=jax.random.key(...)")
-        if random_bits is None:
-            random_bits = _convert.DEFAULT_RANDOM_BITS
-        if not isinstance(random_bits, (int, np.integer)) or isinstance(random_bits, bool) or not 1 <= random_bits <= 32:
-            raise ValueError(f"random_bits must be None or an int in [1, 32], got {random_bits!r}")
-    else:
-        if key is not None:
-            raise ValueError(f"key is only used with rounding='stochastic', not {rounding!r}")
-        if random_bits is not None:
-            raise ValueError(f"random_bits is only used with rounding='stochastic', not {rounding!r}")
-        random_bits = _convert.DEFAULT_RANDOM_BITS
-    return RoundingSpec(fmt, rounding, bool(saturate), bool(subnormals), int(random_bits))
-
-
-def input_format(dtype: np.dtype, what: str = "x") -> Format:
-    """The registry format of a float input dtype; TypeError for anything else."""
-    dtype = np.dtype(dtype)
-    if dtype.name not in _INPUT_DTYPES:
-        kind = {"i": "integer", "u": "integer", "b": "bool", "c": "complex"}.get(dtype.kind, "non-IEEE")
-        raise TypeError(
-            f"{what} must be a float16, bfloat16, float32 or float64 array, got {kind} dtype {dtype.name}"
-            + (" (convert low-precision arrays with .astype(jnp.float32) first)" if kind == "non-IEEE" else "")
-        )
-    return get_format(dtype)
-
-
-def check_fits(fmt: Format, container: Format, what: str = "x") -> None:
-    if not _convert.fits(fmt, container):
-        raise ValueError(
-            f"format {fmt.name} has values that {container.name} cannot hold exactly "
-            f"(max {fmt.max:g} vs {container.max:g}, smallest {fmt.min_subnormal:g} vs {container.min_subnormal:g}, "
-            f"{fmt.mantissa_bits} vs {container.mantissa_bits} mantissa bits); pass {what} in a wider dtype, "
-            "e.g. .astype(jnp.float32)"
-            + (" (float64 needs jax.config.update('jax_enable_x64', True))" if container.name == "fp32" else "")
-        )
+    """Check the options shared by quantize and encode (`fpemu._args`); errors name the argument."""
+    fmt = _args.format_arg(fmt, "fmt")
+    rounding = _args.rounding_arg(rounding)
+    stochastic = rounding == "stochastic"
+    _args.key_arg(key, stochastic, what=f"rounding={rounding!r}" if not stochastic else "rounding='stochastic'")
+    random_bits = _args.random_bits_arg(random_bits, stochastic, rounding=rounding)
+    return RoundingSpec(fmt, rounding, _args.bool_arg(saturate, "saturate"), _args.bool_arg(subnormals, "subnormals"), random_bits)
 
 
 def resolve_backend(backend: Any, platform: str, float64: bool = False) -> str:
@@ -115,25 +80,6 @@ def resolve_backend(backend: Any, platform: str, float64: bool = False) -> str:
             "(uint64 constants with the top bit set). Use backend='xla' or 'auto' (the same bits)"
         )
     return backend
-
-
-def is_host_float64(x: Any) -> bool:
-    """A NumPy/Python float64 value that JAX would silently round to float32 (x64 disabled)."""
-    if jax.config.jax_enable_x64:
-        return False
-    if isinstance(x, float):
-        return True
-    return isinstance(x, (np.ndarray, np.generic)) and np.dtype(x.dtype) == np.float64
-
-
-def as_input_array(x: Any) -> jax.Array:
-    if isinstance(x, jax.Array):
-        return x
-    if isinstance(x, (bool, int, complex, np.bool_)) and not isinstance(x, float):
-        raise TypeError(f"x must be a floating-point array, got {type(x).__name__} {x!r}")
-    if isinstance(x, float):
-        x = np.float64(x)
-    return jnp.asarray(x)
 
 
 # The seeds argument of deterministic roundings (unused): a host constant, so that an eager call does
@@ -223,7 +169,7 @@ _quantize_jit = jax.jit(_quantize_ste, static_argnums=(2, 3))
 def _quantize_host_float64(x, spec: RoundingSpec, seeds, engine: str = "xla") -> jax.Array:
     """NumPy float64 input with x64 off: round from float64 exactly, return float32 (JAX's float)."""
     fp32 = get_format("fp32")
-    check_fits(spec.fmt, fp32, what="the float64 input (x64 is disabled, so the result is float32)")
+    check_fits(spec.fmt, fp32, name="the float64 input (x64 is disabled, so the result is float32)")
     with jax.enable_x64(True):
         x64 = jnp.asarray(x, jnp.float64)
         y64 = _quantize_jit(x64, seeds, spec, engine)
@@ -316,7 +262,7 @@ def quantize(
     if is_host_float64(x):
         engine = resolve_backend(backend, jax.default_backend(), float64=True)
         return _quantize_host_float64(x, spec, seeds_for(spec, key), engine)
-    x = as_input_array(x)
+    x = float_array(x)
     check_fits(spec.fmt, input_format(x.dtype))
     engine = resolve_backend(backend, jax.default_backend(), float64=np.dtype(x.dtype) == np.float64)
     return _quantize_jit(x, seeds_for(spec, key), spec, engine)

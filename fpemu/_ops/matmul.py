@@ -34,11 +34,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from fpemu import _convert
-from fpemu._format import Format
-from fpemu._modes import ROUNDING_MODES, Rounding
-from fpemu._quantize import as_input_array, input_format, is_host_float64, quantize
-from fpemu._registry import get_format
+from fpemu._engine import convert as _convert
+from fpemu._core.format import Format
+from fpemu._core.modes import ROUNDING_MODES, Rounding
+from fpemu._args import float_array, input_format, is_host_float64
+from fpemu._ops.quantize import quantize
+from fpemu._core.registry import get_format
 
 __all__ = ["conv_general_dilated", "dot_general", "dot_general_reference", "matmul"]
 
@@ -137,8 +138,8 @@ def _operand(x: Any, name: str) -> tuple[Any, Format]:
         raise TypeError(f"{name} must be a floating-point array, got {type(x).__name__} {x!r}")
     if is_host_float64(x):
         return np.asarray(x, np.float64), get_format("fp64")
-    x = as_input_array(x)
-    return x, input_format(x.dtype, what=name)
+    x = float_array(x, name)
+    return x, input_format(x.dtype, name=name)
 
 
 def _config(
@@ -958,7 +959,7 @@ def dot_general_reference(
       >>> dot_general_reference(ones, ones.T, (((1,), (0,)), ((), ())), accumulate="e4m3fn").tolist()
       [[16.0]]
     """
-    from fpemu import _random
+    from fpemu._engine import rng as _random
     from fpemu.testing import reference
 
     options = dict(

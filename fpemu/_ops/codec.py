@@ -12,20 +12,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from fpemu import _convert
-from fpemu._modes import Rounding
-from fpemu._format import Format
-from fpemu._quantize import (
-    RoundingSpec,
-    as_input_array,
-    check_fits,
-    input_format,
-    is_host_float64,
-    round_bits,
-    rounding_spec,
-    seeds_for,
-)
-from fpemu._registry import get_format
+from fpemu._engine import convert as _convert
+from fpemu._core.modes import Rounding
+from fpemu._core.format import Format
+from fpemu._args import check_fits, float_array, input_format, is_host_float64
+from fpemu._ops.quantize import RoundingSpec, round_bits, rounding_spec, seeds_for
+from fpemu._core.registry import get_format
 
 
 @functools.partial(jax.jit, static_argnums=(2,))
@@ -68,10 +60,10 @@ def encode(
     spec = rounding_spec(fmt, rounding, saturate, subnormals, key, random_bits)
     seeds = seeds_for(spec, key)
     if is_host_float64(x):
-        check_fits(spec.fmt, get_format("fp32"), what="the float64 input (x64 is disabled)")
+        check_fits(spec.fmt, get_format("fp32"), name="the float64 input (x64 is disabled)")
         with jax.enable_x64(True):
             return _encode_jit(jnp.asarray(x, jnp.float64), seeds, spec)
-    x = as_input_array(x)
+    x = float_array(x)
     check_fits(spec.fmt, input_format(x.dtype))
     return _encode_jit(x, seeds, spec)
 
@@ -113,8 +105,8 @@ def decode(codes: Any, fmt: Any, dtype: Any = jnp.float32) -> jax.Array:
       [448.0, nan, -0.0, 0.001953125]
     """
     fmt = get_format(fmt)
-    out = input_format(np.dtype(dtype), what="dtype")
-    check_fits(fmt, out, what="dtype")
+    out = input_format(np.dtype(dtype), name="dtype")
+    check_fits(fmt, out, name="dtype")
     codes = jnp.asarray(codes)
     if not jnp.issubdtype(codes.dtype, jnp.integer):
         raise TypeError(f"codes must be an integer array, got dtype {codes.dtype}")

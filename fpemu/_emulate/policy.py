@@ -14,9 +14,9 @@ from typing import Any, Iterable, Mapping, Union
 
 import numpy as np
 
-from fpemu._format import Format
-from fpemu._modes import ROUNDING_MODES, Rounding
-from fpemu._registry import get_format
+from fpemu._core.format import Format
+from fpemu._core.modes import ROUNDING_MODES, Rounding
+from fpemu._core.registry import get_format
 
 FormatLike = Union[str, Format, np.dtype, type]
 
@@ -154,7 +154,7 @@ class Policy:
             object.__setattr__(self, "random_bits", int(bits))
         object.__setattr__(self, "exclude", self._exclude(self.exclude))
         if self.overrides and not self.passthrough_unknown:
-            from fpemu._emulate_rules import rounded_primitives  # the registry lists the valid names
+            from fpemu._emulate.rules import rounded_primitives  # the registry lists the valid names
 
             valid = rounded_primitives()
             unknown = [name for name, _ in self.overrides if name not in valid]

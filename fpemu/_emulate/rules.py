@@ -1,7 +1,7 @@
 """The rules of `fpemu.emulate`: one per primitive name, in a registry filled by a decorator.
 
 A rule takes the interpretation context, the equation and its input values, and returns the output
-values (always a list). The context (`fpemu._emulate.Context`) supplies what rules share: ``bind``
+values (always a list). The context (`fpemu._emulate.interpreter.Context`) supplies what rules share: ``bind``
 (the primitive, unchanged), ``round_result`` (round a result to the policy's format and count it),
 ``interpret`` (inline a sub-jaxpr), ``subfunction`` (a sub-jaxpr as an emulated function for a
 control-flow combinator), ``site_key`` (a fresh key for stochastic rounding) and ``merge_stats``.
@@ -38,12 +38,12 @@ import numpy as np
 from jax import lax
 from jax.extend.core import ClosedJaxpr, Jaxpr
 
-from fpemu import _stats
-from fpemu._convert import fits
-from fpemu._registry import get_format
+from fpemu._emulate import stats as _stats
+from fpemu._engine.convert import fits
+from fpemu._core.registry import get_format
 
 if TYPE_CHECKING:  # pragma: no cover
-    from fpemu._emulate import Context
+    from fpemu._emulate.interpreter import Context
 
 Rule = Callable[["Context", Any, list], list]
 
@@ -247,7 +247,7 @@ def dot_general(ctx: Context, eqn, invals: list) -> list:
     """Under ``Policy.dot``: `fpemu.dot_general` with its formats, the result rounded to
     ``DotPolicy.out``, else to the policy's format for ``dot_general``. Without it: `_implicit_dot`.
     Integer dots, and formats that leave the operands alone: a rounded primitive."""
-    from fpemu import _matmul
+    from fpemu._ops import matmul as _matmul
 
     dimension_numbers = eqn.params["dimension_numbers"]
     compute = lambda a, b, options: _matmul.dot_general(a, b, dimension_numbers, **options)  # noqa: E731
@@ -257,7 +257,7 @@ def dot_general(ctx: Context, eqn, invals: list) -> list:
 @register("conv_general_dilated", kind="conv")
 def conv_general_dilated(ctx: Context, eqn, invals: list) -> list:
     """As dot_general, with `fpemu.conv_general_dilated` and ``Policy.conv`` (else ``Policy.dot``)."""
-    from fpemu import _matmul
+    from fpemu._ops import matmul as _matmul
 
     p = eqn.params
 
@@ -346,7 +346,7 @@ def fold(key, *data):
     """A new uint32[2] key from ``key`` (uint32[2], or None) and integers (Python ints or traced
     scalars): two rounds of fpemu's counter hash, far cheaper to compile than ``jax.random.fold_in``.
     `fpemu.quantize` and `fpemu.dot_general` accept such legacy-style uint32 keys."""
-    from fpemu._random import _mix
+    from fpemu._engine.rng import _mix
 
     for d in data:
         if key is None:

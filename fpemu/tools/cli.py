@@ -10,8 +10,8 @@ Usage::
     fpemu plot {values,rounding-error,qsnr,matmul-error,all} [--formats A,B,...] [--recipes R,S,...]
                [--sizes N,M,...] [--out DIR]
 
-``bench`` times a representative subset beside its peers (`fpemu._bench`); ``plot`` writes PNG files
-(`fpemu._plot`, needs matplotlib: ``pip install 'fpemu[plot]'``). docs/benchmarks.md describes both.
+``bench`` times a representative subset beside its peers (`fpemu.tools.bench`); ``plot`` writes PNG files
+(`fpemu.tools.plot`, needs matplotlib: ``pip install 'fpemu[plot]'``). docs/benchmarks.md describes both.
 
 Every number is printed exactly: as a decimal when that is exact and short, as ``2^k`` for powers of two,
 as ``odd*2^k`` or ``(2-2^-n)*2^k`` otherwise, and as a hex float (``0x1.cp+8``) beside it where space allows.
@@ -39,9 +39,10 @@ import jax.numpy as jnp
 import numpy as np
 
 import fpemu
-from fpemu import _plot, _registry
-from fpemu._convert import DEFAULT_RANDOM_BITS, ROUNDING_MODES, fits
-from fpemu._format import Format
+from fpemu.tools import plot as _plot
+from fpemu._core import registry as _registry
+from fpemu._engine.convert import DEFAULT_RANDOM_BITS, ROUNDING_MODES, fits
+from fpemu._core.format import Format
 
 _CODE_TABLE_MAX_BITS = 8
 _DEMO_SIZE = 2**14
@@ -669,7 +670,7 @@ def _bench_report(result) -> str:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from fpemu import _bench
+    from fpemu.tools import bench as _bench
 
     if args.plot is not None:
         try:
@@ -717,9 +718,9 @@ def _cmd_plot(args: argparse.Namespace) -> int:
                 parser.error(f"qsnr: {error}")
     if "matmul-error" in kinds:
         try:
-            from fpemu import _accuracy
+            from fpemu.tools import accuracy as _accuracy
         except ImportError as error:
-            print(f"fpemu plot: error: matmul-error needs fpemu._accuracy, which cannot be imported: {error}",
+            print(f"fpemu plot: error: matmul-error needs fpemu.tools.accuracy, which cannot be imported: {error}",
                   file=sys.stderr)  # fmt: skip
             return 1
         if args.recipes is not None:
@@ -833,7 +834,7 @@ def _parser() -> argparse.ArgumentParser:
                       help=f"formats, comma-separated (default {','.join(_plot.DEFAULT_FORMATS)})")
     plot.add_argument("--recipes", type=_split_list, default=None, metavar="R,S,...",
                       help="qsnr: fpemu.scaled recipes (default all); matmul-error: names from "
-                      "fpemu._accuracy.MATMUL_RECIPES (default all)")
+                      "fpemu.tools.accuracy.MATMUL_RECIPES (default all)")
     plot.add_argument("--sizes", type=_sizes_arg, default=None, metavar="N,M,...",
                       help="matmul-error: matmul sizes n (default 64,128,256,512)")
     plot.add_argument("--out", type=Path, default=Path("."), metavar="DIR",

@@ -3,8 +3,8 @@
 The transform is a jaxpr interpreter on documented APIs (``jax.make_jaxpr``, ``jax.extend.core``,
 ``jax.tree_util``): ``fn`` is traced to a closed jaxpr, its equations are evaluated in order with an
 environment dict, and each primitive is handled by the rule registered for its name in
-`fpemu._emulate_rules` (bind and round, bind unchanged, recurse into a sub-jaxpr...). Statistics
-are in `fpemu._stats`, the policy in `fpemu._policy`. The contract is docs/emulate.md.
+`fpemu._emulate.rules` (bind and round, bind unchanged, recurse into a sub-jaxpr...). Statistics
+are in `fpemu._emulate.stats`, the policy in `fpemu._emulate.policy`. The contract is docs/emulate.md.
 """
 
 from __future__ import annotations
@@ -19,13 +19,15 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend.core import DropVar, Jaxpr, Literal, jaxprs_in_params
 
-from fpemu import _random, _stats
-from fpemu._convert import fits
-from fpemu._emulate_rules import RULES, fold, is_float, is_identity, round_results
-from fpemu._format import Format
-from fpemu._policy import DotPolicy, Policy, as_policy
-from fpemu._quantize import quantize
-from fpemu._registry import get_format
+from fpemu._engine import rng as _random
+
+from fpemu._emulate import stats as _stats
+from fpemu._engine.convert import fits
+from fpemu._emulate.rules import RULES, fold, is_float, is_identity, round_results
+from fpemu._core.format import Format
+from fpemu._emulate.policy import DotPolicy, Policy, as_policy
+from fpemu._ops.quantize import quantize
+from fpemu._core.registry import get_format
 
 __all__ = ["DotPolicy", "Policy", "emulate"]
 

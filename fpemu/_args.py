@@ -1,0 +1,218 @@
+"""The argument layer: every public entry point resolves and checks its inputs here, once.
+
+Each function takes the value and the argument's name as the user wrote it (``"fmt"``, ``"lhs"``,
+``"Policy.rounding"``) and either returns the resolved value or raises an error whose message names
+that argument and lists the valid choices. Nothing here computes: the layers above get values they
+can trust.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fpemu._core.format import Format, fits
+from fpemu._core.modes import ROUNDING_MODES
+from fpemu._core.registry import get_format
+
+#: The float dtypes that fpemu's rounding engine takes as input (and returns).
+INPUT_DTYPES: tuple[str, ...] = ("float16", "bfloat16", "float32", "float64")
+
+#: Random bits per element of stochastic rounding: the default and the valid range.
+DEFAULT_RANDOM_BITS = 32
+RANDOM_BITS_RANGE = (1, 32)
+
+
+# -- names and choices ------------------------------------------------------------------------------
+
+
+def choice_arg(value: Any, choices: Sequence[str], name: str) -> str:
+    """``value`` if it is one of ``choices``; else a ValueError naming the closest and listing all."""
+    if isinstance(value, str) and value in choices:
+        return value
+    close = difflib.get_close_matches(value, list(choices), n=3, cutoff=0.6) if isinstance(value, str) else []
+    hint = f"did you mean {', '.join(repr(c) for c in close)}? " if close else ""
+    raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}; {hint}got {value!r}")
+
+
+def names_arg(values: Any, choices: Sequence[str], name: str) -> tuple[str, ...]:
+    """None (all of ``choices``), one name, or an iterable of names, each checked, in the given order."""
+    if values is None:
+        return tuple(choices)
+    if isinstance(values, str):
+        values = (values,)
+    return tuple(choice_arg(v, choices, name) for v in values)
+
+
+def rounding_arg(value: Any, name: str = "rounding", *, choices: Sequence[str] = ROUNDING_MODES) -> str:
+    """A rounding-mode name (`fpemu.ROUNDING_MODES`, or the ``choices`` a caller accepts)."""
+    return choice_arg(value, choices, name)
+
+
+def bool_arg(value: Any, name: str) -> bool:
+    """A Python or NumPy bool (not an int, not a string)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool (True or False), got {type(value).__name__} {value!r}")
+    return bool(value)
+
+
+def int_arg(value: Any, name: str, *, minimum: int | None = None, maximum: int | None = None) -> int:
+    """A Python or NumPy int (not a bool) within ``[minimum, maximum]``."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    value = int(value)
+    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        low = "" if minimum is None else f">= {minimum}"
+        high = "" if maximum is None else f"<= {maximum}"
+        raise ValueError(f"{name} must be an int {' and '.join(s for s in (low, high) if s)}, got {value}")
+    return value
+
+
+# -- formats ----------------------------------------------------------------------------------------
+
+
+def format_arg(value: Any, name: str = "fmt") -> Format:
+    """A format: a registered name, a `Format`, or a float dtype; errors name the argument.
+
+    ``None`` is refused (NumPy would read it as float64), and so is an array (a common slip: the
+    operands passed by keyword).
+    """
+    if value is None:
+        raise TypeError(f"{name} must be a format (a name such as 'e4m3fn', a fpemu.Format or a dtype), got None")
+    if isinstance(value, (jax.Array, np.ndarray)) and value.ndim > 0:
+        raise TypeError(
+            f"{name} must be a format (a name such as 'e4m3fn', a fpemu.Format or a dtype), got an array of shape "
+            f"{value.shape}"
+        )
+    try:
+        return get_format(value)
+    except ValueError as e:  # UnknownFormatError included: the same type, with the argument's name
+        raise type(e)(f"{name}: {e}") from None
+    except TypeError as e:
+        raise TypeError(f"{name}: {e}") from None
+
+
+def optional_format_arg(value: Any, name: str) -> Format | None:
+    """`format_arg`, or None for None (an option that is off)."""
+    return None if value is None else format_arg(value, name)
+
+
+def check_fits(fmt: Format, container: Format, name: str = "x") -> None:
+    """ValueError unless every value of ``fmt`` is exactly a value of ``container``."""
+    if fits(fmt, container):
+        return
+    raise ValueError(
+        f"format {fmt.name} has values that {container.name} cannot hold exactly "
+        f"(max {fmt.max:g} vs {container.max:g}, smallest {fmt.min_subnormal:g} vs {container.min_subnormal:g}, "
+        f"{fmt.mantissa_bits} vs {container.mantissa_bits} mantissa bits); pass {name} in a wider dtype, "
+        "e.g. .astype(jnp.float32)"
+        + (" (float64 needs jax.config.update('jax_enable_x64', True))" if container.name == "fp32" else "")
+    )
+
+
+# -- float inputs -----------------------------------------------------------------------------------
+
+
+def input_format(dtype: Any, name: str = "x") -> Format:
+    """The registry format of a float input dtype (`INPUT_DTYPES`); TypeError for anything else."""
+    dtype = np.dtype(dtype)
+    if dtype.name not in INPUT_DTYPES:
+        kind = {"i": "integer", "u": "integer", "b": "bool", "c": "complex", "O": "object", "U": "string"}.get(
+            dtype.kind, "non-IEEE"
+        )
+        raise TypeError(
+            f"{name} must be a float16, bfloat16, float32 or float64 array, got {kind} dtype {dtype.name}"
+            + (" (convert low-precision arrays with .astype(jnp.float32) first)" if kind == "non-IEEE" else "")
+        )
+    return get_format(dtype)
+
+
+def is_host_float64(x: Any) -> bool:
+    """A Python float or NumPy float64 value that JAX would silently round to float32 (x64 disabled)."""
+    if jax.config.jax_enable_x64:
+        return False
+    if isinstance(x, float):
+        return True
+    return isinstance(x, (np.ndarray, np.generic)) and np.dtype(x.dtype) == np.float64
+
+
+def float_array(x: Any, name: str = "x") -> jax.Array:
+    """``x`` as a JAX array, refusing bools, ints and complex Python scalars (they are not float data)."""
+    if isinstance(x, jax.Array):
+        return x
+    if isinstance(x, (bool, int, complex, np.bool_)) and not isinstance(x, float):
+        raise TypeError(f"{name} must be a floating-point array, got {type(x).__name__} {x!r}")
+    if isinstance(x, float):
+        x = np.float64(x)
+    return jnp.asarray(x)
+
+
+# -- stochastic rounding: keys and random bits -------------------------------------------------------
+
+
+def random_bits_arg(value: Any, stochastic: bool, name: str = "random_bits", rounding: Any = None) -> int:
+    """Random bits per element: None (the default, 32) or an int in [1, 32], and only when stochastic."""
+    if not stochastic:
+        if value is not None:
+            raise ValueError(f"{name} is only used with rounding='stochastic', not {rounding!r}")
+        return DEFAULT_RANDOM_BITS
+    if value is None:
+        return DEFAULT_RANDOM_BITS
+    low, high = RANDOM_BITS_RANGE
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or not low <= value <= high:
+        raise ValueError(f"{name} must be None or an int in [{low}, {high}], got {value!r}")
+    return int(value)
+
+
+def _is_typed_key(key: Any) -> bool:
+    return isinstance(key, jax.Array) and jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)
+
+
+def key_arg(key: Any, stochastic: bool, name: str = "key", what: str = "rounding='stochastic'") -> Any:
+    """The PRNG key of stochastic rounding: required when ``stochastic``, refused otherwise.
+
+    A key is one typed key (``jax.random.key``) or one legacy ``uint32`` key array
+    (``jax.random.PRNGKey``, shape ``(2,)`` or the implementation's key width).
+    """
+    if not stochastic:
+        if key is not None:
+            raise ValueError(f"{name} is only used with stochastic rounding, not {what}")
+        return None
+    if key is None:
+        raise ValueError(f"{what} needs {name}=jax.random.key(...)")
+    if _is_typed_key(key):
+        if key.shape != ():
+            raise ValueError(
+                f"{name} must be a single PRNG key, got a key array of shape {key.shape}; vmap over keys instead"
+            )
+        return key
+    if isinstance(key, (jax.Array, np.ndarray)) and key.dtype == np.uint32 and key.ndim == 1 and key.shape[0] >= 2:
+        return key
+    shape = f" of shape {key.shape}" if hasattr(key, "shape") else ""
+    dtype = f" and dtype {key.dtype}" if hasattr(key, "dtype") else ""
+    raise TypeError(
+        f"{name} must be a single JAX PRNG key (jax.random.key(...) or jax.random.PRNGKey(...)), got "
+        f"{type(key).__name__}{shape}{dtype}"
+    )
+
+
+def key_words(key: Any) -> jax.Array:
+    """The uint32 words of a key (typed or legacy), any leading batch shape kept, words last."""
+    if _is_typed_key(key):
+        return jax.random.key_data(key)
+    return jnp.asarray(key)
+
+
+# -- collections ------------------------------------------------------------------------------------
+
+
+def tuple_arg(values: Iterable[Any] | Any) -> tuple[Any, ...]:
+    """One value or an iterable of values (a string counts as one value), as a tuple."""
+    if isinstance(values, str) or not isinstance(values, Iterable):
+        return (values,)
+    return tuple(values)

@@ -1,0 +1,1 @@
+"""fpemu/_engine"""
