@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install demo test test-slow bench clean
+.PHONY: install demo lint test test-slow bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,9 +16,16 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/fpemu demo
 
-# Unit tests, doctests in the package, and the examples in README.md and docs/.
-test: $(STAMP)
-	$(BIN)/python -m pytest tests fpemu kernels README.md docs --doctest-modules --doctest-glob='*.md' -p no:cacheprovider
+# ruff (lint and format check) and mypy, configured in pyproject.toml.
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+# Lint, then unit tests, doctests in the package, and the examples in README.md and docs/. Hypothesis
+# runs its derandomized `ci` profile (fixed examples, no database): the same run every time.
+test: lint
+	FPEMU_HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest tests fpemu kernels README.md docs --doctest-modules --doctest-glob='*.md' -p no:cacheprovider
 
 # Long sweeps (every float32 input, the full kernel sweep, thorough hypothesis profile): not run in CI.
 test-slow: $(STAMP)

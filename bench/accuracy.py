@@ -9,7 +9,7 @@ Usage::
 Progress lines (with timings) go to stderr; stdout gets the run's metadata (date, command, machine,
 versions, commit) and three Markdown tables: relative error ``||C - C64||_F / ||C64||_F``, the
 max-norm error ``max|C - C64| / max|C64|``, and QSNR in dB. The semantics are in
-fpemu/_accuracy.py and docs/accuracy.md. The errors are deterministic (fixed seeds, fixed formats);
+`fpemu.tools.accuracy` and docs/accuracy.md. The errors are deterministic (fixed seeds, fixed formats);
 only the fp32 row depends on the backend's float32 summation order.
 """
 
@@ -26,6 +26,7 @@ from pathlib import Path
 
 from fpemu.tools.accuracy import DISTRIBUTIONS, MATMUL_RECIPES, SIZES, markdown_table, matmul_accuracy
 from fpemu.tools.bench import environment
+
 
 def _list(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from fpemu.testing import text_table
 from fpemu.tools import bench as _bench
 from fpemu.tools.bench import machine_line
 
@@ -98,36 +99,34 @@ TARGETS = [
 ]
 
 
+def _markdown(rows: list[list[str]], header: list[str]) -> list[str]:
+    """A Markdown table's lines: the first column left-aligned, the numbers right-aligned."""
+    return text_table(rows, header, align="l" + "r" * (len(header) - 1), markdown=True).splitlines()
+
+
 def summary_lines(times: dict[tuple[str, str], dict[str, float]]) -> list[str]:
     """Markdown tables of ns/element and ratios, from ``{(format, row): {"median": s, "min": s}}``."""
     ns = {stat: {key: t[stat] / N * 1e9 for key, t in times.items()} for stat in ("median", "min")}
     formats = list(dict.fromkeys(f for f, _ in times))  # in the order they ran
     rows = list(dict.fromkeys(r for _, r in times))
+    med = ns["median"]
+
+    def cell(f: str, row: str) -> str:
+        if (f, row) not in med:
+            return "skipped"
+        return f"{med[f, row]:.2f} ({_ratio(med[f, row], med.get((f, 'numpy_copy')))})"
+
+    table = [[row, *(cell(f, row) for f in formats)] for row in rows]
     lines = [
         f"{N} float32 elements; cell = median ns/element (ratio to the NumPy copy of the same group)",
         machine_line(),
         "",
-        "| row | " + " | ".join(formats) + " |",
-        "|---|" + "---:|" * len(formats),
+        *_markdown(table, ["row", *formats]),
     ]
-    med = ns["median"]
-    for row in rows:
-        cells = [
-            "skipped" if (f, row) not in med else f"{med[f, row]:.2f} ({_ratio(med[f, row], med.get((f, 'numpy_copy')))})"
-            for f in formats
-        ]
-        lines.append(f"| {row} | " + " | ".join(cells) + " |")
-
     for stat in ("median", "min"):
         t = ns[stat]
-        lines += [
-            "",
-            f"ratios of {stat}s:",
-            "| format | " + " | ".join(h for h, _, _ in RATIOS) + " |",
-            "|---|" + "---:|" * len(RATIOS),
-        ]
-        for f in formats:
-            lines.append(f"| {f} | " + " | ".join(_ratio(t.get((f, r)), t.get((f, p))) for _, r, p in RATIOS) + " |")
+        table = [[f, *(_ratio(t.get((f, r)), t.get((f, p))) for _, r, p in RATIOS)] for f in formats]
+        lines += ["", f"ratios of {stat}s:", *_markdown(table, ["format", *(h for h, _, _ in RATIOS)])]
 
     lines.append("")
     for label, row, peer, limit, strict in TARGETS:

@@ -16,7 +16,7 @@ Rows (each timed the same way: compiled and run once before timing, every call e
 - matmul, N x N x N (default 8192 on a GPU, 512 on CPU): float32 (default precision and
   ``HIGHEST``), bfloat16 with float32 accumulation, the native FP8 ``jnp.dot`` on float8_e4m3fn
   inputs (where the backend compiles it), ``fpemu.matmul`` with e4m3fn operands and float32
-  accumulation (the XLA path), and ``fpemu.kernels.quantized_matmul`` with the same options.
+  accumulation (the XLA path), and ``fpemu.kernels.matmul_kernel`` with the same options.
   Reported: TFLOP/s (2 N**3 per product) and the ratio to the bf16 matmul.
 
 The targets (H200): quantize at least 85% of the copy bandwidth at 2**28 elements; the emulated
@@ -29,8 +29,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -58,12 +59,12 @@ def quantize_rows(n: int, repeats: int, interpret: bool) -> list[dict[str, Any]]
         ),
         (
             "pallas nearest_even" + (" (interpret)" if interpret else ""),
-            jax.jit(lambda v: fpemu.kernels.quantize(v, "e4m3fn", interpret=interpret)),
+            jax.jit(lambda v: fpemu.kernels.quantize_kernel(v, "e4m3fn", interpret=interpret)),
             (x,),
         ),
         (
             "pallas stochastic" + (" (interpret)" if interpret else ""),
-            jax.jit(lambda v, k: fpemu.kernels.quantize(v, "e4m3fn", rounding="stochastic", key=k, interpret=interpret)),
+            jax.jit(lambda v, k: fpemu.kernels.quantize_kernel(v, "e4m3fn", rounding="stochastic", key=k, interpret=interpret)),
             (x, key),
         ),
     ]
@@ -93,10 +94,9 @@ def matmul_rows(n: int, repeats: int, interpret: bool) -> list[dict[str, Any]]:
         ("native fp8 e4m3fn (fp32 accumulate)", jax.jit(lambda u, v: jnp.dot(u, v, preferred_element_type=f32)), (a.astype(jnp.float8_e4m3fn), b.astype(jnp.float8_e4m3fn))),
         ("fpemu.matmul e4m3fn (xla)", jax.jit(lambda u, v: fpemu.matmul(u, v, lhs="e4m3fn", rhs="e4m3fn")), (a, b)),
     ]  # fmt: skip
-    if hasattr(fpemu.kernels, "quantized_matmul"):
-        label = "kernels.quantized_matmul e4m3fn" + (" (interpret)" if interpret else "")
-        fn = jax.jit(lambda u, v: fpemu.kernels.quantized_matmul(u, v, lhs="e4m3fn", rhs="e4m3fn", interpret=interpret))
-        rows.append((label, fn, (a, b)))
+    label = "kernels.matmul_kernel e4m3fn" + (" (interpret)" if interpret else "")
+    fn = jax.jit(lambda u, v: fpemu.kernels.matmul_kernel(u, v, lhs="e4m3fn", rhs="e4m3fn", interpret=interpret))
+    rows.append((label, fn, (a, b)))
     out = []
     for name, fn, args in rows:
         try:

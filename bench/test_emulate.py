@@ -116,7 +116,7 @@ def _print_summary(config, rows: dict[str, dict[str, float]]) -> None:
     for row, r in rows.items():
         if row == "interleaved":
             continue
-        ratio = lambda stat, ref: f"{r[stat] / ref[stat]:.2f}" if stat in ref else "n/a"  # noqa: E731
+        ratio = lambda stat, ref, r=r: f"{r[stat] / ref[stat]:.2f}" if stat in ref else "n/a"
         lines.append(
             f"| {row} | {r['median'] * 1e3:.1f} | {r['min'] * 1e3:.1f} | {ratio('median', base)} | "
             f"{ratio('min', base)} | {ratio('median', f32)} | {r['compile']:.2f} |"

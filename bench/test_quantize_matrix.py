@@ -19,8 +19,11 @@ import numpy as np
 import pytest
 
 import fpemu
+from fpemu._core.format import fits
+from fpemu.testing import text_table
 from fpemu.tools.bench import make_input
-from fpemu._engine.convert import ROUNDING_MODES, fits
+
+ROUNDING_MODES = fpemu.ROUNDING_MODES
 
 SIZES = (1 << 16, 1 << 20)
 FORMATS = [f.name for f in fpemu.formats() if fits(f, fpemu.get_format("fp32"))]
@@ -74,8 +77,8 @@ def test_quantize(benchmark, inputs, n, fmt, mode):
 def summary_lines() -> list[str]:
     if not _TIMES:
         return []
-    head = " | ".join(f"2^{n.bit_length() - 1}: ns/el (x copy, x NE)" for n in SIZES)
-    lines = [f"| format | mode | {head} |", "|---|---|" + "---:|" * len(SIZES)]
+    header = ["format", "mode", *(f"2^{n.bit_length() - 1}: ns/el (x copy, x NE)" for n in SIZES)]
+    rows = []
     for fmt in FORMATS:
         for mode in ROUNDING_MODES:
             cells = []
@@ -84,10 +87,10 @@ def summary_lines() -> list[str]:
                 if t is None:
                     cells.append("n/a")
                     continue
-                ratio = lambda base: f"{t / base:.2f}" if base else "n/a"  # noqa: E731
-                cells.append(f"{t / n * 1e9:.2f} ({ratio(copy)}, {ratio(ne)})")
-            lines.append(f"| {fmt} | {mode} | " + " | ".join(cells) + " |")
-    return lines
+                copy_ratio, ne_ratio = (f"{t / base:.2f}" if base else "n/a" for base in (copy, ne))
+                cells.append(f"{t / n * 1e9:.2f} ({copy_ratio}, {ne_ratio})")
+            rows.append([fmt, mode, *cells])
+    return text_table(rows, header, align="ll" + "r" * len(SIZES), markdown=True).splitlines()
 
 
 @pytest.fixture(autouse=True)

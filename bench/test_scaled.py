@@ -9,7 +9,8 @@ against the NumPy reference (`fpemu.scaled.reference`), NVFP4 against `quantize(
 (its tensor scale needs the whole input), plain rows against ml_dtypes.
 
 The module prints its own summary (ratios of each scaled row to plain quantize of the same group,
-and the verdict on the issue's target: MX quantize + dequantize within 2x of plain quantize).
+the verdict on the issue's target: MX quantize + dequantize within 2x of plain quantize, and the
+cost of rounding through the core engine instead of the scaled layer's fused nearest-even pass).
 """
 
 from __future__ import annotations
@@ -23,19 +24,24 @@ import pytest
 
 import fpemu
 from fpemu import scaled
-from fpemu.tools.bench import machine_line
 from fpemu.scaled import reference
+from fpemu.testing import text_table
+from fpemu.tools.bench import machine_line
 
 CHECK = 1 << 16  # elements checked after timing (whole blocks)
 GROUPS = {"mxfp8_e4m3": "e4m3fn", "mxfp4": "e2m1fn", "nvfp4": "e2m1fn"}
 ROWS = {
     "scaled qdq": "jit scaled.quantize_dequantize(x, recipe): the fused simulation path",
     "plain quantize": "jit fpemu.quantize(x, element): the same tensor to the element format, unscaled",
-    "scaled quantize": "jit scaled.quantize(x, recipe): a ScaledArray (float32 values + uint8 scales)",
+    "scaled quantize": "jit scaled.ScaledArray.from_array(x, recipe): float32 values + uint8 scales",
+    "scaled via engine": "jit ScaledArray.from_array(x, recipe).dequantize(): the qdq bits through the core "
+    "rounding engine (scale down, round, scale up) instead of the fused nearest-even pass",
     "scaled qdq-donated": "the fused path, donate_argnums=0",
     "plain quantize-donated": "plain quantize, donate_argnums=0",
+    "scaled via engine-donated": "scaled via engine, donate_argnums=0",
 }
-CASES = [(g, r) for g in GROUPS for r in ROWS]
+# "scaled via engine" only where qdq has its own fused pass: power-of-two (MX) recipes, nearest even
+CASES = [(g, r) for g in GROUPS for r in ROWS if not (g == "nvfp4" and r.startswith("scaled via engine"))]
 _TIMES: dict[tuple[str, str], dict[str, float]] = {}
 
 
@@ -46,7 +52,9 @@ def _fn(group: str, row: str):
     if base == "plain quantize":
         return lambda x: fpemu.quantize(x, GROUPS[group])
     if base == "scaled quantize":
-        return lambda x: scaled.quantize(x, group)
+        return lambda x: scaled.ScaledArray.from_array(x, group)
+    if base == "scaled via engine":
+        return lambda x: scaled.ScaledArray.from_array(x, group).dequantize()
     raise ValueError(f"unknown row {row!r}; rows: {', '.join(ROWS)}")
 
 
@@ -89,7 +97,9 @@ def _check(group: str, row: str, x_np: np.ndarray, x: jax.Array, out) -> None:
     else:
         y = np.asarray(out)[:CHECK]
     if group == "nvfp4":  # the tensor scale depends on the whole input
-        reference.assert_equal(y, np.asarray(scaled.quantize(x, group).dequantize())[:CHECK], f"{group} {row}")
+        reference.assert_equal(
+            y, np.asarray(scaled.ScaledArray.from_array(x, group).dequantize())[:CHECK], f"{group} {row}"
+        )
     else:
         reference.assert_equal(y, reference.quantize(prefix, group).dequantized, f"{group} {row}")
 
@@ -106,19 +116,15 @@ def test_scaled_speed(benchmark, rounds_for, x, x_np, group, row):
 
 
 def summary_lines(times: dict[tuple[str, str], dict[str, float]], n: int = 1 << 24) -> list[str]:
-    lines = [
-        f"{n} float32 elements; {machine_line()}",
-        "",
-        "| recipe | row | median ns/element | min ns/element | median / plain | min / plain |",
-        "|---|---|---:|---:|---:|---:|",
-    ]
+    table = []
     for (group, row), t in times.items():
         peer = "plain quantize-donated" if row.endswith("-donated") else "plain quantize"
         base = times.get((group, peer))
-        ratio = lambda s: f"{t[s] / base[s]:.2f}" if base else "n/a"  # noqa: E731
-        ns = f"{t['median'] / n * 1e9:.2f} | {t['min'] / n * 1e9:.2f}"
-        lines.append(f"| {group} | {row} | {ns} | {ratio('median')} | {ratio('min')} |")
-    lines.append("")
+        ratios = [f"{t[s] / base[s]:.2f}" if base else "n/a" for s in ("median", "min")]
+        table.append([group, row, f"{t['median'] / n * 1e9:.2f}", f"{t['min'] / n * 1e9:.2f}", *ratios])
+    header = ["recipe", "row", "median ns/element", "min ns/element", "median / plain", "min / plain"]
+    markdown = text_table(table, header, align="llrrrr", markdown=True)
+    lines = [f"{n} float32 elements; {machine_line()}", "", *markdown.splitlines(), ""]
     for suffix in ("", "-donated"):
         for group in ("mxfp8_e4m3", "mxfp4"):
             a, b = times.get((group, "scaled qdq" + suffix)), times.get((group, "plain quantize" + suffix))
@@ -128,6 +134,12 @@ def summary_lines(times: dict[tuple[str, str], dict[str, float]], n: int = 1 << 
                 ]
                 label = f"target {group} qdq{suffix} <= 2x plain quantize to {GROUPS[group]}: "
                 lines.append(label + "; ".join(verdicts))
+    for suffix in ("", "-donated"):
+        for group in GROUPS:
+            a, b = times.get((group, "scaled via engine" + suffix)), times.get((group, "scaled qdq" + suffix))
+            if a and b:
+                ratios = ", ".join(f"{s} {a[s] / b[s]:.2f}" for s in ("median", "min"))
+                lines.append(f"{group}{suffix}: through the core engine / fused qdq = {ratios}")
     return lines
 
 

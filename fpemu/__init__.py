@@ -1,20 +1,22 @@
 """fpemu: bit-exact low-precision floating-point emulation for JAX.
 
 The public API is what this module exports (``__all__``) and the subpackages `fpemu.scaled`
-(scaled and block formats), `fpemu.testing` (oracles, strategies, assertions; needs the test
-extras), `fpemu.kernels` (Pallas kernels) and `fpemu.tools` (the ``fpemu`` command line,
-benchmarks, accuracy tables and plots). ``fpemu.testing``, ``fpemu.kernels`` and ``fpemu.tools``
-are loaded on first use. Modules whose names start with an underscore are private: do not import
+(scaled and block formats), `fpemu.scalify` (jax-scalify's scale propagation), `fpemu.testing`
+(oracles, strategies, assertions; needs the test extras), `fpemu.kernels` (Pallas kernels) and
+`fpemu.tools` (the ``fpemu`` command line, benchmarks, accuracy tables and plots). All but
+``fpemu.scaled`` are loaded on first use. Modules whose names start with an underscore are private: do not import
 them. docs/architecture.md maps the layers.
 """
 
 import importlib as _importlib
 
 from fpemu import _checkout
+from fpemu._args import DEFAULT_RANDOM_BITS
 from fpemu._core.format import Format
 from fpemu._core.modes import ROUNDING_MODES, Rounding
 from fpemu._core.registry import FormatLike, UnknownFormatError, formats, get_format, register_format
-from fpemu._emulate.interpreter import emulate
+from fpemu._core.registry import aliases as format_aliases
+from fpemu._emulate.transform import emulate
 from fpemu._emulate.policy import DotPolicy, Policy
 from fpemu._emulate.stats import summary as stats_summary
 from fpemu._ops.codec import decode, encode, pack, unpack
@@ -23,6 +25,7 @@ from fpemu._ops.quantize import quantize
 from fpemu import scaled
 
 __all__ = [
+    "DEFAULT_RANDOM_BITS",
     "ROUNDING_MODES",
     "DotPolicy",
     "Format",
@@ -35,6 +38,7 @@ __all__ = [
     "dot_general",
     "emulate",
     "encode",
+    "format_aliases",
     "formats",
     "get_format",
     "kernels",
@@ -43,6 +47,7 @@ __all__ = [
     "quantize",
     "register_format",
     "scaled",
+    "scalify",
     "stats_summary",
     "testing",
     "tools",
@@ -53,8 +58,8 @@ __version__ = "0.1.0"
 _checkout.install()
 
 # Loaded on first use: `testing` needs the test extras (hypothesis), `kernels` imports Pallas, and
-# `tools` (command line, benchmarks, plots) is not part of the library's import cost.
-_LAZY = ("kernels", "testing", "tools")
+# `scalify` and `tools` (command line, benchmarks, plots) are not part of the library's import cost.
+_LAZY = ("kernels", "scalify", "testing", "tools")
 
 
 def __getattr__(name: str):

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fpemu._core.format import Format, fits
-from fpemu._core.modes import ROUNDING_MODES
+from fpemu._core.modes import EXPONENT_TIES, P3109_SATURATIONS, ROUNDING_MODES, STOCHASTIC_VARIANTS
 from fpemu._core.registry import get_format
 
 #: The float dtypes that fpemu's rounding engine takes as input (and returns).
@@ -59,6 +59,21 @@ def bool_arg(value: Any, name: str) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be a bool (True or False), got {type(value).__name__} {value!r}")
     return bool(value)
+
+
+def saturate_arg(value: Any, name: str = "saturate") -> bool | str:
+    """``saturate``: a bool (fpemu's IEEE-style overflow, or clamp everything) or one of IEEE P3109's
+    saturation modes (`fpemu._core.modes.P3109_SATURATIONS`)."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, str) and value in P3109_SATURATIONS:
+        return value
+    close = difflib.get_close_matches(value, P3109_SATURATIONS, n=1, cutoff=0.6) if isinstance(value, str) else []
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise TypeError(
+        f"{name} must be a bool (True or False) or one of IEEE P3109's saturation modes "
+        f"{', '.join(map(repr, P3109_SATURATIONS))}; got {type(value).__name__} {value!r}{hint}"
+    )
 
 
 def int_arg(value: Any, name: str, *, minimum: int | None = None, maximum: int | None = None) -> int:
@@ -167,6 +182,72 @@ def random_bits_arg(value: Any, stochastic: bool, name: str = "random_bits", rou
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or not low <= value <= high:
         raise ValueError(f"{name} must be None or an int in [{low}, {high}], got {value!r}")
     return int(value)
+
+
+def stochastic_variant_arg(value: Any, stochastic: bool, rounding: Any = None, name: str = "stochastic_variant") -> str:
+    """A stochastic-rounding variant (`fpemu._core.modes.STOCHASTIC_VARIANTS`); other than the default
+    ``"floor"`` only with stochastic rounding."""
+    value = choice_arg(value, STOCHASTIC_VARIANTS, name)
+    if value != "floor" and not stochastic:
+        raise ValueError(f"{name} is only used with rounding='stochastic', not {rounding!r}")
+    return value
+
+
+def exponent_ties_arg(value: Any, name: str = "exponent_ties") -> str:
+    """``"away"`` or ``"even"``: how nearest-even breaks ties in a format without mantissa bits."""
+    return choice_arg(value, EXPONENT_TIES, name)
+
+
+def key_or_random_arg(key: Any, random: Any, rounding: str) -> bool:
+    """Stochastic rounding takes its bits from ``key`` or, explicitly, from ``random``: exactly one of
+    them with ``rounding="stochastic"``, neither otherwise. Returns whether the bits are explicit
+    (`random_arg` checks them once the input's shape is known)."""
+    stochastic = rounding == "stochastic"
+    if random is None:
+        key_arg(key, stochastic, what=f"rounding={rounding!r}")
+        return False
+    if not stochastic:
+        raise ValueError(f"random is only used with rounding='stochastic', not {rounding!r}")
+    if key is not None:
+        raise ValueError(
+            "rounding='stochastic' takes key= (random bits drawn from it) or random= (the bits themselves), not both"
+        )
+    return True
+
+
+def random_arg(value: Any, random_bits: int, shape: tuple[int, ...], name: str = "random") -> jax.Array:
+    """Explicit random bits of stochastic rounding: integers in ``[0, 2**random_bits)``, broadcastable to
+    ``shape``, as uint32 words with the bits at the top (the layout of the keyed path's bits).
+
+    Concrete values out of range are an error; traced ones (under ``jit``) are not checked, and their
+    low ``random_bits`` bits are used.
+    """
+    if isinstance(value, (bool, np.bool_)) or (hasattr(value, "dtype") and np.dtype(value.dtype) == np.bool_):
+        raise TypeError(f"{name} must be an integer array of random bits, got a bool")
+    if isinstance(value, (int, np.integer)):
+        value = np.asarray(value)
+    if not isinstance(value, (jax.Array, np.ndarray)):
+        value = np.asarray(value) if isinstance(value, (list, tuple)) else value
+    if not isinstance(value, (jax.Array, np.ndarray)) or not np.issubdtype(np.dtype(value.dtype), np.integer):
+        kind = f"dtype {value.dtype}" if hasattr(value, "dtype") else type(value).__name__
+        raise TypeError(f"{name} must be an integer array of random bits (one per element), got {kind}")
+    try:
+        broadcast = np.broadcast_shapes(tuple(value.shape), tuple(shape))
+    except ValueError:
+        broadcast = None
+    if broadcast != tuple(shape):
+        raise ValueError(f"{name} of shape {tuple(value.shape)} does not broadcast to the input's shape {tuple(shape)}")
+    if not isinstance(value, jax.core.Tracer) and value.size:
+        low, high = int(np.min(value)), int(np.max(value))
+        if low < 0 or high >= 1 << random_bits:
+            raise ValueError(
+                f"{name} must hold integers in [0, 2**{random_bits}) (random_bits={random_bits}), got "
+                f"{low if low < 0 else high}"
+            )
+    if isinstance(value, np.ndarray):
+        value = np.asarray(value, np.uint64).astype(np.uint32)  # in range: exact, whatever x64 says
+    words = jnp.asarray(value).astype(jnp.uint32)
+    return words << jnp.uint32(32 - random_bits) if random_bits < 32 else words
 
 
 def _is_typed_key(key: Any) -> bool:

@@ -1,18 +1,20 @@
 """Pallas kernels, installed as ``fpemu.kernels``.
 
-- `quantize`: `fpemu.quantize` as a fused Pallas kernel, bit-identical to the XLA path. Its tile
-  sizes are `BlockSizes` (``fpemu.kernels.quantize`` is the function; the module's names are
-  re-exported here).
-- `quantized_matmul`: `fpemu.matmul` of 2-D operands as a Pallas kernel, with the operand,
-  accumulator and output roundings fused in (``fpemu.kernels.matmul``). Its tile sizes are
+- `quantize_kernel`: `fpemu.quantize` as a fused Pallas kernel, bit-identical to the XLA path
+  (module ``fpemu.kernels.quantize``). Its tile sizes are `QuantizeBlockSizes`, also reachable as
+  ``fpemu.kernels.quantize.BlockSizes``.
+- `matmul_kernel`: `fpemu.matmul` of 2-D operands as a Pallas kernel, with the operand,
+  accumulator and output roundings fused in (module ``fpemu.kernels.matmul``). Its tile sizes are
   `MatmulBlockSizes`, also reachable as ``fpemu.kernels.matmul.BlockSizes``.
 
-Both are tested in interpret mode on CPU; the compiled GPU paths are still to be verified on a
-GPU. docs/kernels.md describes them.
+Each module also has a plain-JAX reference with its kernel's semantics (``quantize_reference``,
+``matmul_kernel_reference``). Both kernels are tested in interpret mode on CPU; the compiled GPU
+paths are still to be verified on a GPU. docs/kernels.md describes them.
 """
 
 from fpemu.kernels.matmul import BlockSizes as MatmulBlockSizes
-from fpemu.kernels.matmul import quantized_matmul
-from fpemu.kernels.quantize import BlockSizes, quantize
+from fpemu.kernels.matmul import matmul_kernel
+from fpemu.kernels.quantize import BlockSizes as QuantizeBlockSizes
+from fpemu.kernels.quantize import quantize_kernel
 
-__all__ = ["BlockSizes", "MatmulBlockSizes", "quantize", "quantized_matmul"]
+__all__ = ["MatmulBlockSizes", "QuantizeBlockSizes", "matmul_kernel", "quantize_kernel"]

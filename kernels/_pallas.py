@@ -10,7 +10,8 @@ On GPUs, jax 0.10.2 lowers a ``pallas_call`` without compiler parameters to Mosa
 Kernels written for Triton pass ``compiler_params=TritonCompilerParams(...)``, which selects the
 Triton backend; interpret mode ignores it. Kernel modules import these names from here, never
 from Pallas directly. Because the kernels are written for Triton, this module also holds the one
-rule about where they compile (`COMPILED_PLATFORM`, `interpret_mode`).
+rule about where they compile (`interpret_mode`), from the platform that the ops layer's backend
+table names for them (`COMPILED_PLATFORM`, re-exported here).
 """
 
 from typing import Any
@@ -19,14 +20,13 @@ import numpy as np
 from jax.experimental import pallas as _pl
 from jax.experimental.pallas import triton as _pl_triton
 
+from fpemu._ops.quantize import COMPILED_PLATFORM
+
 pallas_call = _pl.pallas_call
 BlockSpec = _pl.BlockSpec
 program_id = _pl.program_id
 ds = _pl.ds
 TritonCompilerParams = _pl_triton.CompilerParams
-
-# The platform the kernels are compiled for: they are written for Triton.
-COMPILED_PLATFORM = "gpu"
 
 
 def interpret_mode(interpret: Any, platform: str, *, kernel: str, xla_path: str) -> bool:

@@ -3,12 +3,13 @@
 The kernel computes ``C = A @ B`` for 2-D ``A`` (M, K) and ``B`` (K, N) on a grid of
 (M / block_m, N / block_n) output tiles. Each grid step walks the contraction with a loop over
 K steps: it loads a (block_m, s) slice of A and an (s, block_n) slice of B, rounds them to their
-formats with the integer engine of `fpemu.quantize` (`fpemu._engine.convert.round_narrow`), multiplies
+formats with the integer engine of `fpemu.quantize` (the same code, on the tile's bits), multiplies
 them exactly (bfloat16 dots with float32 accumulation when both formats are bfloat16 values, as
 on the XLA path) and accumulates in float32, or in an emulated narrow accumulator that is
 rounded after every ``accumulate_every`` products. docs/matmul.md is the contract and
-docs/kernels.md spells out the tile order; `quantized_matmul_reference` (which is
-`fpemu.matmul`) is the reference.
+docs/kernels.md spells out the tile order; `matmul_kernel_reference` (which is `fpemu.matmul`)
+is the reference. The options are checked by the code that checks `fpemu.matmul`'s, and the
+running sum is rounded by the same step (`fpemu._ops.accumulate.round_accumulator`).
 
 The step ``s`` is ``block_k``, or ``gcd(accumulate_every, block_k)`` with an emulated accumulator,
 so chunk boundaries fall on step boundaries for every ``accumulate_every`` and every block size.
@@ -20,7 +21,7 @@ otherwise lower a ``pallas_call`` on a GPU to Mosaic GPU. It uses only what Pall
 Triton: ref slices with `ds`, scalar loads of the seeds and the scale, 2-D dots, `fori_loop`.
 
 Status: tested in Pallas interpret mode on CPU against `fpemu.matmul` (bit for bit where the chunk
-sums are exact) and against `fpemu._ops.matmul.dot_general_reference`. Its lowering to a Triton kernel
+sums are exact) and against `fpemu.testing.dot_general_reference`. Its lowering to a Triton kernel
 is checked in CI (tests/kernels/test_triton_lowering.py), but the compiled GPU path has not yet
 been compiled to PTX or run on a GPU. No gradient: use `fpemu.matmul` (straight-through) for training.
 """
@@ -30,34 +31,33 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.typing import ArrayLike, DTypeLike
 
-from fpemu._engine import convert as _convert
-
-from fpemu._engine import rng as _random
 from fpemu._core.format import Format
-from fpemu._ops.matmul import (
-    _KEY_ACC,
-    _KEY_LHS,
-    _KEY_OUT,
-    _KEY_RHS,
-    _add_to_odd,
-    _Config,
-    _config,
-    _key_words,
-    _operand,
-    _positive_zero,
-    _scale_arg,
-    device_operands,
-    matmul,
-)
 from fpemu._core.modes import Rounding
-from fpemu._core.registry import get_format
+from fpemu._core.registry import FormatLike, get_format
+from fpemu._engine import convert, rng
+from fpemu._ops.accumulate import device_operands, positive_zero, round_accumulator, scale_product
+from fpemu._ops.geometry import MatmulGeometry, matmul_geometry
+from fpemu._ops.matmul import matmul
+from fpemu._ops.matmul_config import (
+    KEY_ACC,
+    KEY_LHS,
+    KEY_OUT,
+    KEY_RHS,
+    MatmulConfig,
+    MatmulOptions,
+    chunk_key_words,
+    key_streams,
+    matmul_call,
+)
 from fpemu.kernels._pallas import (
     COMPILED_PLATFORM,
     BlockSpec,
@@ -121,7 +121,7 @@ def _fitted(blocks: BlockSizes, m: int, n: int, k: int, platform: str) -> BlockS
 def _round(x: jax.Array, fmt: Format, rounding: str, saturate: bool, random: jax.Array | None = None) -> jax.Array:
     """`fpemu.quantize` of float32 values, on their bits (the same engine and random bits)."""
     bits = lax.bitcast_convert_type(x, jnp.uint32)
-    out = _convert.round_narrow(
+    out = convert.round_narrow(
         bits,
         src=_FP32,
         dst=fmt,
@@ -130,7 +130,7 @@ def _round(x: jax.Array, fmt: Format, rounding: str, saturate: bool, random: jax
         subnormals=True,
         output="src_bits",
         random=random,
-        random_bits=_convert.DEFAULT_RANDOM_BITS,
+        random_bits=convert.DEFAULT_RANDOM_BITS,
     )
     return lax.bitcast_convert_type(out.astype(jnp.uint32), jnp.float32)
 
@@ -142,7 +142,7 @@ def _matmul_kernel(
     b_ref,
     out_ref,
     *,
-    cfg: _Config,
+    cfg: MatmulConfig,
     n: int,
     k: int,
     step: int,
@@ -173,7 +173,7 @@ def _matmul_kernel(
         if cfg.lhs is not None:
             random = None
             if cfg.operands_stochastic:  # element (i, kk) of the (M, K) operand: index i * K + kk
-                random = _random.hash_index(seeds(_SEED_LHS), rows * jnp.uint32(k) + kk.astype(jnp.uint32))
+                random = rng.hash_index(seeds(_SEED_LHS), rows * jnp.uint32(k) + kk.astype(jnp.uint32))
             x = _round(x, cfg.lhs, cfg.rounding, cfg.saturate, random)
         return jnp.where(kk < k, x, 0.0) if padded else x  # a zero may round to non-zero (E8M0)
 
@@ -184,7 +184,7 @@ def _matmul_kernel(
         if cfg.rhs is not None:
             random = None
             if cfg.operands_stochastic:  # element (kk, j) of the (K, N) operand: index kk * N + j
-                random = _random.hash_index(seeds(_SEED_RHS), kk.astype(jnp.uint32) * jnp.uint32(n) + cols)
+                random = rng.hash_index(seeds(_SEED_RHS), kk.astype(jnp.uint32) * jnp.uint32(n) + cols)
             x = _round(x, cfg.rhs, cfg.rounding, cfg.saturate, random)
         return jnp.where(kk < k, x, 0.0) if padded else x
 
@@ -196,22 +196,21 @@ def _matmul_kernel(
             if cfg.bf16_operands:  # exact casts: the values are bfloat16 values; exact products
                 x, y = x.astype(jnp.bfloat16), y.astype(jnp.bfloat16)
             return lax.dot_general(x, y, _DIMS, precision=lax.Precision.HIGHEST, preferred_element_type=jnp.float32)
-        total = None
-        for c in range(step):  # rank-1 updates, one contraction index at a time
-            p = lhs_tile(start + c, 1) * rhs_tile(start + c, 1)
-            total = p if total is None else total + p
+        total = lhs_tile(start, 1) * rhs_tile(start, 1)
+        for c in range(1, step):  # rank-1 updates, one contraction index at a time
+            total = total + lhs_tile(start + c, 1) * rhs_tile(start + c, 1)
         return total
 
     def accumulate(acc: jax.Array, chunk_sum: jax.Array, j) -> jax.Array:
-        """The running sum after chunk ``j``: `fpemu._ops.matmul._round_accumulator`, in the kernel."""
-        if cfg.direct:  # a float32 addition
-            total = _positive_zero(acc + chunk_sum)
-            return _round(total, cfg.accumulate, "nearest_even", True) if cfg.saturate else total
-        random = None
-        if cfg.accumulate_stochastic:  # the chunk's key; element (i, j) of the (M, N) result: i * N + j
-            random = _random.hash_index(seeds(_SEED_ACC0 + j), rows * jnp.uint32(n) + cols)
-        total = _positive_zero(_add_to_odd(acc, chunk_sum))  # exact, then one rounding
-        return _round(total, cfg.accumulate, cfg.accumulate_rounding, cfg.saturate, random)
+        """The running sum after chunk ``j``: the XLA path's step, with the kernel's rounding."""
+
+        def round_to(total: jax.Array, rounding: Rounding, saturate: bool) -> jax.Array:
+            random = None
+            if rounding == "stochastic":  # the chunk's key; element (i, j) of the (M, N) result: i * N + j
+                random = rng.hash_index(seeds(_SEED_ACC0 + j), rows * jnp.uint32(n) + cols)
+            return _round(total, cfg.accumulate, rounding, saturate, random)
+
+        return round_accumulator(acc, chunk_sum, cfg, round_to)
 
     def chunk_sum(first, count: int) -> jax.Array:
         if count == 1:
@@ -220,7 +219,7 @@ def _matmul_kernel(
 
     zeros = jnp.zeros((block_m, block_n), jnp.float32)
     if cfg.accumulate_every is None:  # one float32 sum over the whole contraction
-        acc = _positive_zero(lax.fori_loop(0, steps, lambda t, acc: acc + products(t), zeros))
+        acc = positive_zero(lax.fori_loop(0, steps, lambda t, acc: acc + products(t), zeros))
     else:
 
         def chunk(j, acc):
@@ -235,30 +234,39 @@ def _matmul_kernel(
     if cfg.out is not None:
         random = None
         if cfg.operands_stochastic:
-            random = _random.hash_index(seeds(_SEED_OUT), rows * jnp.uint32(n) + cols)
+            random = rng.hash_index(seeds(_SEED_OUT), rows * jnp.uint32(n) + cols)
         y = _round(y, cfg.out, cfg.rounding, cfg.saturate, random)
     out_ref[...] = y.astype(out_ref.dtype)
 
 
-def _seed_table(key: jax.Array | None, cfg: _Config, chunks: int) -> jax.Array:
+def _seed_table(key: jax.Array | None, cfg: MatmulConfig, chunks: int) -> jax.Array:
     """The seeds of every stream, flattened (padded to a power of two): the XLA path's key split."""
     zero = jnp.zeros((2,), jnp.uint32)
     streams = [zero, zero, zero]
     acc_rows = jnp.zeros((0, 2), jnp.uint32)
     if key is not None:
-        keys = jax.random.split(key, 4)
+        keys = key_streams(key)
         if cfg.operands_stochastic:
-            streams = [_random.seeds_from_key(keys[i]) for i in (_KEY_LHS, _KEY_RHS, _KEY_OUT)]
+            streams = [rng.seeds_from_key(keys[i]) for i in (KEY_LHS, KEY_RHS, KEY_OUT)]
         if cfg.accumulate_stochastic and chunks:
-            acc_rows = jax.vmap(_random.seeds_from_key)(_key_words(keys[_KEY_ACC], chunks))
+            acc_rows = jax.vmap(rng.seeds_from_key)(chunk_key_words(keys[KEY_ACC], chunks))
     table = jnp.concatenate([jnp.stack(streams), acc_rows]).reshape(-1)
     return jnp.pad(table, (0, _pow2_at_least(table.shape[0]) - table.shape[0]))
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "block_sizes", "interpret"))
-def _quantized_matmul_pallas(
-    a, b, lhs_scale, rhs_scale, key, *, cfg: _Config, block_sizes: BlockSizes, interpret: bool
+def matmul_pallas(
+    a: jax.Array,
+    b: jax.Array,
+    lhs_scale: jax.Array | None,
+    rhs_scale: jax.Array | None,
+    key: jax.Array | None,
+    *,
+    cfg: MatmulConfig,
+    block_sizes: BlockSizes,
+    interpret: bool,
 ) -> jax.Array:
+    """The kernel on checked (M, K) and (K, N) float32-or-narrower operands (`matmul_kernel` checks them)."""
     m, k = a.shape
     n = b.shape[1]
     if m == 0 or n == 0:
@@ -269,13 +277,9 @@ def _quantized_matmul_pallas(
         a = a.astype(jnp.float32) / lhs_scale
     if rhs_scale is not None:
         b = b.astype(jnp.float32) / rhs_scale
-    scaled = lhs_scale is not None or rhs_scale is not None
-    if not scaled:
-        scale = jnp.ones((1,), jnp.float32)
-    elif lhs_scale is not None and rhs_scale is not None:
-        scale = (lhs_scale * rhs_scale).reshape(1)
-    else:
-        scale = (lhs_scale if lhs_scale is not None else rhs_scale).reshape(1)
+    product = scale_product(lhs_scale, rhs_scale)
+    scaled = product is not None
+    scale = jnp.ones((1,), jnp.float32) if product is None else product.reshape(1)
 
     bm, bn, bk = block_sizes.block_m, block_sizes.block_n, block_sizes.block_k
     every = cfg.accumulate_every
@@ -305,27 +309,43 @@ def _quantized_matmul_pallas(
         out_specs=BlockSpec((bm, bn), lambda i, j: (i, j)),
         compiler_params=TritonCompilerParams(),  # Triton, not jax 0.10.2's default Mosaic GPU
         interpret=interpret,
-        name="fpemu_quantized_matmul",
+        name="fpemu_matmul_kernel",
     )(seeds, scale, a, b)
     return y[:m, :n].astype(cfg.result)
 
 
-def quantized_matmul(
-    a: Any,
-    b: Any,
+def _kernel_shapes(shape_a: Sequence[int], shape_b: Sequence[int]) -> MatmulGeometry:
+    """The kernel's shapes: (M, K) and (K, N)."""
+    shape_a, shape_b = tuple(shape_a), tuple(shape_b)
+    if len(shape_a) != 2 or len(shape_b) != 2:
+        raise ValueError(
+            f"matmul_kernel takes 2-D a and b, got shapes a: {shape_a} and b: {shape_b}; for batches, "
+            "jax.vmap it or use fpemu.matmul"
+        )
+    if shape_a[1] != shape_b[0]:
+        raise ValueError(
+            f"matmul_kernel: the last dimension of a ({shape_a[1]}) must equal the first dimension of b "
+            f"({shape_b[0]}); shapes {shape_a} and {shape_b}"
+        )
+    return matmul_geometry(shape_a, shape_b)
+
+
+def matmul_kernel(
+    a: ArrayLike,
+    b: ArrayLike,
     *,
-    lhs: Any = None,
-    rhs: Any = None,
-    accumulate: Any = "fp32",
-    out: Any = None,
+    lhs: FormatLike | None = None,
+    rhs: FormatLike | None = None,
+    accumulate: FormatLike | None = "fp32",
+    out: FormatLike | None = None,
     accumulate_every: int | None = None,
     rounding: Rounding = "nearest_even",
     accumulate_rounding: Rounding | None = None,
     saturate: bool = False,
     key: jax.Array | None = None,
-    lhs_scale: Any = None,
-    rhs_scale: Any = None,
-    preferred_element_type: Any = None,
+    lhs_scale: ArrayLike | None = None,
+    rhs_scale: ArrayLike | None = None,
+    preferred_element_type: DTypeLike | None = None,
     block_sizes: BlockSizes | None = None,
     interpret: bool | None = None,
 ) -> jax.Array:
@@ -363,52 +383,37 @@ def quantized_matmul(
       An (M, N) array of ``preferred_element_type`` (default float32).
 
     Raises:
-      TypeError, ValueError: as `fpemu.matmul` (the messages name the argument), operands that
-        are not 2-D, float64 operands with ``jax_enable_x64`` (the kernel computes in float32),
-        a ``block_sizes`` that is not a `BlockSizes`, a non-bool ``interpret``.
+      TypeError, ValueError: as `fpemu.matmul` (the same checks: the messages name the argument),
+        operands that are not 2-D, float64 operands with ``jax_enable_x64`` (the kernel computes
+        in float32), a ``block_sizes`` that is not a `BlockSizes`, a non-bool ``interpret``.
 
     Example:
       >>> import jax.numpy as jnp
-      >>> from fpemu.kernels import quantized_matmul
+      >>> from fpemu.kernels import matmul_kernel
       >>> a = jnp.array([[0.3, 1.0, 2.0]]); b = jnp.array([[1.0], [0.3], [0.3]])
-      >>> quantized_matmul(a, b, lhs="e4m3fn", rhs="e4m3fn", interpret=True).tolist()  # 0.3 -> 0.3125
+      >>> matmul_kernel(a, b, lhs="e4m3fn", rhs="e4m3fn", interpret=True).tolist()  # 0.3 -> 0.3125
       [[1.25]]
-      >>> quantized_matmul(a, b, lhs="e4m3fn", rhs="e4m3fn", out="e2m1fn", interpret=True).tolist()  # a tie
+      >>> matmul_kernel(a, b, lhs="e4m3fn", rhs="e4m3fn", out="e2m1fn", interpret=True).tolist()  # a tie
       [[1.0]]
       >>> ones = jnp.ones((1, 32))
-      >>> quantized_matmul(ones, ones.T, accumulate="e4m3fn", interpret=True).tolist()  # 16 + 1 -> 16
+      >>> matmul_kernel(ones, ones.T, accumulate="e4m3fn", interpret=True).tolist()  # 16 + 1 -> 16
       [[16.0]]
-      >>> quantized_matmul(ones, ones.T, accumulate="e4m3fn", accumulate_every=8, interpret=True).tolist()
+      >>> matmul_kernel(ones, ones.T, accumulate="e4m3fn", accumulate_every=8, interpret=True).tolist()
       [[32.0]]
     """
-    options = dict(
+    options = MatmulOptions(
         lhs=lhs, rhs=rhs, accumulate=accumulate, out=out, accumulate_every=accumulate_every, rounding=rounding,
         accumulate_rounding=accumulate_rounding, saturate=saturate, key=key, lhs_scale=lhs_scale,
         rhs_scale=rhs_scale, preferred_element_type=preferred_element_type,
     )  # fmt: skip
-    a, a_fmt = _operand(a, "a")
-    b, b_fmt = _operand(b, "b")
-    shape_a, shape_b = tuple(np.shape(a)), tuple(np.shape(b))
-    if len(shape_a) != 2 or len(shape_b) != 2:
-        raise ValueError(
-            f"quantized_matmul takes 2-D a and b, got shapes a: {shape_a} and b: {shape_b}; for batches, "
-            "jax.vmap it or use fpemu.matmul"
-        )
-    if shape_a[1] != shape_b[0]:
-        raise ValueError(
-            f"quantized_matmul: the last dimension of a ({shape_a[1]}) must equal the first dimension of b "
-            f"({shape_b[0]}); shapes {shape_a} and {shape_b}"
-        )
-    cfg = _config(a_fmt, b_fmt, **options)
+    call = matmul_call(a, b, _kernel_shapes, options)
+    cfg = call.cfg
     if cfg.work != "float32":
         raise ValueError(
-            "quantized_matmul computes in float32: a and b must be float16, bfloat16 or float32 arrays, got "
-            f"{np.dtype(a.dtype).name} and {np.dtype(b.dtype).name} with jax_enable_x64 on; use fpemu.matmul"
+            "matmul_kernel computes in float32: a and b must be float16, bfloat16 or float32 arrays, got "
+            f"{np.dtype(call.a.dtype).name} and {np.dtype(call.b.dtype).name} with jax_enable_x64 on; use fpemu.matmul"
         )
-    f32 = np.dtype(np.float32)
-    lhs_scale = _scale_arg(lhs_scale, "lhs_scale", f32)
-    rhs_scale = _scale_arg(rhs_scale, "rhs_scale", f32)
-    (m, k), n = shape_a, shape_b[1]
+    (m, k), n = np.shape(call.a), np.shape(call.b)[1]
     random_sizes = []  # the arrays whose roundings draw random bits, indexed with uint32
     if cfg.operands_stochastic:
         random_sizes += [size for size, fmt in ((m * k, cfg.lhs), (k * n, cfg.rhs), (m * n, cfg.out)) if fmt]
@@ -416,7 +421,7 @@ def quantized_matmul(
         random_sizes.append(m * n)
     if max(random_sizes, default=0) > _MAX_INDEX:
         raise ValueError(
-            f"stochastic rounding supports arrays of at most 2**32 elements, got shapes {shape_a} and {shape_b}"
+            f"stochastic rounding supports arrays of at most 2**32 elements, got shapes {(m, k)} and {(k, n)}"
         )
     platform = jax.default_backend()
     if block_sizes is None:
@@ -426,26 +431,26 @@ def quantized_matmul(
             f"block_sizes must be a fpemu.kernels.matmul.BlockSizes (fpemu.kernels.MatmulBlockSizes), got "
             f"{type(block_sizes).__name__}"
         )
-    interpret = interpret_mode(interpret, platform, kernel="quantized_matmul", xla_path="fpemu.matmul")
+    interpret = interpret_mode(interpret, platform, kernel="fpemu.kernels.matmul_kernel", xla_path="fpemu.matmul")
     if not interpret and min(block_sizes.block_m, block_sizes.block_n) < _MIN_DOT:
         raise ValueError(
             f"block_sizes: block_m={block_sizes.block_m} and block_n={block_sizes.block_n} must be at least "
             f"{_MIN_DOT} on a GPU (Triton's smallest dot)"
         )
-    operands = device_operands(a, b, lhs_scale, rhs_scale, key, cfg)  # host float64 rounded once, as fpemu.matmul
-    return _quantized_matmul_pallas(
-        *operands, lhs_scale, rhs_scale, key, cfg=cfg, block_sizes=block_sizes, interpret=interpret
+    a, b = device_operands(call)  # host float64 rounded once, as fpemu.matmul
+    return matmul_pallas(
+        a, b, call.lhs_scale, call.rhs_scale, call.key, cfg=cfg, block_sizes=block_sizes, interpret=interpret
     )
 
 
-def quantized_matmul_reference(a: Any, b: Any, **options: Any) -> jax.Array:
+def matmul_kernel_reference(a: ArrayLike, b: ArrayLike, **options: Any) -> jax.Array:
     """Plain-JAX reference with the kernel's semantics: `fpemu.matmul` itself (the XLA path).
 
-    Takes the arguments of `quantized_matmul` except ``block_sizes`` and ``interpret``.
-    docs/matmul.md is the contract of both; `fpemu._ops.matmul.dot_general_reference` is the slow,
+    Takes the arguments of `matmul_kernel` except ``block_sizes`` and ``interpret``.
+    docs/matmul.md is the contract of both; `fpemu.testing.dot_general_reference` is the slow,
     exact oracle behind it.
     """
     return matmul(a, b, **options)
 
 
-__all__ = ["BlockSizes", "quantized_matmul", "quantized_matmul_reference"]
+__all__ = ["BlockSizes", "matmul_kernel", "matmul_kernel_reference", "matmul_pallas"]

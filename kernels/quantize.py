@@ -1,6 +1,6 @@
 """Elementwise quantize as a Pallas kernel, bit-identical to the XLA path of `fpemu.quantize`.
 
-The kernel runs the same integer rounding engine (`fpemu._engine.convert.round_narrow`) on each block of
+The kernel runs the integer rounding engine of `fpemu.quantize` (the same code) on each block of
 the flattened input. Stochastic rounding draws its bits from the same counter-based hash of
 (key, global element index) as the XLA path, so the result depends neither on the backend nor on
 the block size. Ragged tails are padded to a whole block and sliced off.
@@ -10,24 +10,24 @@ on the exhaustive 16-bit input sets). The kernel asks for the Triton backend (`T
 and loads the seeds as scalars, which Triton lowers (CI checks the lowering to a Triton kernel:
 tests/kernels/test_triton_lowering.py); the compiled GPU path has not yet run on a GPU.
 Until it has been tested and measured there, `fpemu.quantize(backend="auto")` uses the XLA path
-everywhere; ``backend="pallas"`` runs this kernel.
+everywhere; ``backend="pallas"`` runs this kernel (`quantize_pallas`, with the platform's default
+blocks).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any
 
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.typing import ArrayLike
 
-from fpemu._engine import convert as _convert
-
-from fpemu._engine import rng as _random
-from fpemu._core.modes import Rounding
 from fpemu._args import check_fits, input_format
+from fpemu._core.modes import Rounding
+from fpemu._core.registry import FormatLike
+from fpemu._engine import convert, rng
 from fpemu._ops.quantize import RoundingSpec, round_bits, rounding_spec, seeds_for
 from fpemu.kernels._pallas import (
     COMPILED_PLATFORM,
@@ -62,23 +62,17 @@ def _quantize_kernel(seeds_ref, x_ref, out_ref, *, spec: RoundingSpec, block: in
     random = None
     if spec.rounding == "stochastic":
         index = lax.iota(jnp.uint32, block) + (program_id(0) * block).astype(jnp.uint32)
-        random = _random.hash_index((seeds_ref[0], seeds_ref[1]), index)  # scalar loads: Triton-friendly
-    out = _convert.round_narrow(
-        bits,
-        src=src,
-        dst=spec.fmt,
-        rounding=spec.rounding,
-        saturate=spec.saturate,
-        subnormals=spec.subnormals,
-        output="src_bits",
-        random=random,
-        random_bits=spec.random_bits,
-    )
+        random = rng.hash_index((seeds_ref[0], seeds_ref[1]), index)  # scalar loads: Triton-friendly
+    out = convert.round_narrow(bits, src=src, dst=spec.fmt, output="src_bits", random=random, **spec.engine_options())
     out_ref[...] = lax.bitcast_convert_type(out.astype(src.code_dtype), x.dtype)
 
 
 @functools.partial(jax.jit, static_argnames=("spec", "block_sizes", "interpret"))
-def _quantize_pallas(x, seeds, *, spec: RoundingSpec, block_sizes: BlockSizes, interpret: bool):
+def quantize_pallas(
+    x: jax.Array, seeds: jax.Array, *, spec: RoundingSpec, block_sizes: BlockSizes, interpret: bool
+) -> jax.Array:
+    """The kernel on a checked array and options: the engine of ``fpemu.quantize(backend="pallas")``
+    (``seeds``: the key's two uint32 words for stochastic rounding, unused otherwise)."""
     block = block_sizes.block
     flat = x.reshape(-1)
     n = flat.shape[0]
@@ -96,9 +90,9 @@ def _quantize_pallas(x, seeds, *, spec: RoundingSpec, block_sizes: BlockSizes, i
     return out[:n].reshape(x.shape)
 
 
-def quantize(
-    x: Any,
-    fmt: Any,
+def quantize_kernel(
+    x: ArrayLike,
+    fmt: FormatLike,
     *,
     rounding: Rounding = "nearest_even",
     saturate: bool = False,
@@ -126,8 +120,8 @@ def quantize(
 
     Example:
       >>> import jax.numpy as jnp
-      >>> from fpemu.kernels import quantize
-      >>> quantize(jnp.array([1.0625, 464.0, 500.0]), "e4m3fn", interpret=True).tolist()
+      >>> from fpemu.kernels import quantize_kernel
+      >>> quantize_kernel(jnp.array([1.0625, 464.0, 500.0]), "e4m3fn", interpret=True).tolist()
       [1.0, 448.0, nan]
     """
     spec = rounding_spec(fmt, rounding, saturate, subnormals, key, random_bits)
@@ -138,14 +132,14 @@ def quantize(
         block_sizes = BlockSizes.default(platform)
     elif not isinstance(block_sizes, BlockSizes):
         raise TypeError(f"block_sizes must be a fpemu.kernels.quantize.BlockSizes, got {type(block_sizes).__name__}")
-    interpret = interpret_mode(interpret, platform, kernel="fpemu.kernels.quantize", xla_path="fpemu.quantize")
+    interpret = interpret_mode(interpret, platform, kernel="fpemu.kernels.quantize_kernel", xla_path="fpemu.quantize")
     if not interpret and x.dtype == jnp.float64:
         raise ValueError(
             "x: float64 input does not compile: Pallas cannot lower the float64 rounding to Triton (uint64 "
             "constants with the top bit set); pass interpret=True, or use fpemu.quantize (the XLA path)"
         )
     seeds = seeds_for(spec, key)
-    return _quantize_pallas(x, seeds, spec=spec, block_sizes=block_sizes, interpret=interpret)
+    return quantize_pallas(x, seeds, spec=spec, block_sizes=block_sizes, interpret=interpret)
 
 
 def quantize_reference(x: jax.Array, seeds: jax.Array, spec: RoundingSpec) -> jax.Array:
@@ -154,4 +148,4 @@ def quantize_reference(x: jax.Array, seeds: jax.Array, spec: RoundingSpec) -> ja
     return lax.bitcast_convert_type(round_bits(x, seeds, spec, "src_bits").astype(src.code_dtype), x.dtype)
 
 
-__all__ = ["BlockSizes", "quantize", "quantize_reference"]
+__all__ = ["BlockSizes", "quantize_kernel", "quantize_pallas", "quantize_reference"]

@@ -85,6 +85,62 @@ CASES = [
     ("e8m0fnu", F32(2.0**-128), {}, 0x00),
     ("e8m0fnu", f32_bits(0x00000001), {}, 0x00),
     ("e8m0fnu", F32(1.25 * 2.0**-127), {}, 0x00),  # ml_dtypes gives 2**-126 here
+    ("e8m0fnu", F32(12.0), {"exponent_ties": "even"}, 0x82),  # 8: the even exponent (130)
+    # IEEE P3109 binary8p3se (e5m2, bias 16): max 49152 (0x7e), +inf 0x7f, NaN 0x80 (the -0 code), -inf 0xff
+    ("p3109_k8p3se", F32(49152.0), {}, 0x7E),
+    ("p3109_k8p3se", F32(53248.0), {}, 0x7E),  # the tie above max (even mantissa): max
+    ("p3109_k8p3se", F32(53248.004), {}, 0x7F),  # above it: +inf
+    ("p3109_k8p3se", F32(INF), {}, 0x7F),
+    ("p3109_k8p3se", F32(-INF), {}, 0xFF),
+    ("p3109_k8p3se", F32(NAN), {}, 0x80),
+    ("p3109_k8p3se", F32(-NAN), {}, 0x80),  # one NaN, no sign
+    ("p3109_k8p3se", F32(-0.0), {}, 0x00),  # no -0
+    ("p3109_k8p3se", F32(-(2.0**-19)), {}, 0x00),  # a negative underflow is +0, never the NaN code
+    ("p3109_k8p3se", F32(2.0**-18), {}, 0x00),  # tie with the smallest subnormal 2**-17: even
+    ("p3109_k8p3se", F32(3 * 2.0**-18), {}, 0x02),
+    ("p3109_k8p3se", F32(-3.0), {}, 0xC6),
+    # P3109's saturation modes: to_odd overflows under OvfInf; SatPropagate keeps infinities
+    ("p3109_k8p3se", F32(1e6), {"rounding": "to_odd"}, 0x7E),
+    ("p3109_k8p3se", F32(1e6), {"rounding": "to_odd", "saturate": "ovf_inf"}, 0x7F),
+    ("p3109_k8p3se", F32(-1e6), {"rounding": "to_odd", "saturate": "ovf_inf"}, 0xFF),
+    ("p3109_k8p3se", F32(1e6), {"saturate": "sat_propagate"}, 0x7E),
+    ("p3109_k8p3se", F32(-INF), {"saturate": "sat_propagate"}, 0xFF),
+    ("p3109_k8p3se", F32(INF), {"saturate": "sat_finite"}, 0x7E),
+    ("p3109_k8p3se", F32(1e6), {"rounding": "toward_zero", "saturate": "ovf_inf"}, 0x7E),
+    ("p3109_k8p3sf", F32(INF), {"saturate": "sat_propagate"}, 0x7F),  # finite domain: max (e5m2fnuz's 57344)
+    ("p3109_k8p3sf", F32(INF), {"saturate": "ovf_inf"}, 0x80),
+    # P3109 binary8p1se (no mantissa: 2**(E - 64)): ties away (ml_dtypes' rule) or to the even exponent
+    ("p3109_k8p1se", F32(6.0), {}, 0x43),  # 8
+    ("p3109_k8p1se", F32(6.0), {"exponent_ties": "even"}, 0x42),  # 4: E = 66 is even
+    ("p3109_k8p1se", F32(3.0), {"exponent_ties": "even"}, 0x42),  # 4 again (2 is E = 65)
+    ("p3109_k8p1se", F32(2.0**-64), {}, 0x01),  # the tie between 0 and the smallest value 2**-63
+    ("p3109_k8p1se", F32(2.0**-64), {"exponent_ties": "even"}, 0x00),
+    # P3109 binary8p4ue (unsigned, bias 16): max 53248 (0xfd), +inf 0xfe, NaN 0xff; negative inputs
+    ("p3109_k8p4ue", F32(1e9), {}, 0xFE),
+    ("p3109_k8p4ue", F32(1e9), {"saturate": True}, 0xFD),
+    ("p3109_k8p4ue", F32(-1.0), {}, 0xFF),  # fpemu's rule: negative -> NaN
+    ("p3109_k8p4ue", F32(-1.0), {"saturate": True}, 0xFF),
+    ("p3109_k8p4ue", F32(-1.0), {"saturate": "sat_finite"}, 0x00),  # P3109: the lowest value, 0
+    ("p3109_k8p4ue", F32(-INF), {"saturate": "sat_propagate"}, 0x00),
+    ("p3109_k8p4ue", F32(-1.0), {"saturate": "ovf_inf"}, 0xFF),
+    ("p3109_k8p4ue", F32(-1.0), {"saturate": "ovf_inf", "rounding": "toward_zero"}, 0x00),
+    ("p3109_k8p4ue", F32(-1.0), {"saturate": "ovf_inf", "rounding": "toward_positive"}, 0x00),
+    ("p3109_k8p4ue", F32(-INF), {"saturate": "ovf_inf", "rounding": "toward_zero"}, 0xFF),
+    ("p3109_k8p4ue", F32(-(2.0**-19)), {"saturate": "ovf_inf"}, 0x00),  # rounds to zero: 0
+    ("p3109_k8p4ue", F32(-(2.0**-19)), {}, 0xFF),
+    # OCP INT8 (MXINT8 element): two's complement k/64, -2.0 is 0x80, no NaN, no -0
+    ("int8_ocp", F32(-2.0), {}, 0x80),
+    ("int8_ocp", F32(-2.0078125), {}, 0x80),  # tie between -2 (even) and -129/64: -2
+    ("int8_ocp", F32(-2.5), {}, 0x80),  # overflow: no infinity or NaN, so the most negative value
+    ("int8_ocp", F32(2.0), {}, 0x7F),  # 127/64
+    ("int8_ocp", F32(-1.99), {"rounding": "toward_negative"}, 0x80),
+    ("int8_ocp", F32(-(1 / 64)), {}, 0xFF),
+    ("int8_ocp", F32(1 / 128), {}, 0x00),  # tie with 1/64: even
+    ("int8_ocp", F32(3 / 128), {}, 0x02),
+    ("int8_ocp", F32(-0.0), {}, 0x00),
+    ("int8_ocp", F32(-INF), {}, 0x80),
+    ("int8_ocp", F32(INF), {}, 0x7F),
+    ("int8_ocp", F32(NAN), {}, 0x00),  # no NaN code and no -0 to invert into: the zero code
 ]
 
 

@@ -1,4 +1,7 @@
-"""The quantized-matmul accuracy benchmark (fpemu.tools.accuracy): bounds, orderings, semantics, errors, table."""
+"""The quantized-matmul accuracy benchmark (fpemu.tools.accuracy): bounds, orderings, semantics, errors, table.
+
+The recipes' product itself, `fpemu.scaled.matmul`, is tested in tests/scaled/test_matmul.py.
+"""
 
 from __future__ import annotations
 
@@ -20,7 +23,6 @@ from fpemu.tools.accuracy import (
     matmul_accuracy,
     matmul_error,
     matmul_inputs,
-    quantized_matmul,
     reference_matmul,
 )
 
@@ -136,53 +138,16 @@ def test_reference_is_float64():
 
 def test_matmul_error_uses_the_float64_reference_of_matmul_inputs():
     a, b = matmul_inputs("gaussian", 32, seed=3)
-    c = quantized_matmul(a, b, "fp32")
+    c = scaled.matmul(a, b, "fp32")
     expected = MatmulError.from_product(c, reference_matmul(a, b), recipe="fp32", distribution="gaussian", size=32)
     assert matmul_error("fp32", "gaussian", 32, seed=3) == expected
     assert expected.relative_error > 0  # float32 accumulation is measured, not compared with itself
 
 
-def test_blocks_run_along_the_contraction():
-    # One MXFP4 block of 32 along K holding 1000 and 31 ones: floor(log2(1000)) = 9, scale
-    # 2**(9 - 2) = 128, 1000 / 128 = 7.8 saturates to 6 (768) and 1 / 128 rounds to 0: the sum is 768.
-    # Blocks along the other axis would keep every element in its own block: 768 + 31.
-    row = np.ones((1, 32), np.float32)
-    row[0, 0] = 1000.0
-    assert quantized_matmul(row, np.ones((32, 1), np.float32), "mxfp4").tolist() == [[768.0]]
-    assert quantized_matmul(np.ones((1, 32), np.float32), row.T.copy(), "mxfp4").tolist() == [[768.0]]
-
-
-def test_short_last_block():
-    # K = 40 is not a multiple of 32: the last block has 8 elements (pad=True), here each a lone 1.
-    a = np.ones((1, 40), np.float32)
-    a[0, 0] = 1000.0
-    assert quantized_matmul(a, np.ones((40, 1), np.float32), "mxfp4").tolist() == [[768.0 + 8.0]]
-
-
-def test_small_products():
-    a = np.full((1, 32), 0.3, np.float32)
-    b = np.ones((32, 1), np.float32)
-    assert quantized_matmul(a, b, "bf16").tolist() == [[32 * 0.30078125]]  # 0.3 in bf16
-    assert quantized_matmul(a, b, "fp16").tolist() == [[32 * 1229 / 2**12]]  # 0.3 in fp16: 1228.8 ulps of 2**-12
-    # Per-tensor scaling maps the amax 0.3 to the E4M3 max 448, which is exact: 0.3 comes back
-    # (within the float32 roundings of the scale and its reciprocal).
-    assert quantized_matmul(a, b, "fp8_e4m3").item() == pytest.approx(9.6, rel=4 * U32)
-
-
-@pytest.mark.parametrize("recipe", ["mxfp8_e4m3", "mxint8"])
-def test_mx_dequantized_values_are_bfloat16(recipe):
-    # The premise of the bf16 fast path for power-of-two recipes: rounding the dequantized operand
-    # to bfloat16 changes nothing (checked for a 4-bit significand and for the widest element, MXINT8's
-    # 7 bits; bfloat16 has 8).
-    a, _ = matmul_inputs("heavy_tailed", N)
-    q = np.asarray(scaled.quantize_dequantize(a, recipe, axis=-1))
-    np.testing.assert_array_equal(np.asarray(fpemu.quantize(q, "bf16")), q)
-
-
 def test_nonfinite_products_are_reported_as_infinite():
     a = np.full((2, 2), 1e5, np.float32)  # beyond float16's max 65504: the fp16 operand is inf
     b = np.eye(2, dtype=np.float32)
-    c = quantized_matmul(a, b, "fp16")
+    c = scaled.matmul(a, b, "fp16")
     e = MatmulError.from_product(c, reference_matmul(a, b), recipe="fp16", distribution="gaussian", size=2)
     assert (e.relative_error, e.max_abs_error, e.qsnr_db) == (math.inf, math.inf, -math.inf)
     nan = np.array([[np.nan, 1.0]], np.float32)
@@ -230,7 +195,6 @@ def test_matmul_accuracy_order_and_shared_reference():
 def test_unknown_recipe_lists_the_recipes():
     for call in (
         lambda: matmul_error("mxfp3", "gaussian", N),
-        lambda: quantized_matmul(np.ones((2, 2), np.float32), np.ones((2, 2), np.float32), "fp64"),
         lambda: matmul_accuracy(["bf16", "nope"], sizes=(N,)),
     ):
         with pytest.raises(ValueError, match="unknown recipe") as info:
@@ -266,18 +230,6 @@ def test_validation_before_computation():
     with pytest.raises(ValueError):
         matmul_accuracy(["bf16"], ["gaussian"], (N, 0), progress=lines.append)
     assert lines == []
-
-
-def test_bad_operands():
-    ok = np.ones((4, 4), np.float32)
-    with pytest.raises(TypeError, match="float32"):
-        quantized_matmul(ok.astype(np.float64), ok, "bf16")
-    with pytest.raises(TypeError, match="array"):
-        quantized_matmul([[1.0]], ok, "bf16")
-    with pytest.raises(ValueError, match="2-D"):
-        quantized_matmul(np.ones(4, np.float32), ok, "bf16")
-    with pytest.raises(ValueError, match="contraction"):
-        quantized_matmul(np.ones((4, 3), np.float32), ok, "bf16")
 
 
 # -- the table ---------------------------------------------------------------------------------------

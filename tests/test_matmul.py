@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -11,8 +12,8 @@ import pytest
 from jax import lax
 
 import fpemu
-from fpemu._ops.matmul import dot_general_reference
-from fpemu._core.modes import ROUNDING_MODES
+from fpemu import ROUNDING_MODES
+from fpemu.testing import dot_general_reference
 
 MM = (((1,), (0,)), ((), ()))  # dimension numbers of a 2-D matmul
 DETERMINISTIC = tuple(m for m in ROUNDING_MODES if m != "stochastic")
@@ -218,7 +219,7 @@ def test_fast_path_takes_bf16_operands(lhs, rhs, dtype, fast):
     a = jnp.ones((4, 8), dtype)
     b = jnp.ones((8, 2), dtype)
     for every in (None, 4):
-        dots = _dot_operand_dtypes(lambda x, y: fpemu.matmul(x, y, lhs=lhs, rhs=rhs, accumulate_every=every), a, b)
+        dots = _dot_operand_dtypes(functools.partial(fpemu.matmul, lhs=lhs, rhs=rhs, accumulate_every=every), a, b)
         assert dots and all((d == ("bfloat16", "bfloat16")) == fast for d in dots), dots
 
 
@@ -452,7 +453,7 @@ def test_grad_is_straight_through(rng, options):
     qa, qb = np.asarray(fpemu.quantize(a, "e4m3fn")), np.asarray(fpemu.quantize(b, "e2m1fn"))
     np.testing.assert_allclose(np.asarray(da), g @ qb.T, rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(np.asarray(db), qa.T @ g, rtol=1e-6, atol=1e-6)
-    forward = lambda a: fpemu.matmul(a, b, lhs="e4m3fn", rhs="e2m1fn", **options)  # noqa: E731
+    forward = lambda a: fpemu.matmul(a, b, lhs="e4m3fn", rhs="e2m1fn", **options)
     jvp = jax.jvp(forward, (jnp.asarray(a),), (jnp.ones((4, 8), jnp.float32),))[1]
     np.testing.assert_allclose(np.asarray(jvp), np.ones((4, 8)) @ qb, rtol=1e-6)
 
@@ -503,6 +504,14 @@ def test_stochastic_results_depend_on_the_key_only(rng):
     assert_same_bits(legacy, first)
 
 
+def test_stochastic_accumulator_of_an_empty_contraction():
+    """K = 0: no chunk, no random bits; the sum is +0."""
+    a, b = np.ones((2, 0), np.float32), np.ones((0, 3), np.float32)
+    options = dict(accumulate="bf16", accumulate_rounding="stochastic", key=jax.random.key(0))
+    assert_same_bits(fpemu.matmul(a, b, **options), dot_general_reference(a, b, MM, **options))
+    assert_same_bits(fpemu.matmul(a, b, **options), np.zeros((2, 3), np.float32))
+
+
 # -- errors ----------------------------------------------------------------------------------------------
 
 A = np.ones((2, 3), np.float32)
@@ -517,18 +526,18 @@ ERRORS = [
     (dict(accumulate="bf17"), ValueError, "accumulate: unknown format"),
     (dict(out="fp64"), ValueError, "out='fp64' has values that the working dtype fp32 cannot hold"),
     (dict(rhs=3.5), TypeError, "rhs: fmt must be"),
-    (dict(lhs=np.ones((2, 3), np.float32)), TypeError, "lhs is a format"),
-    (dict(accumulate_every=0), ValueError, "accumulate_every must be >= 1"),
-    (dict(accumulate_every=2.0), TypeError, "accumulate_every must be None or an int"),
-    (dict(accumulate_every=True), TypeError, "accumulate_every must be None or an int"),
-    (dict(rounding="nearest"), ValueError, "rounding must be one of nearest_even"),
+    (dict(lhs=np.ones((2, 3), np.float32)), TypeError, "lhs must be a format (a name such as 'e4m3fn'"),
+    (dict(accumulate_every=0), ValueError, "accumulate_every must be an int >= 1"),
+    (dict(accumulate_every=2.0), TypeError, "accumulate_every must be an int"),
+    (dict(accumulate_every=True), TypeError, "accumulate_every must be an int"),
+    (dict(rounding="nearest"), ValueError, "rounding must be one of 'nearest_even'"),
     (dict(accumulate_rounding="up"), ValueError, "accumulate_rounding must be one of"),
     (dict(saturate=1), TypeError, "saturate must be a bool"),
     (dict(rounding="stochastic"), ValueError, "needs key="),
     (dict(accumulate="bf16", accumulate_rounding="stochastic"), ValueError, "needs key="),
     (dict(key=KEY), ValueError, "key is only used with stochastic rounding"),
     (dict(rounding="stochastic", key=42), TypeError, "key must be a single JAX PRNG key"),
-    (dict(rounding="stochastic", key=jax.random.split(KEY, 2)), TypeError, "key must be a single JAX PRNG key"),
+    (dict(rounding="stochastic", key=jax.random.split(KEY, 2)), ValueError, "key must be a single PRNG key"),
     (dict(lhs_scale=np.ones(3, np.float32)), ValueError, "lhs_scale must be a scalar"),
     (dict(rhs_scale=np.int32(2)), TypeError, "rhs_scale must be a float scalar"),
     (dict(rhs_scale="2"), TypeError, "rhs_scale must be a float scalar"),
@@ -583,6 +592,23 @@ def test_shape_errors(op, args, error, match):
     fn = {"matmul": fpemu.matmul, "dot_general": fpemu.dot_general, "conv": fpemu.conv_general_dilated}[op]
     with pytest.raises(error, match=match):
         fn(*(np.asarray(x, np.float32) if isinstance(x, np.ndarray) else x for x in args), **kwargs)
+
+
+def test_every_signature_takes_the_same_options():
+    """The options are written once (`MatmulOptions`) and repeated in each public signature, for its
+    users: every signature has them all, in the same order, with the same types and defaults."""
+    import dataclasses
+    import inspect
+
+    from fpemu._ops.matmul_config import MatmulOptions
+    from fpemu.kernels import matmul_kernel
+
+    fields = [(f.name, f.type, f.default) for f in dataclasses.fields(MatmulOptions)]
+    names = {name for name, _, _ in fields}
+    for fn in (fpemu.matmul, fpemu.dot_general, fpemu.conv_general_dilated, dot_general_reference, matmul_kernel):
+        parameters = inspect.signature(fn).parameters.values()
+        assert [(p.name, p.annotation, p.default) for p in parameters if p.name in names] == fields, fn.__name__
+        assert {p.kind for p in parameters if p.name in names} == {inspect.Parameter.KEYWORD_ONLY}, fn.__name__
 
 
 def test_conv_operands_are_positional():

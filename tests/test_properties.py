@@ -11,10 +11,12 @@ from hypothesis import assume, example, given, note
 from hypothesis import strategies as st
 
 import fpemu
+from fpemu import testing as fpemu_strategies
+from fpemu._core.format import fits
 from fpemu._engine import rng as _random
-from fpemu._engine.convert import ROUNDING_MODES, fits
 from fpemu.testing import reference
-from fpemu.testing import _strategies as fpemu_strategies
+
+ROUNDING_MODES = fpemu.ROUNDING_MODES
 
 BUILTINS = list(fpemu.formats())
 rounding_modes = st.sampled_from(ROUNDING_MODES)

@@ -145,7 +145,7 @@ def sharded(tmp_path_factory):
 @pytest.fixture(scope="module")
 def cases():
     namespace: dict = {}
-    exec(CASES_SOURCE, namespace)  # noqa: S102 - our own source, shared with the subprocess
+    exec(CASES_SOURCE, namespace)  # our own source, shared with the subprocess
     return namespace
 
 

@@ -1,6 +1,13 @@
 """The format registry: the built-in formats, their names, and lookup by name, dtype or `Format`.
 
 This module is the single place where format facts are written down. Everything else asks it.
+
+Names are exact and lower case: ``"e4m3fn"``, never ``"E4M3FN"``. A name that differs from a
+registered one only in case (or surrounding spaces) is an error that names the registered one, and
+``"E4M3"`` in particular names both ``e4m3fn`` (OCP E4M3, what PyTorch and Transformer Engine call
+E4M3) and ``e4m3`` (the IEEE-like format), since a case-insensitive lookup would silently pick the
+wrong one. Family and block-format names (``"fp8"``, ``"mxfp4"``, ``"nvfp4"``...) are answered with
+where those live.
 """
 
 from __future__ import annotations
@@ -12,9 +19,33 @@ from typing import Any, Iterable, Union
 import ml_dtypes
 import numpy as np
 
-from fpemu._core.format import Format, bind_dtype
+from fpemu._core.format import Format, Specials, bind_dtype
 
 FormatLike = Union[str, Format, np.dtype, type]
+
+def _p3109_name(k: int, p: int, signed: bool, extended: bool) -> str:
+    return f"p3109_k{k}p{p}{'s' if signed else 'u'}{'e' if extended else 'f'}"
+
+
+def _p3109_descriptor(k: int, p: int, signed: bool, extended: bool) -> Format:
+    """The `Format` of IEEE P3109's binaryK pP format (gfloat's ``format_info_p3109``)."""
+    mantissa_bits = p - 1
+    exponent_bits = k - mantissa_bits - (1 if signed else 0)
+    if signed:  # P3109: 2**(K-P-1); with P = K (no exponent field, outside P3109) gfloat's floor(2**-1) = 0
+        bias = 1 << (k - p - 1) if k > p else 0
+    else:
+        bias = 1 << (k - p)
+    specials: Specials = "p3109" if extended else ("fnuz" if signed else "fn")
+    return Format(
+        name=_p3109_name(k, p, signed, extended), exponent_bits=exponent_bits, mantissa_bits=mantissa_bits,
+        bias=bias, signed=signed, specials=specials,
+    )  # fmt: skip
+
+
+def _p3109_aliases(k: int, p: int, signed: bool, extended: bool) -> tuple[str, ...]:
+    """P3109's own spelling (``binary8p3se``) beside gfloat's canonical ``p3109_k8p3se``."""
+    return (f"binary{k}p{p}{'s' if signed else 'u'}{'e' if extended else 'f'}",)
+
 
 # name, encoding, the NumPy/ml_dtypes dtype name with exactly this encoding (or None), extra aliases.
 # Unprefixed short names are canonical; the ml_dtypes names are aliases.
@@ -43,7 +74,23 @@ _BUILTINS: tuple[tuple[Format, str | None, tuple[str, ...]], ...] = (
         "float8_e8m0fnu",
         (),
     ),
+    # OCP MX v1.0 INT8 (the MXINT8 element): two's-complement k / 64, -2.0 (code 0x80) .. 127/64.
+    (
+        Format(name="int8_ocp", exponent_bits=0, mantissa_bits=7, bias=0, specials="none", twos_complement=True),
+        None,
+        ("ocp_int8", "mxint8_element"),
+    ),
 )
+
+# IEEE P3109 binary8: every precision, signed (P = 1..7: P = 8 would have no exponent field, which
+# P3109 does not define) and unsigned (P = 1..8), extended and finite domains. Two of them are
+# ml_dtypes formats already (the same codes): their P3109 names are aliases of those.
+_P3109_K8 = [
+    (p, signed, extended)
+    for signed in (True, False)
+    for extended in (True, False)
+    for p in range(1, 8 + (0 if signed else 1))
+]
 
 
 def _lookup_dtype(name: str | None) -> np.dtype | None:
@@ -60,10 +107,11 @@ for _fmt, _dtype_name, _ in _BUILTINS:
 
 _lock = threading.Lock()
 _formats: dict[str, Format] = {}  # canonical name -> Format, in registration order
-_names: dict[str, Format] = {}  # every accepted (lower-case) name -> Format
+_names: dict[str, Format] = {}  # every accepted name (exact, lower case) -> Format
 
 
 def _normalize(name: str) -> str:
+    """The key two names collide on: registered names may not differ only in case or spaces."""
     return name.strip().lower()
 
 
@@ -80,52 +128,126 @@ def _add(fmt: Format, aliases: Iterable[str]) -> None:
     if taken:
         owners = ", ".join(f"{k!r} (used by {_names[k].name!r})" for k in taken)
         raise ValueError(f"cannot register format {fmt.name!r}: name already taken: {owners}")
-    _formats[keys[0]] = fmt
-    for key in keys:
-        _names[key] = fmt
+    inexact = [n for n in names if n != _normalize(n)]
+    if inexact:
+        raise ValueError(
+            f"cannot register format {fmt.name!r}: format names are lower case without surrounding spaces; "
+            f"got {', '.join(map(repr, inexact))} (use {', '.join(repr(_normalize(n)) for n in inexact)})"
+        )
+    _formats[names[0]] = fmt
+    for name in names:
+        _names[name] = fmt
 
 
 for _fmt, _dtype_name, _aliases in _BUILTINS:
     _prefixed = (_dtype_name,) if _dtype_name and _dtype_name.startswith("float") and "_" in _dtype_name else ()
     _add(_fmt, _prefixed + _aliases)
 
+for _p, _signed, _extended in _P3109_K8:
+    _fmt = _p3109_descriptor(8, _p, _signed, _extended)
+    _names_k8 = (_fmt.name, *_p3109_aliases(8, _p, _signed, _extended))
+    _same = [f for f in _formats.values() if f.encoding == _fmt.encoding]
+    if _same:  # e4m3fnuz is binary8p4sf, e5m2fnuz is binary8p3sf
+        for _name in _names_k8:
+            _names[_name] = _same[0]
+    else:
+        _add(_fmt, _names_k8[1:])
+
 
 class UnknownFormatError(ValueError):
     """Raised for a format name or dtype that is not in the registry."""
 
 
+# Names people type for a family of formats or for a block-scaled format (a recipe of fpemu.scaled,
+# not an element format): where each one lives.
+_OCP_FP8 = "OCP FP8 is 'e4m3fn' (E4M3, max 448, no infinity) or 'e5m2' (E5M2)"
+_FAMILIES = {
+    "fp8": f"{_OCP_FP8}; see also 'e4m3fnuz', 'e5m2fnuz' and IEEE P3109's 'p3109_k8p{{P}}{{s|u}}{{e|f}}'",
+    "float8": _OCP_FP8,
+    "fp8_e4m3": "the OCP E4M3 element format is 'e4m3fn' (per-tensor scaled FP8 is the fpemu.scaled recipe "
+    "'fp8_e4m3')",
+    "fp8_e5m2": "the OCP E5M2 element format is 'e5m2' (per-tensor scaled FP8 is the fpemu.scaled recipe "
+    "'fp8_e5m2')",
+    "fp6": "OCP FP6 is 'e2m3fn' or 'e3m2fn'",
+    "float6": "OCP FP6 is 'e2m3fn' or 'e3m2fn'",
+    "fp4": "OCP FP4 (the MXFP4 and NVFP4 element) is 'e2m1fn'",
+    "float4": "OCP FP4 (the MXFP4 and NVFP4 element) is 'e2m1fn'",
+    "e2m1": "OCP FP4 (the MXFP4 and NVFP4 element) is 'e2m1fn'",
+    "e8m0": "the OCP MX scale format is 'e8m0fnu'",
+    "int8": "OCP INT8 (the MXINT8 element, two's-complement k/64) is 'int8_ocp'",
+}
+_BLOCK_ELEMENTS = {
+    "mxfp8": "'e4m3fn' or 'e5m2'", "mxfp8_e4m3": "'e4m3fn'", "mxfp8_e5m2": "'e5m2'", "mxfp6": "'e2m3fn' or 'e3m2fn'",
+    "mxfp6_e2m3": "'e2m3fn'", "mxfp6_e3m2": "'e3m2fn'", "mxfp4": "'e2m1fn'", "nvfp4": "'e2m1fn'",
+    "mxint8": "'int8_ocp'",
+}  # fmt: skip
+
+
+def _listing() -> str:
+    p3109 = [name for name in _formats if name.startswith("p3109_k8")]
+    others = [name for name in _formats if not name.startswith("p3109_k8")]
+    return ", ".join(others) + (", and IEEE P3109's p3109_k8p{P}{s|u}{e|f}" if p3109 else "")
+
+
+def _unknown_name(name: str) -> str:
+    key = _normalize(name)
+    lower = "format names are exact and lower case; " if key != name else ""
+    if key == "e4m3":
+        return (
+            f"unknown format {name!r}: {lower}OCP E4M3 (torch.float8_e4m3fn, Transformer Engine's E4M3: max 448, no "
+            "infinity) is 'e4m3fn'; 'e4m3' is the IEEE-like format (max 240, with infinity)"
+        )
+    if key in _names:
+        return f"unknown format {name!r}: {lower}did you mean {key!r}?"
+    if key in _FAMILIES:
+        return f"unknown format {name!r}: {lower}{_FAMILIES[key]}"
+    if key in _BLOCK_ELEMENTS or key.startswith(("mxfp", "mxint", "nvfp")):
+        element = _BLOCK_ELEMENTS.get(key)
+        return (
+            f"unknown format {name!r}: {lower}block-scaled formats (MX, NVFP4), whose blocks share a scale, are "
+            f"recipes of fpemu.scaled (fpemu.scaled.get_recipe({key!r})), not element formats"
+            + (f"; the element format is {element}" if element else "")
+        )
+    close = difflib.get_close_matches(key, list(_names), n=4, cutoff=0.6)
+    hint = f"did you mean {', '.join(repr(c) for c in close)}? " if close else ""
+    return f"unknown format {name!r}; {lower}{hint}registered formats: {_listing()} (see fpemu.formats())"
+
+
 def get_format(fmt: Any) -> Format:
     """Look up a format by name, dtype, or pass a `Format` through.
 
-    Names are case-insensitive: the short names (``"e4m3fn"``, ``"bf16"``, ``"e2m1fn"``...), the
-    ml_dtypes names (``"float8_e4m3fn"``), and the long spellings (``"float32"``, ``"bfloat16"``).
-    Dtypes: NumPy, ml_dtypes and ``jnp`` float dtypes or scalar types (``jnp.float8_e4m3fn``).
-    ``"e4m3"`` (IEEE-like, max 240, has infinity) and ``"e4m3fn"`` (OCP E4M3, max 448, no infinity)
-    are different formats.
+    Names are exact and lower case: the short names (``"e4m3fn"``, ``"bf16"``, ``"e2m1fn"``...), the
+    ml_dtypes names (``"float8_e4m3fn"``), the long spellings (``"float32"``, ``"bfloat16"``) and IEEE
+    P3109's (``"p3109_k8p3se"``, as gfloat spells them, or ``"binary8p3se"``). Dtypes: NumPy, ml_dtypes
+    and ``jnp`` float dtypes or scalar types (``jnp.float8_e4m3fn``). ``"e4m3"`` (IEEE-like, max 240,
+    has infinity) and ``"e4m3fn"`` (OCP E4M3, max 448, no infinity) are different formats, so
+    ``"E4M3"`` is an error that names both.
 
     Raises:
-      UnknownFormatError: (a ValueError) for an unknown name, naming the closest registered ones.
+      UnknownFormatError: (a ValueError) for an unknown name: the registered name it differs from only
+        in case, else where a family (``"fp8"``) or block-format (``"mxfp4"``) name lives, else the
+        closest registered names.
       TypeError: for anything that is not a name, dtype or `Format`.
 
     Example:
       >>> import jax.numpy as jnp
-      >>> get_format("float8_e4m3fn") is get_format(jnp.float8_e4m3fn) is get_format("E4M3FN")
+      >>> get_format("float8_e4m3fn") is get_format(jnp.float8_e4m3fn) is get_format("e4m3fn")
       True
       >>> get_format("e4m3").max, get_format("e4m3fn").max
       (240.0, 448.0)
+      >>> try:
+      ...     get_format("E4M3")
+      ... except UnknownFormatError as e:
+      ...     print(e)
+      unknown format 'E4M3': format names are exact and lower case; OCP E4M3 (torch.float8_e4m3fn, Transformer Engine's E4M3: max 448, no infinity) is 'e4m3fn'; 'e4m3' is the IEEE-like format (max 240, with infinity)
     """
     if isinstance(fmt, Format):
         return fmt
     if isinstance(fmt, str):
-        key = _normalize(fmt)
-        found = _names.get(key)
+        found = _names.get(fmt)
         if found is not None:
             return found
-        close = difflib.get_close_matches(key, list(_names), n=4, cutoff=0.6)
-        hint = f"did you mean {', '.join(repr(c) for c in close)}? " if close else ""
-        raise UnknownFormatError(
-            f"unknown format {fmt!r}; {hint}registered formats: {', '.join(_formats)} (see fpemu.formats())"
-        )
+        raise UnknownFormatError(_unknown_name(fmt))
     try:
         dtype = np.dtype(fmt)
     except TypeError:
@@ -136,22 +258,22 @@ def get_format(fmt: Any) -> Format:
         if registered.dtype == dtype:
             return registered
     raise UnknownFormatError(
-        f"dtype {dtype.name} is not a floating-point format in the registry; registered formats: "
-        f"{', '.join(_formats)}"
+        f"dtype {dtype.name} is not a floating-point format in the registry; registered formats: {_listing()}"
     )
 
 
 def register_format(fmt: Format, aliases: Iterable[str] = ()) -> Format:
-    """Add a custom format to the registry, under its name and any aliases (case-insensitive).
+    """Add a custom format to the registry, under its name and any aliases (exact, lower case).
 
     Raises:
       TypeError: if ``fmt`` is not a `Format`.
-      ValueError: if the name or an alias is already taken; the registry is left unchanged.
+      ValueError: if the name or an alias is already taken (names that differ only in case count as
+        the same), or is not lower case; the registry is left unchanged.
 
     Example:
       >>> import fpemu
       >>> fmt = fpemu.register_format(fpemu.Format(name="e3m3_doc", exponent_bits=3, mantissa_bits=3))
-      >>> fpemu.get_format("E3M3_DOC") is fmt
+      >>> fpemu.get_format("e3m3_doc") is fmt
       True
     """
     if not isinstance(fmt, Format):
@@ -161,6 +283,55 @@ def register_format(fmt: Format, aliases: Iterable[str] = ()) -> Format:
     with _lock:
         _add(fmt, tuple(aliases))
     return fmt
+
+
+def p3109_format(k: int, p: int, *, signed: bool = True, extended: bool = True) -> Format:
+    """The IEEE P3109 format binaryK pP, signed or unsigned, extended (with infinity) or finite.
+
+    Named ``p3109_k{K}p{P}{s|u}{e|f}`` as gfloat's ``format_info_p3109`` names it (the K = 8 formats
+    are registered under these names; other widths are built on demand). The layout, from the P3109
+    interim report: ``P - 1`` mantissa bits, ``K - P`` exponent bits (signed, after the sign bit) or
+    ``K - P + 1`` (unsigned), bias ``2**(K-P-1)`` (signed) or ``2**(K-P)`` (unsigned), subnormals,
+    no negative zero. Signed formats have one NaN, the negative-zero code ``2**(K-1)``, and, extended,
+    ±infinity at ``2**(K-1) - 1`` and ``2**K - 1`` (``specials="p3109"``; finite: ``"fnuz"``). Unsigned
+    formats have one NaN, ``2**K - 1``, and, extended, +infinity at ``2**K - 2`` (``"p3109"``; finite:
+    ``"fn"``). A signed format with P = K has no exponent field; P3109 leaves it undefined and fpemu
+    follows gfloat (bias 0, every value a subnormal).
+
+    Args:
+      k: Width in bits, at least 2.
+      p: Precision in bits (significant bits, the implicit one included), 1 to ``k``.
+      signed: Signed (default) or unsigned.
+      extended: The extended domain (with infinity, default) or the finite one.
+
+    Raises:
+      TypeError: for non-int widths or non-bool flags.
+      ValueError: for ``p`` outside ``1..k``, or a format whose values are not all float64 values
+        (fpemu computes in float64 at most: signed formats need ``K - P <= 11``, unsigned ``K - P <= 10``),
+        or one with no positive finite value.
+
+    Example:
+      >>> fmt = p3109_format(8, 3)
+      >>> fmt.name, fmt.max, fmt.inf_code, fmt.nan_code, fmt is get_format("p3109_k8p3se")
+      ('p3109_k8p3se', 49152.0, 127, 128, True)
+      >>> p3109_format(10, 4, signed=False, extended=False).max  # 1.75 * 2**63
+      1.6140901064495858e+19
+    """
+    for name, value in (("k", k), ("p", p)):
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    for name, value in (("signed", signed), ("extended", extended)):
+        if not isinstance(value, (bool, np.bool_)):
+            raise TypeError(f"{name} must be a bool (True or False), got {type(value).__name__} {value!r}")
+    k, p, signed, extended = int(k), int(p), bool(signed), bool(extended)
+    if k < 2 or not 1 <= p <= k:
+        raise ValueError(f"P3109 formats need k >= 2 and 1 <= p <= k, got k={k}, p={p}")
+    registered = _names.get(_p3109_name(k, p, signed, extended))
+    try:
+        fmt = _p3109_descriptor(k, p, signed, extended)
+    except ValueError as e:
+        raise ValueError(f"P3109 k={k} p={p} {'signed' if signed else 'unsigned'}: {e}") from None
+    return registered if registered is not None and registered.encoding == fmt.encoding else fmt
 
 
 def formats() -> tuple[Format, ...]:

@@ -1,1 +1,14 @@
-"""fpemu/_emulate"""
+"""The emulate layer: `fpemu.emulate`, `fpemu.Policy`, `fpemu.DotPolicy`, `fpemu.stats_summary`.
+
+Modules, lowest first (each imports only the ones above it in this list):
+
+- `jax_compat`: every JAX internal and version shim the interpreter needs, and nothing else.
+- `registry`: the kinds of rule, the primitive names of each kind, the rule table.
+- `policy`: `Policy` and `DotPolicy`.
+- `stats`: the range statistics of one rounding, and their summary table.
+- `rounding`: one array rounded to a policy's format; the keys of rounding sites.
+- `interpreter`: the context a rule sees, and the loop over a jaxpr's equations.
+- `rules_plain`, `rules_dot`, `rules_calls`, `rules_control`: the rules, by kind; importing one
+  registers its rules.
+- `transform`: `emulate`, which imports every rule module.
+"""

@@ -10,37 +10,34 @@ valid choices.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterable, Mapping, Union
+from collections.abc import Iterable, Mapping
+from typing import Any, cast
 
 import numpy as np
 
+from fpemu._args import bool_arg, format_arg, random_bits_arg, rounding_arg
 from fpemu._core.format import Format
-from fpemu._core.modes import ROUNDING_MODES, Rounding
-from fpemu._core.registry import get_format
-
-FormatLike = Union[str, Format, np.dtype, type]
-
-
-def _format_field(owner: str, field: str, value: Any, *, optional: bool) -> Format | None:
-    """A format field: None (if allowed), a name, a dtype or a `Format`, normalised to a `Format`."""
-    if value is None:
-        if optional:
-            return None
-        raise ValueError(f"{owner}.{field} must be a format (name, dtype or fpemu.Format), got None")
-    try:
-        return get_format(value)
-    except (ValueError, TypeError) as err:
-        raise type(err)(f"{owner}.{field}={value!r}: {err}") from None
+from fpemu._core.modes import Rounding
+from fpemu._core.registry import FormatLike
+from fpemu._emulate.registry import ROUNDED_PRIMITIVES
 
 
-def _check_bool(owner: str, field: str, value: Any) -> bool:
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{owner}.{field} must be a bool, got {value!r}")
-    return bool(value)
+def _format_field(value: Any, field: str, *, optional: bool = True) -> Format | None:
+    """A format field (a name, a dtype or a `Format`; None if ``optional``) as a `Format`. Errors
+    quote the field and the value given: ``Policy.default='e9m9': unknown format ...``."""
+    if value is None and optional:
+        return None
+    return format_arg(value, field if value is None else f"{field}={value!r}")
 
 
-def _name(fmt: Format | None) -> str:
+def _name(fmt: Any) -> str:
+    """How a repr shows a normalised format field (a `Format` or None)."""
     return "None" if fmt is None else repr(fmt.name)
+
+
+# Format fields are typed as what users may pass (`FormatLike`); __post_init__ normalises them to
+# `Format` (or None), and readers cast to the normalised type. ``Policy.overrides`` becomes:
+_Overrides = tuple[tuple[str, Format | None], ...]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -72,18 +69,15 @@ class DotPolicy:
 
     def __post_init__(self) -> None:
         for field in ("lhs", "rhs", "out"):
-            object.__setattr__(self, field, _format_field("DotPolicy", field, getattr(self, field), optional=True))
-        accumulate = _format_field("DotPolicy", "accumulate", self.accumulate, optional=False)
+            object.__setattr__(self, field, _format_field(getattr(self, field), f"DotPolicy.{field}"))
+        accumulate = _format_field(self.accumulate, "DotPolicy.accumulate", optional=False)
         object.__setattr__(self, "accumulate", accumulate)
         every = self.accumulate_every
         if every is not None and (not isinstance(every, (int, np.integer)) or isinstance(every, bool) or every < 1):
             raise ValueError(f"DotPolicy.accumulate_every must be None or a positive int, got {every!r}")
         object.__setattr__(self, "accumulate_every", None if every is None else int(every))
-        if self.accumulate_rounding is not None and self.accumulate_rounding not in ROUNDING_MODES:
-            raise ValueError(
-                f"DotPolicy.accumulate_rounding must be None or one of {', '.join(ROUNDING_MODES)}; "
-                f"got {self.accumulate_rounding!r}"
-            )
+        if self.accumulate_rounding is not None:
+            rounding_arg(self.accumulate_rounding, "DotPolicy.accumulate_rounding")
 
     def __repr__(self) -> str:
         return (
@@ -115,7 +109,7 @@ class Policy:
       >>> fpemu.Policy(rounding="nearest")  # doctest: +ELLIPSIS
       Traceback (most recent call last):
         ...
-      ValueError: Policy.rounding must be one of nearest_even, nearest_away, ..., stochastic; got 'nearest'
+      ValueError: Policy.rounding must be one of 'nearest_even', ...; did you mean 'nearest_even', 'nearest_away'? got 'nearest'
     """
 
     # -- what to round to (configs) -----------------------------------------------------------------
@@ -134,40 +128,32 @@ class Policy:
     passthrough_unknown: bool = False  # a primitive without a rule: bind it and round its results (else raise)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "default", _format_field("Policy", "default", self.default, optional=True))
+        object.__setattr__(self, "default", _format_field(self.default, "Policy.default"))
         object.__setattr__(self, "overrides", self._overrides(self.overrides))
         for field in ("dot", "conv"):
             value = getattr(self, field)
             if value is not None and not isinstance(value, DotPolicy):
                 kind = type(value).__name__
                 raise TypeError(f"Policy.{field} must be a fpemu.DotPolicy or None, got {kind} {value!r}")
-        if self.rounding not in ROUNDING_MODES:
-            raise ValueError(f"Policy.rounding must be one of {', '.join(ROUNDING_MODES)}; got {self.rounding!r}")
+        rounding_arg(self.rounding, "Policy.rounding")
         for field in ("saturate", "subnormals", "round_inputs", "passthrough_unknown"):
-            object.__setattr__(self, field, _check_bool("Policy", field, getattr(self, field)))
-        bits = self.random_bits
-        if bits is not None:
-            if self.rounding != "stochastic":
-                raise ValueError(f"Policy.random_bits is only used with rounding='stochastic', not {self.rounding!r}")
-            if not isinstance(bits, (int, np.integer)) or isinstance(bits, bool) or not 1 <= bits <= 32:
-                raise ValueError(f"Policy.random_bits must be None or an int in [1, 32], got {bits!r}")
-            object.__setattr__(self, "random_bits", int(bits))
+            object.__setattr__(self, field, bool_arg(getattr(self, field), f"Policy.{field}"))
+        if self.random_bits is not None:  # None stays None: the default of fpemu.quantize
+            bits = random_bits_arg(self.random_bits, self.rounding == "stochastic", "Policy.random_bits", self.rounding)
+            object.__setattr__(self, "random_bits", bits)
         object.__setattr__(self, "exclude", self._exclude(self.exclude))
         if self.overrides and not self.passthrough_unknown:
-            from fpemu._emulate.rules import rounded_primitives  # the registry lists the valid names
-
-            valid = rounded_primitives()
-            unknown = [name for name, _ in self.overrides if name not in valid]
+            unknown = [name for name, _ in cast(_Overrides, self.overrides) if name not in ROUNDED_PRIMITIVES]
             if unknown:
                 raise ValueError(
                     f"Policy.overrides: {', '.join(map(repr, unknown))} "
                     f"{'is not a primitive' if len(unknown) == 1 else 'are not primitives'} whose results emulate "
-                    f"rounds; valid names: {', '.join(sorted(valid))} (or set passthrough_unknown=True to "
+                    f"rounds; valid names: {', '.join(sorted(ROUNDED_PRIMITIVES))} (or set passthrough_unknown=True to "
                     "override a primitive fpemu has no rule for)"
                 )
 
     @staticmethod
-    def _overrides(value: Any) -> tuple[tuple[str, Format | None], ...]:
+    def _overrides(value: Any) -> _Overrides:
         if isinstance(value, Mapping):
             items = list(value.items())
         else:
@@ -184,7 +170,7 @@ class Policy:
             name, fmt = item
             if name in out:
                 raise ValueError(f"Policy.overrides names {name!r} twice")
-            out[name] = _format_field("Policy", f"overrides[{name!r}]", fmt, optional=True)
+            out[name] = _format_field(fmt, f"Policy.overrides[{name!r}]")
         return tuple(sorted(out.items()))
 
     @staticmethod
@@ -210,10 +196,10 @@ class Policy:
           >>> p.format_for("exp").name, p.format_for("mul").name, p.format_for("log")
           ('bf16', 'e4m3fn', None)
         """
-        for name, fmt in self.overrides:
+        for name, fmt in cast(_Overrides, self.overrides):
             if name == primitive:
                 return fmt
-        return self.default
+        return cast("Format | None", self.default)
 
     @property
     def stochastic(self) -> bool:
@@ -228,7 +214,8 @@ class Policy:
         return self.conv if self.conv is not None else self.dot
 
     def __repr__(self) -> str:
-        overrides = "{" + ", ".join(f"{name!r}: {_name(fmt)}" for name, fmt in self.overrides) + "}"
+        pairs = cast(_Overrides, self.overrides)
+        overrides = "{" + ", ".join(f"{name!r}: {_name(fmt)}" for name, fmt in pairs) + "}"
         return (
             f"Policy(default={_name(self.default)}, overrides={overrides}, dot={self.dot!r}, conv={self.conv!r}, "
             f"rounding={self.rounding!r}, saturate={self.saturate}, subnormals={self.subnormals}, "
@@ -237,7 +224,7 @@ class Policy:
         )
 
 
-def as_policy(policy: Any) -> Policy:
+def as_policy(policy: Policy | FormatLike) -> Policy:
     """A `Policy` from a `Policy` or a plain format (name, dtype, `Format`: ``Policy(default=fmt)``)."""
     if isinstance(policy, Policy):
         return policy

@@ -13,22 +13,15 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from fpemu._engine.convert import value_bits
+from fpemu._text import text_table
+from fpemu._args import bool_arg
 from fpemu._core.format import Format
 from fpemu._core.registry import get_format
+from fpemu._engine.convert import value_bits
 
-# The counters, in the order of the int32 vector kept per site. Each is a number of elements.
+# The counters, in the order of the int32 vector kept per site. Each is a number of elements; docs/emulate.md
+# (Statistics) says what each counts.
 FIELDS: tuple[str, ...] = ("elements", "overflow", "saturated", "underflow", "subnormal", "inf", "nan")
-DOCS = {
-    "elements": "results rounded (elements, summed over every execution of the site)",
-    "overflow": "finite result that rounding turned into ±inf or NaN (the format's range was exceeded)",
-    "saturated": "non-NaN result beyond the format's max that came out as ±max (saturate=True, directed "
-    "modes, formats without inf/NaN, and nearest rounding within half an ulp above max)",
-    "underflow": "nonzero result that came out as ±0 (flushed by subnormals=False included)",
-    "subnormal": "rounded result that is a nonzero subnormal of the format",
-    "inf": "rounded result that is ±inf (whatever its origin)",
-    "nan": "rounded result that is NaN (whatever its origin: propagated, 0/0, or an fn format's overflow)",
-}
 
 
 def zeros() -> jax.Array:
@@ -92,27 +85,21 @@ def merge(into: dict[str, jax.Array], other: dict[str, jax.Array]) -> None:
 
 def summary(stats: dict[str, dict[str, jax.Array]], *, nonzero_only: bool = True) -> str:
     """A plain-text table of a stats pytree, one row per site (rows with only ``elements`` dropped
-    when ``nonzero_only``).
+    when ``nonzero_only``). Public as `fpemu.stats_summary`.
 
     Example:
       >>> import jax.numpy as jnp, fpemu
-      >>> from fpemu._emulate.stats import summary
       >>> f = fpemu.emulate(lambda x: x * 300.0, "e4m3fn", with_stats=True)
       >>> _, stats = f(jnp.array([1.0, 2.0]))
-      >>> print(summary(stats))
+      >>> print(fpemu.stats_summary(stats))
       site  elements  overflow  saturated  underflow  subnormal  inf  nan
       mul          2         1          0          0          0    0    1
     """
+    nonzero_only = bool_arg(nonzero_only, "nonzero_only")
     rows = []
     for site, fields in stats.items():
         values = [int(np.asarray(fields[f]).sum()) for f in FIELDS]
         if nonzero_only and not any(values[1:]):
             continue
         rows.append([site, *map(str, values)])
-    header = ["site", *FIELDS]
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    lines = []
-    for row in [header, *rows]:
-        cells = [cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))]
-        lines.append("  ".join(cells).rstrip())
-    return "\n".join(lines)
+    return text_table(rows, ["site", *FIELDS], align="l" + "r" * len(FIELDS), rule=False)

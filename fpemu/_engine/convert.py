@@ -21,6 +21,12 @@ round-up. IEEE encodings are linear within a binade and a carry into the exponen
 on the next binade, so no renormalisation is needed. Inputs below the target's smallest value
 (``tiny``) round to 0 or that value by comparison with static thresholds. Overflow is one
 comparison with the largest finite value, after rounding (infinite inputs land there too).
+
+The stochastic variants other than the default compare the k random bits ``r`` with ``T``, the
+discarded fraction of the step scaled to k bits and rounded to an integer (floor, nearest-even,
+nearest-odd or half-up): up iff ``T + r >= 2**k``. ``T`` is the top k discarded bits plus a carry
+``c`` from the bits below them, so ``up = r > 2**k - 1 - floor_part or (c and r == 2**k - 1 - floor_part)``,
+without a wider integer type.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from jax import lax
 
 from fpemu._args import DEFAULT_RANDOM_BITS
 from fpemu._core.format import Format, fits
-from fpemu._core.modes import ROUNDING_MODES
+from fpemu._core.modes import EXPONENT_TIES, P3109_SATURATIONS, ROUNDING_MODES, STOCHASTIC_VARIANTS
 
 
 # Modes in which a result beyond the largest finite value overflows to infinity (for positive and
@@ -76,6 +82,8 @@ class _Src:
         magnitude_bits = fmt.exponent_bits + fmt.mantissa_bits
         self.s = b & uw.type(fmt.sign_mask)
         self.a = b & uw.type((1 << magnitude_bits) - 1)
+        if fmt.twos_complement:  # the magnitude of a negative code is 2**K - code (2**(K-1) for 0x80)
+            self.a = jnp.where(self.s != 0, (uw.type(fmt.num_codes) - b) & uw.type(fmt.num_codes - 1), self.a)
         all_ones = (1 << magnitude_bits) - 1
         false = jnp.zeros(b.shape, bool)
         if fmt.specials == "ieee":
@@ -85,6 +93,9 @@ class _Src:
             self.is_inf, self.is_nan = false, self.a == uw.type(all_ones)
         elif fmt.specials == "fnuz":
             self.is_inf, self.is_nan = false, b == uw.type(fmt.sign_mask)
+        elif fmt.specials == "p3109":
+            self.is_inf = self.a == uw.type(fmt.inf_code)
+            self.is_nan = b == uw.type(fmt.nan_code) if fmt.signed else self.a == uw.type(fmt.nan_code)
         else:
             self.is_inf, self.is_nan = false, false
         self.e_field = (self.a >> fmt.mantissa_bits).astype(jnp.int32)
@@ -116,27 +127,63 @@ def _shift(x: jnp.ndarray, amount: jnp.ndarray, width: int) -> jnp.ndarray:
     return jnp.where(amount <= -width, jnp.zeros_like(x), shifted)  # every bit shifted out
 
 
+def _stochastic_up(x, shift, draw, k: int, variant: str, wide: np.dtype) -> jnp.ndarray:
+    """Whether the fraction ``f = x / 2**shift`` (``x < 2**shift``) rounds up with the k random bits
+    ``draw``: ``T + draw >= 2**k`` with ``T`` = ``2**k * f`` rounded to an integer by ``variant``."""
+    width = wide.itemsize * 8
+    d = shift.astype(jnp.int32) - k  # bits of x below the k that T keeps
+    floor_part = _shift(x, -d, width)  # floor(2**k f) < 2**k
+    one = wide.type(1)
+    guard = _shift(x, 1 - d, width) & one  # the first bit below them (0 when d <= 0: none)
+    sticky = _shift(_shift(x, 1 - d, width), d - 1, width) != x  # any bit below the guard bit
+    guard = jnp.where(d >= 1, guard, wide.type(0)) != 0
+    sticky = (d >= 2) & sticky
+    odd = (floor_part & one) != 0
+    if variant == "nearest_even":
+        carry = guard & (sticky | odd)
+    elif variant == "nearest_odd":
+        carry = guard & (sticky | ~odd)
+    elif variant == "nearest_away":
+        carry = guard
+    else:  # pragma: no cover - validated by round_narrow
+        raise AssertionError(variant)
+    limit = wide.type((1 << k) - 1) - floor_part  # T + draw >= 2**k, without overflow
+    return (draw > limit) | (carry & (draw == limit))
+
+
 def round_narrow(
     bits: jnp.ndarray,
     *,
     src: Format,
     dst: Format,
     rounding: str,
-    saturate: bool,
+    saturate: bool | str,
     subnormals: bool,
     output: Literal["src_bits", "dst_code"],
     random: jnp.ndarray | None = None,
     random_bits: int = DEFAULT_RANDOM_BITS,
+    stochastic_variant: str = "floor",
+    exponent_ties: str = "away",
 ) -> jnp.ndarray:
     """Round codes of the IEEE input format ``src`` to ``dst`` (which must fit in ``src``).
 
     ``random`` (uint32, same shape) supplies the random bits for ``rounding="stochastic"``: its
-    ``random_bits`` most significant bits are used. See the module docstring for the method.
+    ``random_bits`` most significant bits are used, compared with the discarded fraction as
+    ``stochastic_variant`` says. ``saturate`` is ``False``, ``True`` or one of IEEE P3109's saturation
+    modes; ``exponent_ties`` applies to ``nearest_even`` in formats without mantissa bits. See the
+    module docstring for the method.
     """
     assert fits(dst, src), (src.name, dst.name)
     assert src.specials == "ieee" and src.signed and src.has_zero, src.name
     if rounding not in _OVERFLOWS:
         raise ValueError(f"rounding must be one of {ROUNDING_MODES}, got {rounding!r}")
+    if not isinstance(saturate, (bool, np.bool_)) and saturate not in P3109_SATURATIONS:
+        raise ValueError(f"saturate must be a bool or one of {P3109_SATURATIONS}, got {saturate!r}")
+    if stochastic_variant not in STOCHASTIC_VARIANTS or exponent_ties not in EXPONENT_TIES:
+        raise ValueError(f"stochastic_variant must be one of {STOCHASTIC_VARIANTS} and exponent_ties one of "
+                         f"{EXPONENT_TIES}, got {stochastic_variant!r}, {exponent_ties!r}")  # fmt: skip
+    p3109 = saturate if isinstance(saturate, str) else None
+    clamp = bool(saturate) if p3109 is None else p3109 in ("sat_finite", "sat_propagate")  # finite overflow: ±max
     uw = _work_dtype(src, dst)
     width = uw.itemsize * 8
     m_in, m_t = src.mantissa_bits, dst.mantissa_bits
@@ -165,7 +212,7 @@ def round_narrow(
     sh_c = jnp.minimum(sh, u(m_in + 1))  # inputs beyond this are below the smallest value (`tiny`)
     mask = (one << sh_c) - one
     if m_t == 0:
-        # No stored mantissa: the code's parity is the exponent's (ties-to-even becomes ties-away).
+        # No stored mantissa: the code's parity is the exponent's.
         lsb = ((ex + dst.bias) & 1).astype(uw)
     else:
         lsb = ((a | u(1 << m_in)) >> sh_c) & one  # the implicit bit is the code's last bit at sh == m_in
@@ -177,7 +224,8 @@ def round_narrow(
     half_smallest = (
         value_bits(dst.min_subnormal / 2, src) if dst.min_subnormal_exponent > src.min_subnormal_exponent else smallest
     )
-    mode = "nearest_away" if rounding == "nearest_even" and m_t == 0 else rounding
+    # Without mantissa bits, ties go away from zero unless asked for the even exponent.
+    mode = "nearest_away" if rounding == "nearest_even" and m_t == 0 and exponent_ties == "away" else rounding
     zero = jnp.zeros(a.shape, uw)
     if mode == "nearest_even":
         inc = (mask + lsb) >> one  # half - 1 + lsb, and 0 when sh == 0
@@ -202,18 +250,27 @@ def round_narrow(
         wide = np.dtype(np.uint64) if width > 32 else np.dtype(np.uint32)
         wide_bits = wide.itemsize * 8
         draw = (random.astype(jnp.uint32) >> jnp.uint32(32 - k)).astype(wide)
-        # k random bits added at the k leading discarded bits (below them when fewer are discarded)
-        inc = _shift(draw, sh_c.astype(jnp.int32) - k, wide_bits).astype(uw)
-        # below the smallest value: up with probability floor(2**k * x / smallest) / 2**k
-        sig = jnp.where(a < u(1 << m_in), a, (a & u((1 << m_in) - 1)) | u(1 << m_in)).astype(wide)
-        top = _shift(sig, k - sh.astype(jnp.int32), wide_bits)
-        tiny_up = draw > (wide.type((1 << k) - 1) - top)  # draw + top >= 2**k, without overflow
+        if stochastic_variant == "floor":
+            # k random bits added at the k leading discarded bits (below them when fewer are discarded)
+            inc = _shift(draw, sh_c.astype(jnp.int32) - k, wide_bits).astype(uw)
+            # below the smallest value: up with probability floor(2**k * x / smallest) / 2**k
+            sig = jnp.where(a < u(1 << m_in), a, (a & u((1 << m_in) - 1)) | u(1 << m_in)).astype(wide)
+            top = _shift(sig, k - sh.astype(jnp.int32), wide_bits)
+            tiny_up = draw > (wide.type((1 << k) - 1) - top)  # draw + top >= 2**k, without overflow
+        else:
+            sig = jnp.where(a < u(1 << m_in), a, (a & u((1 << m_in) - 1)) | u(1 << m_in)).astype(wide)
+            up = _stochastic_up((a & mask).astype(wide), sh_c, draw, k, stochastic_variant, wide)
+            inc = jnp.where(up, mask, zero)
+            tiny_up = _stochastic_up(sig, sh, draw, k, stochastic_variant, wide)
 
     ovf_pos, ovf_neg = _OVERFLOWS[rounding]
+    if p3109 == "ovf_inf" and rounding == "to_odd":  # P3109: round-to-odd overflows like the nearest modes
+        ovf_pos, ovf_neg = True, True
     if output == "src_bits":
         res = (a + inc) & ~mask
         res = jnp.where(tiny, jnp.where(tiny_up | (not dst.has_zero), u(smallest), u(0)), res)
         v_max = u(value_bits(dst.max, src))
+        v_max_neg = u(value_bits(-dst.min, src)) if dst.twos_complement else v_max
         v_min_normal = u(value_bits(dst.min_normal, src))
         v_nan, v_inf = u(src.nan_code), u(src.inf_code)
         sign = s
@@ -226,31 +283,43 @@ def round_narrow(
         else:
             res = jnp.where(tiny, u(0), res - u(1 << m_t))
         v_max = u(dst.max_code)
+        v_max_neg = u(dst.neg_max_code) if dst.twos_complement else v_max
         v_min_normal = u(1 << m_t if dst.has_zero else 0)
         v_nan = u(dst.nan_code if dst.has_nan else 0)
         v_inf = u(dst.inf_code if dst.has_inf else 0)
         sign = jnp.where(negative, u(dst.sign_mask), u(0))
     else:
         raise ValueError(f"output must be 'src_bits' or 'dst_code', got {output!r}")
+    if dst.twos_complement:  # one more value on the negative side
+        v_max = jnp.where(negative, v_max_neg, v_max)
 
     # The value standing for "infinity": the format's infinity, else its NaN, else its largest value.
     v_overflow = v_inf if dst.has_inf else (v_nan if dst.has_nan else v_max)
-    if saturate or (not ovf_pos and not ovf_neg):
+    if clamp or (not ovf_pos and not ovf_neg):
         ovf_value = v_max
     elif ovf_pos and ovf_neg:
         ovf_value = v_overflow
     else:
         ovf_value = jnp.where(negative == ovf_neg, v_overflow, v_max)
     res = jnp.where(res > v_max, ovf_value, res)  # infinite inputs land here too
-    if not subnormals and dst.has_subnormals:
+    # Flush subnormal results: ±max (what infinity may become below) is normal, except in a format
+    # without exponent bits, where it is flushed too, so the flush comes after.
+    flush = not subnormals and dst.has_subnormals
+    if flush and dst.exponent_bits > 0:
         res = jnp.where(res < v_min_normal, u(0), res)
-    if not saturate and not (ovf_pos and ovf_neg):  # where overflow clamps, infinity still maps to infinity
+    if p3109 == "sat_propagate":  # finite overflow clamps, infinities stay infinite where they can
+        res = jnp.where(a == u(src.inf_code), v_inf if dst.has_inf else v_max, res)
+    elif not clamp and not (ovf_pos and ovf_neg):  # where overflow clamps, infinity still maps to infinity
         res = jnp.where(a == u(src.inf_code), v_overflow, res)
+    if flush and dst.exponent_bits == 0:
+        res = jnp.where(res < v_min_normal, u(0), res)
 
     if dst.has_negative_zero:
         res = res | sign
-    elif dst.signed:
-        res = res | jnp.where(res != 0, sign, u(0))  # no -0 (fnuz): zero results are +0
+    elif dst.signed and not (dst.twos_complement and output == "dst_code"):
+        res = res | jnp.where(res != 0, sign, u(0))  # no -0 (fnuz, p3109): zero results are +0
+    elif dst.signed:  # two's complement codes: 2**K - magnitude for negative results
+        res = jnp.where(negative & (res != 0), (u(dst.num_codes) - res) & u(dst.num_codes - 1), res)
 
     is_nan = a > u(src.inf_code)
     if output == "src_bits":
@@ -258,11 +327,22 @@ def round_narrow(
     elif dst.has_nan:
         signed_nan = dst.nan_code | (dst.sign_mask if dst.specials in ("ieee", "fn") else 0)
         res = jnp.where(is_nan, jnp.where(negative, u(signed_nan), u(dst.nan_code)), res)
+    elif dst.twos_complement:
+        res = jnp.where(is_nan, u(0), res)  # no NaN and no -0 to invert into: the zero code
     else:
         # ml_dtypes' conversion of NaN into a NaN-less format: the zero code with the sign inverted.
         res = jnp.where(is_nan, jnp.where(negative, u(0), u(dst.sign_mask)), res)
-    if not dst.signed:  # negative numbers and infinities (and zero, for E8M0) have no code: NaN
-        res = jnp.where(negative & (a != 0), v_nan, res)
+    if not dst.signed:  # negative numbers and infinities (and zero, for E8M0) have no code
+        below = negative & (a != 0)
+        if p3109 is not None and dst.has_zero:
+            # P3109: negative values saturate to 0, the lowest value, except that OvfInf gives NaN
+            # where the result is not zero, save toward_zero and toward_positive of finite values.
+            to_zero = jnp.ones(a.shape, bool) if p3109 != "ovf_inf" else res == 0
+            if p3109 == "ovf_inf" and rounding in ("toward_zero", "toward_positive"):
+                to_zero = to_zero | (a != u(src.inf_code))
+            res = jnp.where(below & ~is_nan, jnp.where(to_zero, u(0), v_nan), res)
+        else:
+            res = jnp.where(below, v_nan, res)
         if not dst.has_zero:
             res = jnp.where(a == 0, v_nan, res)
     return res

@@ -17,7 +17,8 @@ from jax import lax
 _MAX_ELEMENTS = 1 << 32
 
 
-def _mix(h: jnp.ndarray) -> jnp.ndarray:
+def mix(h: jnp.ndarray) -> jnp.ndarray:
+    """The 32-bit avalanche bijection (xorshift-multiply, lowbias32) of uint32 ``h``, elementwise."""
     h = h ^ (h >> jnp.uint32(16))
     h = h * jnp.uint32(0x21F0AAAD)
     h = h ^ (h >> jnp.uint32(15))
@@ -45,8 +46,8 @@ def seeds_from_key(key) -> jnp.ndarray:
     words = words.reshape(-1).astype(jnp.uint32)
     h0, h1 = jnp.uint32(0x6A09E667), jnp.uint32(0xBB67AE85)
     for i in range(words.shape[0]):
-        h0 = _mix(h0 ^ words[i])
-        h1 = _mix(h1 + words[i] + h0)
+        h0 = mix(h0 ^ words[i])
+        h1 = mix(h1 + words[i] + h0)
     return jnp.stack([h0, h1])
 
 
@@ -68,4 +69,4 @@ def random_uint32(seeds: jnp.ndarray, shape: tuple[int, ...], offset=0) -> jnp.n
 
 def hash_index(seeds: jnp.ndarray, index: jnp.ndarray) -> jnp.ndarray:
     """The random bits of the elements with these (uint32, row-major, global) indices."""
-    return _mix(_mix(index + seeds[0]) ^ seeds[1])
+    return mix(mix(index + seeds[0]) ^ seeds[1])

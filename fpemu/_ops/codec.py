@@ -13,9 +13,9 @@ import numpy as np
 from jax import lax
 
 from fpemu._engine import convert as _convert
-from fpemu._core.modes import Rounding
+from fpemu._core.modes import ExponentTies, Rounding, Saturation, StochasticVariant
 from fpemu._core.format import Format
-from fpemu._args import check_fits, float_array, input_format, is_host_float64
+from fpemu._args import check_fits, float_array, input_format, int_arg, is_host_float64
 from fpemu._ops.quantize import RoundingSpec, round_bits, rounding_spec, seeds_for
 from fpemu._core.registry import get_format
 
@@ -30,42 +30,51 @@ def encode(
     fmt: Any,
     *,
     rounding: Rounding = "nearest_even",
-    saturate: bool = False,
+    saturate: Saturation = False,
     subnormals: bool = True,
     key: jax.Array | None = None,
     random_bits: int | None = None,
+    random: Any = None,
+    stochastic_variant: StochasticVariant = "floor",
+    exponent_ties: ExponentTies = "away",
 ) -> jax.Array:
     """Round ``x`` to ``fmt`` (exactly as `quantize` does) and return the integer codes.
 
     Codes are unsigned integers of the smallest sufficient type (``fmt.code_dtype``: uint8 up to 8
-    bits, then uint16, uint32, uint64), laid out as ``sign | exponent | mantissa`` in the low bits.
+    bits, then uint16, uint32, uint64), laid out as ``sign | exponent | mantissa`` in the low bits
+    (two's-complement formats, OCP INT8: the integer's two's-complement bits, -2.0 is ``0x80``).
     For float32 input and default options this equals ``x.astype(ml_dtype).view(uint)`` bit for bit.
 
     Special values: NaN gives the format's canonical quiet NaN code with the input's sign (``fnuz``
-    formats have one NaN, ``0x80``; E8M0's is ``0xff``). A format with no NaN code (FP6, FP4) cannot
-    hold NaN: like ml_dtypes, encode gives the zero code with the sign bit inverted (+NaN -> -0,
-    -NaN -> +0), so the NaN is lost; use `quantize` to keep NaN visible. Infinities, overflow,
-    signed zeros, subnormals and unsigned formats follow `quantize`.
+    and P3109 formats have one NaN, ``0x80`` signed, ``0xff`` unsigned; E8M0's is ``0xff``). A format
+    with no NaN code (FP6, FP4) cannot hold NaN: like ml_dtypes, encode gives the zero code with the
+    sign bit inverted (+NaN -> -0, -NaN -> +0), so the NaN is lost; two's-complement formats give
+    the zero code. Use `quantize` to keep NaN visible. Infinities, overflow, signed zeros, subnormals
+    and unsigned formats follow `quantize`.
 
     Args:
       x: float16, bfloat16, float32 or float64 array (or a Python float).
       fmt: format name, `Format` or dtype; its values must fit ``x``'s dtype.
-      rounding, saturate, subnormals, key, random_bits: as for `quantize`.
+      rounding, saturate, subnormals, key, random_bits, random, stochastic_variant, exponent_ties: as
+        for `quantize`.
 
     Example:
       >>> import jax.numpy as jnp, fpemu
       >>> fpemu.encode(jnp.array([1.0, -6.0, 7.0, 0.25]), "e2m1fn").tolist()
       [2, 15, 7, 0]
     """
-    spec = rounding_spec(fmt, rounding, saturate, subnormals, key, random_bits)
-    seeds = seeds_for(spec, key)
+    spec = rounding_spec(
+        fmt, rounding, saturate, subnormals, key, random_bits, random=random, stochastic_variant=stochastic_variant,
+        exponent_ties=exponent_ties,
+    )  # fmt: skip
     if is_host_float64(x):
         check_fits(spec.fmt, get_format("fp32"), name="the float64 input (x64 is disabled)")
+        seeds = seeds_for(spec, key, random, np.shape(x))
         with jax.enable_x64(True):
             return _encode_jit(jnp.asarray(x, jnp.float64), seeds, spec)
     x = float_array(x)
     check_fits(spec.fmt, input_format(x.dtype))
-    return _encode_jit(x, seeds, spec)
+    return _encode_jit(x, seeds_for(spec, key, random, x.shape), spec)
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2))
@@ -130,32 +139,34 @@ def _group(fmt: Format) -> tuple[int, int]:
 
 
 def pack(codes: Any, fmt: Any) -> jax.Array:
-    """Pack codes densely into bytes along the last axis (uint8 result).
+    """Pack codes densely into bytes along the last axis (uint8 result), as `numpy.packbits` packs bits.
 
     The layout is a little-endian bit stream: bit ``j`` of code ``i`` is stream bit
     ``i * fmt.bits + j``, and stream bit ``t`` is bit ``t % 8`` of byte ``t // 8``. So 4-bit
     formats store two codes per byte (code ``2i`` in the low nibble), 6-bit formats four codes per
-    three bytes, 8-bit formats one per byte, and wider formats their little-endian bytes.
+    three bytes, 8-bit formats one per byte, and wider formats their little-endian bytes. A last
+    axis that does not fill whole bytes (an odd number of 4-bit codes, ...) is padded with zero codes
+    to the next packing group: ``unpack(packed, fmt, count=n)`` gives back exactly the ``n`` codes.
 
     Raises:
-      ValueError: if the last axis does not fill whole bytes (a multiple of 2 codes for 4-bit
-        formats, of 4 for 6-bit formats); pad the codes first.
+      TypeError: if ``codes`` is not an integer array.
+      ValueError: for a scalar, or (concrete) codes outside ``[0, fmt.num_codes)``.
 
     Example:
       >>> import jax.numpy as jnp, fpemu
       >>> fpemu.pack(jnp.array([0x1, 0x2, 0xf, 0x0], jnp.uint8), "e2m1fn").tolist()
       [33, 15]
+      >>> fpemu.pack(jnp.array([0x1, 0x2, 0xf], jnp.uint8), "e2m1fn").tolist()  # padded with a zero code
+      [33, 15]
     """
     fmt = get_format(fmt)
     codes = _check_codes(codes, fmt, "codes")
     group, nbytes = _group(fmt)
-    n = codes.shape[-1]
-    if n % group:
-        raise ValueError(
-            f"codes.shape[-1]={n} must be a multiple of {group} to pack {fmt.bits}-bit {fmt.name} codes into whole "
-            "bytes; pad the last axis"
-        )
     _check_code_range(codes, fmt, "codes")
+    pad = -codes.shape[-1] % group
+    if pad:
+        codes = jnp.pad(codes, [(0, 0)] * (codes.ndim - 1) + [(0, pad)])
+    n = codes.shape[-1]
     width = fmt.bits
     codes = codes.astype(fmt.code_dtype) & jnp.asarray((1 << width) - 1, fmt.code_dtype)
     if width == 4:  # the common FP4 case, without the bit-level detour
@@ -168,18 +179,23 @@ def pack(codes: Any, fmt: Any) -> jax.Array:
     return jnp.sum(stream << _lanes(8, jnp.uint8, stream.ndim), axis=-1, dtype=jnp.uint8)
 
 
-def unpack(packed: Any, fmt: Any) -> jax.Array:
+def unpack(packed: Any, fmt: Any, count: int | None = None) -> jax.Array:
     """Inverse of `pack`: bytes (uint8, last axis) to codes of ``fmt.code_dtype``.
 
+    ``count`` (as in `numpy.unpackbits`) keeps the first ``count`` codes of the last axis, dropping
+    the padding `pack` added; None keeps every code the bytes hold.
+
     Raises:
-      TypeError: if ``packed`` is not uint8.
+      TypeError: if ``packed`` is not uint8, or ``count`` is not an int.
       ValueError: if the last axis is not a whole number of packing groups (e.g. a multiple of 3
-        bytes for 6-bit formats).
+        bytes for 6-bit formats), or ``count`` is negative or more than the codes stored.
 
     Example:
       >>> import jax.numpy as jnp, fpemu
       >>> fpemu.unpack(jnp.array([33, 15], jnp.uint8), "e2m1fn").tolist()
       [1, 2, 15, 0]
+      >>> fpemu.unpack(jnp.array([33, 15], jnp.uint8), "e2m1fn", count=3).tolist()
+      [1, 2, 15]
     """
     fmt = get_format(fmt)
     packed = _check_codes(packed, fmt, "packed")
@@ -193,15 +209,19 @@ def unpack(packed: Any, fmt: Any) -> jax.Array:
         )
     width, out = fmt.bits, jnp.dtype(fmt.code_dtype)
     n = m * 8 // width
+    if count is not None:
+        count = int_arg(count, "count", minimum=0, maximum=n)
     if width == 4:
         low, high = packed & jnp.uint8(0xF), packed >> jnp.uint8(4)
-        return jnp.stack([low, high], axis=-1).reshape(*packed.shape[:-1], n)
-    if width == 8:
-        return packed
-    if width % 8 == 0:
-        return lax.bitcast_convert_type(packed.reshape(*packed.shape[:-1], n, width // 8), out)
-    bits = ((packed[..., None] >> _lanes(8, jnp.uint8, packed.ndim + 1)) & 1).reshape(*packed.shape[:-1], n, width)
-    return jnp.sum(bits.astype(out) << _lanes(width, out, bits.ndim), axis=-1, dtype=out)
+        codes = jnp.stack([low, high], axis=-1).reshape(*packed.shape[:-1], n)
+    elif width == 8:
+        codes = packed
+    elif width % 8 == 0:
+        codes = lax.bitcast_convert_type(packed.reshape(*packed.shape[:-1], n, width // 8), out)
+    else:
+        bits = ((packed[..., None] >> _lanes(8, jnp.uint8, packed.ndim + 1)) & 1).reshape(*packed.shape[:-1], n, width)
+        codes = jnp.sum(bits.astype(out) << _lanes(width, out, bits.ndim), axis=-1, dtype=out)
+    return codes if count is None or count == n else codes[..., :count]
 
 
 def _lanes(width: int, dtype, ndim: int) -> jax.Array:

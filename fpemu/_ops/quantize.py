@@ -16,7 +16,7 @@ from fpemu._args import check_fits, float_array, input_format, is_host_float64
 from fpemu._engine import convert as _convert
 
 from fpemu._engine import rng as _random
-from fpemu._core.modes import ROUNDING_MODES, Rounding
+from fpemu._core.modes import ExponentTies, Rounding, Saturation, StochasticVariant
 from fpemu._core.format import Format
 from fpemu._core.registry import get_format
 
@@ -31,6 +31,9 @@ BACKENDS: tuple[str, ...] = ("auto", "xla", "pallas")
 # - tpu: the kernels are written for Triton (GPUs) only.
 _AUTO_BACKEND = {"cpu": "xla", "gpu": "xla", "tpu": "xla"}
 
+# The platform that compiles fpemu's Pallas kernels (fpemu.kernels): they are written for Triton.
+COMPILED_PLATFORM = "gpu"
+
 
 @dataclasses.dataclass(frozen=True)
 class RoundingSpec:
@@ -38,19 +41,45 @@ class RoundingSpec:
 
     fmt: Format
     rounding: str = "nearest_even"
-    saturate: bool = False
+    saturate: bool | str = False
     subnormals: bool = True
     random_bits: int = _args.DEFAULT_RANDOM_BITS
+    stochastic_variant: str = "floor"
+    exponent_ties: str = "away"
+    explicit_random: bool = False  # stochastic bits passed as an array (`random=`), not drawn from a key
+
+    def engine_options(self) -> dict[str, Any]:
+        """The keyword arguments of `fpemu._engine.convert.round_narrow` that this spec fixes."""
+        return {
+            "rounding": self.rounding,
+            "saturate": self.saturate,
+            "subnormals": self.subnormals,
+            "random_bits": self.random_bits,
+            "stochastic_variant": self.stochastic_variant,
+            "exponent_ties": self.exponent_ties,
+        }
 
 
-def rounding_spec(fmt, rounding, saturate, subnormals, key, random_bits) -> RoundingSpec:
-    """Check the options shared by quantize and encode (`fpemu._args`); errors name the argument."""
+def rounding_spec(
+    fmt, rounding, saturate, subnormals, key, random_bits, *, random=None, stochastic_variant="floor",
+    exponent_ties="away",
+) -> RoundingSpec:  # fmt: skip
+    """Check the options shared by quantize and encode (`fpemu._args`); errors name the argument.
+
+    ``random`` only says whether explicit random bits were passed (they are checked against the
+    input's shape by `fpemu._args.random_arg`): then ``key`` must be None.
+    """
     fmt = _args.format_arg(fmt, "fmt")
     rounding = _args.rounding_arg(rounding)
     stochastic = rounding == "stochastic"
-    _args.key_arg(key, stochastic, what=f"rounding={rounding!r}" if not stochastic else "rounding='stochastic'")
+    explicit = _args.key_or_random_arg(key, random, rounding)
     random_bits = _args.random_bits_arg(random_bits, stochastic, rounding=rounding)
-    return RoundingSpec(fmt, rounding, _args.bool_arg(saturate, "saturate"), _args.bool_arg(subnormals, "subnormals"), random_bits)
+    variant = _args.stochastic_variant_arg(stochastic_variant, stochastic, rounding)
+    ties = _args.exponent_ties_arg(exponent_ties)
+    return RoundingSpec(
+        fmt, rounding, _args.saturate_arg(saturate), _args.bool_arg(subnormals, "subnormals"), random_bits, variant,
+        ties, explicit,
+    )  # fmt: skip
 
 
 def resolve_backend(backend: Any, platform: str, float64: bool = False) -> str:
@@ -66,8 +95,6 @@ def resolve_backend(backend: Any, platform: str, float64: bool = False) -> str:
     if backend == "auto":
         engine = _AUTO_BACKEND.get(platform, "xla")
         return "xla" if float64 else engine
-    from fpemu.kernels._pallas import COMPILED_PLATFORM  # imported late: fpemu.kernels imports this module
-
     if backend == "pallas" and platform != COMPILED_PLATFORM:
         raise ValueError(
             f"backend='pallas' needs a GPU (fpemu's Pallas kernels are compiled with Triton), but JAX's "
@@ -88,11 +115,55 @@ NO_SEEDS = np.zeros((2,), np.uint32)
 NO_SEEDS.flags.writeable = False
 
 
-def seeds_for(spec: RoundingSpec, key) -> Any:
-    """The two uint32 words of ``key`` for stochastic rounding, else `NO_SEEDS`."""
+def seeds_for(spec: RoundingSpec, key, random=None, shape: tuple[int, ...] = ()) -> Any:
+    """The two uint32 words of ``key`` for stochastic rounding, else `NO_SEEDS`; with explicit random
+    bits (``spec.explicit_random``), those bits checked against the input's ``shape``, as uint32 words."""
+    if spec.explicit_random:
+        return _args.random_arg(random, spec.random_bits, shape)
     if spec.rounding == "stochastic":
         return _random.seeds_from_key(key)
     return NO_SEEDS
+
+
+def stochastic_bits(key: Any, shape: Any, random_bits: int | None = None) -> jax.Array:
+    """The random bits that stochastic rounding draws from ``key`` for an input of ``shape``.
+
+    Integers in ``[0, 2**random_bits)`` (uint32), one per element: the top ``random_bits`` bits of a
+    counter-based hash of the key and the element's row-major index (docs/semantics.md). Passing them
+    as ``random=`` gives exactly the keyed result: ``quantize(x, fmt, rounding="stochastic", key=key)``
+    equals ``quantize(x, fmt, rounding="stochastic", random=stochastic_bits(key, x.shape))``, with the
+    same ``random_bits``, in `quantize` and `encode` alike.
+
+    Raises:
+      TypeError, ValueError: for a ``key`` that is not one PRNG key, a ``random_bits`` outside 1..32,
+        a ``shape`` that is not a tuple of non-negative ints.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> key, x = jax.random.key(0), jnp.linspace(1, 2, 5)
+      >>> bits = stochastic_bits(key, x.shape, random_bits=4)
+      >>> bool((quantize(x, "e2m1fn", rounding="stochastic", key=key, random_bits=4)
+      ...       == quantize(x, "e2m1fn", rounding="stochastic", random=bits, random_bits=4)).all())
+      True
+    """
+    key = _args.key_arg(key, True)
+    k = _args.random_bits_arg(random_bits, True)
+    if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
+        shape = (shape,)
+    shape = tuple(_args.int_arg(n, "shape", minimum=0) for n in _args.tuple_arg(shape))
+    words = _random.random_uint32(_random.seeds_from_key(key), shape)
+    return words >> jnp.uint32(32 - k) if k < 32 else words
+
+
+def check_engine(spec: RoundingSpec, engine: str) -> None:
+    """The Pallas kernel draws its random bits from a key and runs the default variants only."""
+    if engine == "xla":
+        return
+    if spec.explicit_random:
+        raise ValueError("backend='pallas' draws random bits from key=, it does not take random=; use backend='xla'")
+    if (spec.stochastic_variant, spec.exponent_ties) != ("floor", "away"):
+        raise ValueError("backend='pallas' runs stochastic_variant='floor' and exponent_ties='away' only; use "
+                         "backend='xla'")  # fmt: skip
 
 
 def reduce_precision_is_exact(src: Format, spec: RoundingSpec) -> bool:
@@ -120,18 +191,12 @@ def round_bits(x: jax.Array, seeds: jax.Array, spec: RoundingSpec, output: str) 
     bit patterns in ``x``'s format, ``"dst_code"`` the format's codes (random bits drawn from ``seeds``)."""
     src = input_format(x.dtype)
     bits = lax.bitcast_convert_type(x, jnp.dtype(src.code_dtype))
-    random = _random.random_uint32(seeds, x.shape) if spec.rounding == "stochastic" else None
-    return _convert.round_narrow(
-        bits,
-        src=src,
-        dst=spec.fmt,
-        rounding=spec.rounding,
-        saturate=spec.saturate,
-        subnormals=spec.subnormals,
-        output=output,
-        random=random,
-        random_bits=spec.random_bits,
-    )
+    random = None
+    if spec.explicit_random:  # the caller's bits, already uint32 words (`fpemu._args.random_arg`)
+        random = jnp.broadcast_to(seeds, x.shape)
+    elif spec.rounding == "stochastic":
+        random = _random.random_uint32(seeds, x.shape)
+    return _convert.round_narrow(bits, src=src, dst=spec.fmt, output=output, random=random, **spec.engine_options())
 
 
 def _round_array(
@@ -139,11 +204,11 @@ def _round_array(
 ) -> jax.Array:
     """Round with ``engine``: "xla", "pallas" (compiled) or "pallas_interpret" (Pallas interpret mode)."""
     if engine != "xla":
-        from fpemu.kernels.quantize import BlockSizes, _quantize_pallas  # fpemu.kernels imports this module
+        from fpemu.kernels.quantize import BlockSizes, quantize_pallas  # fpemu.kernels imports this module
 
         interpret = engine == "pallas_interpret"
         block_sizes = BlockSizes.default("cpu" if interpret else jax.default_backend())
-        return _quantize_pallas(x, seeds, spec=spec, block_sizes=block_sizes, interpret=interpret)
+        return quantize_pallas(x, seeds, spec=spec, block_sizes=block_sizes, interpret=interpret)
     src = input_format(x.dtype)
     if not integer_only and reduce_precision_is_exact(src, spec):
         return lax.reduce_precision(x, exponent_bits=spec.fmt.exponent_bits, mantissa_bits=spec.fmt.mantissa_bits)
@@ -186,11 +251,14 @@ def quantize(
     fmt: Any,
     *,
     rounding: Rounding = "nearest_even",
-    saturate: bool = False,
+    saturate: Saturation = False,
     subnormals: bool = True,
     key: jax.Array | None = None,
     random_bits: int | None = None,
     backend: Backend = "auto",
+    random: Any = None,
+    stochastic_variant: StochasticVariant = "floor",
+    exponent_ties: ExponentTies = "away",
 ) -> jax.Array:
     """Round ``x`` to the format ``fmt`` and return the exact rounded values, in ``x``'s dtype.
 
@@ -206,17 +274,27 @@ def quantize(
       464.00003 -> NaN; e2m1fn 7 -> 6).
     - ±infinity gives the format's infinity, else NaN, else ±max. ``saturate=True`` clamps every
       non-NaN input, infinities included, to [-max, max].
+    - IEEE P3109's saturation modes: ``saturate="sat_finite"`` (as True), ``"sat_propagate"`` (finite
+      overflow clamps, ±infinity stays infinite where the format has it) and ``"ovf_inf"`` (as False,
+      except that to_odd overflows too). With them, unsigned formats follow P3109 for negative
+      inputs: 0 (the lowest value), or NaN under ``"ovf_inf"`` unless the result is zero or the mode
+      is toward_zero or toward_positive (docs/semantics.md has the table).
     - Subnormals are kept; ``subnormals=False`` flushes every nonzero result smaller than
       ``min_normal`` to zero of the same sign.
     - Unsigned formats (E8M0): negative inputs give NaN; E8M0 has no zero, so 0 gives NaN and
       positive values below its smallest value give that value.
 
     Rounding modes: ``nearest_even`` (default; ties away from zero for formats with no mantissa
-    bits, as ml_dtypes does), ``nearest_away``, ``toward_zero``, ``toward_positive``,
-    ``toward_negative``, ``to_odd`` (the neighbour with an odd code; never overflows) and
-    ``stochastic`` (needs ``key``; rounds up with probability equal to the distance to the lower
-    neighbour over the gap; ``random_bits=k`` adds k random bits to the k leading discarded bits,
-    the default is unbiased to 2**-32 of the gap). There is exactly one rounding from the input value.
+    bits, as ml_dtypes does, or to the even exponent with ``exponent_ties="even"``, as IEEE P3109
+    does), ``nearest_away``, ``toward_zero``, ``toward_positive``, ``toward_negative``, ``to_odd``
+    (the neighbour with an odd code; never overflows, except under ``saturate="ovf_inf"``) and
+    ``stochastic`` (needs ``key``, or the random bits themselves as ``random``). With k random bits
+    ``r`` (``random_bits=k``, default 32) and ``f`` the discarded fraction of a step, it rounds away
+    from zero iff ``T + r >= 2**k``, where ``T = 2**k f`` rounded to an integer by
+    ``stochastic_variant``: ``"floor"`` (default: adds the k random bits to the k leading discarded
+    bits), ``"nearest_even"``, ``"nearest_odd"`` or ``"nearest_away"`` (gfloat's
+    StochasticFastest, Stochastic, StochasticOdd and StochasticFast). There is exactly one rounding
+    from the input value.
 
     The gradient is the identity (straight-through estimator). Pure and jit/vmap/grad-compatible;
     a NumPy float64 input while ``jax_enable_x64`` is off is rounded from its float64 value (no
@@ -224,7 +302,7 @@ def quantize(
 
     Backends: ``"xla"`` runs the integer engine as XLA ops (fused with neighbouring ops under
     ``jit``); ``"pallas"`` runs it as the `fpemu.kernels.quantize` kernel, on a GPU only, for
-    float16, bfloat16 and float32 input.
+    float16, bfloat16 and float32 input, with a key and the default variants.
     Both give the same bits, stochastic rounding included (the random bits are a function of the
     key and the element's index). ``"auto"`` (default) picks the faster one measured on the
     platform: XLA on CPU, where Pallas only interprets, and, until the kernel has been timed on
@@ -234,20 +312,30 @@ def quantize(
       x: float16, bfloat16, float32 or float64 array (or a Python float).
       fmt: format name, `Format`, or dtype; its values must fit ``x``'s dtype.
       rounding: the rounding mode.
-      saturate: clamp overflow and infinities to ±max.
+      saturate: ``False``, ``True`` (clamp overflow and infinities to ±max), or one of IEEE P3109's
+        ``"sat_finite"``, ``"sat_propagate"``, ``"ovf_inf"``.
       subnormals: keep subnormal results (``False`` flushes them to zero).
       key: a JAX PRNG key, for (and only for) ``rounding="stochastic"``.
-      random_bits: random bits per element for stochastic rounding, 1..32, or None.
+      random_bits: random bits per element for stochastic rounding, 1..32, or None (32).
       backend: ``"auto"``, ``"xla"`` or ``"pallas"``.
+      random: instead of ``key``, the random bits of stochastic rounding: integers in
+        ``[0, 2**random_bits)`` broadcastable to ``x``'s shape. ``key=key`` gives exactly the result
+        of ``random=stochastic_bits(key, x.shape, random_bits)``, the bits it draws. Traced values
+        are not range-checked: their low ``random_bits`` bits are used.
+      stochastic_variant: how ``rounding="stochastic"`` compares its bits with the discarded fraction.
+      exponent_ties: ``"away"`` (default) or ``"even"``: how ``nearest_even`` breaks ties in formats
+        without mantissa bits (elsewhere it has no effect).
 
     Returns:
       An array of ``x``'s shape and dtype holding values of ``fmt`` (or NaN).
 
     Raises:
-      TypeError: integer, bool or complex input.
-      ValueError: unknown format, mode or backend, a format that ``x``'s dtype cannot hold (fp16
-        in a bfloat16 array), stochastic rounding without a key, ``backend="pallas"`` on a
-        platform without compiled Pallas kernels (CPU) or with float64 input.
+      TypeError: integer, bool or complex input; non-integer ``random``.
+      ValueError: unknown format, mode, variant or backend, a format that ``x``'s dtype cannot hold
+        (fp16 in a bfloat16 array), stochastic rounding without a key or random bits (or with both),
+        random bits out of range or of a shape that does not broadcast to ``x``'s,
+        ``backend="pallas"`` on a platform without compiled Pallas kernels (CPU), with float64 input,
+        explicit random bits or non-default variants.
 
     Example:
       >>> import jax.numpy as jnp, fpemu
@@ -257,12 +345,21 @@ def quantize(
       [448.0, -448.0]
       >>> fpemu.quantize(jnp.array([1.0625, -1.0625]), "e4m3fn", rounding="toward_positive").tolist()
       [1.125, -1.0]
+      >>> x = jnp.full(8, 277.0)  # e5m2 neighbours 256 and 320: f = 21/64; 3 random bits, one draw each
+      >>> [int((fpemu.quantize(x, "e5m2", rounding="stochastic", random=jnp.arange(8), random_bits=3,
+      ...                      stochastic_variant=v) == 320).sum()) for v in ("floor", "nearest_even")]
+      [2, 3]
     """
-    spec = rounding_spec(fmt, rounding, saturate, subnormals, key, random_bits)
+    spec = rounding_spec(
+        fmt, rounding, saturate, subnormals, key, random_bits, random=random, stochastic_variant=stochastic_variant,
+        exponent_ties=exponent_ties,
+    )  # fmt: skip
     if is_host_float64(x):
         engine = resolve_backend(backend, jax.default_backend(), float64=True)
-        return _quantize_host_float64(x, spec, seeds_for(spec, key), engine)
+        check_engine(spec, engine)
+        return _quantize_host_float64(x, spec, seeds_for(spec, key, random, np.shape(x)), engine)
     x = float_array(x)
     check_fits(spec.fmt, input_format(x.dtype))
     engine = resolve_backend(backend, jax.default_backend(), float64=np.dtype(x.dtype) == np.float64)
-    return _quantize_jit(x, seeds_for(spec, key), spec, engine)
+    check_engine(spec, engine)
+    return _quantize_jit(x, seeds_for(spec, key, random, x.shape), spec, engine)

@@ -5,16 +5,20 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.typing import ArrayLike, DTypeLike
 
+from fpemu._core.format import Format
+from fpemu._core.modes import Rounding
 from fpemu._ops import codec
 from fpemu.scaled import _core
-from fpemu.scaled._recipes import Recipe, get_recipe, is_twos_complement
+from fpemu.scaled._quantize import DEFAULT_AXIS, SCALED_INPUT_DTYPES, Config, prepare, prepare_scale, quantize_ste
+from fpemu.scaled._recipes import Recipe, RecipeLike, get_recipe, is_twos_complement
 
 F32 = jnp.float32
 
@@ -53,7 +57,8 @@ class ScaledArray:
     """An array stored as element-format values and per-group scales: ``x ≈ values * scale``.
 
     A JAX pytree: it passes through ``jit``, ``vmap`` (the scales keep one axis per array axis, so
-    batching is transparent) and ``grad``. Make one with `fpemu.scaled.quantize`.
+    batching is transparent) and ``grad``. Make one with `ScaledArray.from_array` (or rebuild one
+    from storage with `from_codes` / `from_packed`).
 
     Leaves:
       values: float32, ``x``'s shape: the exact element-format values (before scaling). Elements
@@ -94,7 +99,7 @@ class ScaledArray:
         return int(self.values.size)
 
     @property
-    def element(self) -> fpemu.Format:
+    def element(self) -> Format:
         """The element format."""
         return self.recipe.element
 
@@ -107,7 +112,7 @@ class ScaledArray:
 
     # -- conversions ----------------------------------------------------------------------------------
 
-    def dequantize(self, dtype: Any = None) -> jax.Array:
+    def dequantize(self, dtype: DTypeLike | None = None) -> jax.Array:
         """``values * scale`` (``* global_scale``), in ``dtype`` (default: the original dtype).
 
         Power-of-two scales are exact. Float scales round each product once to float32 (nearest
@@ -116,14 +121,14 @@ class ScaledArray:
         Example:
           >>> import jax.numpy as jnp
           >>> from fpemu import scaled
-          >>> sa = scaled.quantize(jnp.array([[0.3, -1.7, 5.0, 12.0]]), "mxfp4", pad=True)
+          >>> sa = scaled.ScaledArray.from_array(jnp.array([[0.3, -1.7, 5.0, 12.0]]), "mxfp4", pad=True)
           >>> sa.values.tolist(), sa.scale_values().tolist()   # elements, and the block's scale 2**1
           ([[0.0, -1.0, 2.0, 6.0]], [[2.0]])
           >>> sa.dequantize().tolist()
           [[0.0, -2.0, 4.0, 12.0]]
         """
         out = np.dtype(self.dtype if dtype is None else dtype)
-        if out.name not in ("float16", "bfloat16", "float32"):
+        if out.name not in SCALED_INPUT_DTYPES:
             raise TypeError(f"dtype must be float16, bfloat16 or float32, got {out.name}")
         return _dequantize(self.values, self.scale, self.global_scale, (self.recipe, self.axis, out))
 
@@ -169,15 +174,84 @@ class ScaledArray:
         return elements + scales + extra
 
     @classmethod
+    def from_array(
+        cls,
+        x: jax.Array | np.ndarray,
+        recipe: RecipeLike,
+        *,
+        axis: int | None = DEFAULT_AXIS,
+        rounding: Rounding = "nearest_even",
+        key: jax.Array | None = None,
+        random_bits: int | None = None,
+        scale: ArrayLike | None = None,
+        pad: bool = False,
+        scale_rule: str | None = None,
+        block_size: int | None = None,
+        margin: int | None = None,
+        saturate: bool | None = None,
+    ) -> ScaledArray:
+        """Quantize ``x`` to a scaled format: per-group scales and element-format values.
+
+        Special values first (current scaling, i.e. no ``scale`` given): a group (block, slice or
+        tensor) holding NaN or ±inf gets the NaN scale and dequantizes to NaN in every element (the OCP
+        MX rule). An all-zero group gets a finite scale (E8M0: ``2**-127``, code 0; float32 scales: 1;
+        NVFP4: block scale 0) and zero elements. Elements that exceed the element format after scaling
+        saturate to ±max (``saturate=False`` in the recipe: they overflow as `fpemu.quantize` does).
+        With a given ``scale``, NaN elements stay NaN and ±inf saturate.
+
+        The scale of each group follows the recipe's rule from the group's amax (see `Recipe` and
+        docs/scaling.md); the elements are ``fpemu.quantize(x / scale)`` with the recipe's saturation and
+        ``rounding``, where ``x / scale`` is exact for power-of-two scales and the float32 product
+        ``x * encode_scale`` for float scales.
+
+        Args:
+          x: float16, bfloat16 or float32 array (float64 is refused rather than silently rounded).
+          recipe: a recipe name (`recipes`) or a `Recipe`.
+          axis: the axis the blocks (or per-slice scales) run along; default -1 for block recipes and
+            None (one scale per tensor) for the others.
+          rounding: element rounding mode (power-of-two recipes: all of `fpemu.quantize`'s; float-scale
+            recipes: nearest_even, nearest_away, toward_zero, stochastic).
+          key, random_bits: for ``rounding="stochastic"``, as in `fpemu.quantize` (the random bits
+            follow the element's row-major index in ``x``).
+          scale: optional decode scales to use instead of computing them (single-level recipes only):
+            positive normal float32, broadcastable to the scale shape; powers of two for power-of-two
+            recipes.
+          pad: allow an axis length that is not a multiple of the block size (the last block is shorter).
+          scale_rule, block_size, margin, saturate: override the recipe's fields for this call.
+
+        Returns:
+          A `ScaledArray` (``.dequantize()``, ``.codes()``, ``.pack()``, ``.nbytes``).
+
+        Raises:
+          TypeError: for a non-array or non-float16/bfloat16/float32 ``x``, a non-int ``axis``, a
+            non-bool ``pad``.
+          ValueError: unknown recipe (with close matches), an axis out of range, a block size that does not divide
+            the axis without ``pad=True``, a rounding mode the recipe does not allow, a bad ``scale``.
+
+        Example:
+          >>> import jax.numpy as jnp
+          >>> from fpemu import scaled
+          >>> x = jnp.arange(1.0, 65.0).reshape(2, 32) / 8
+          >>> sa = scaled.ScaledArray.from_array(x, "mxfp8_e4m3")
+          >>> sa.scale.tolist()                  # E8M0 codes: 2**(2 - 8) and 2**(3 - 8)
+          [[121], [122]]
+          >>> sa.nbytes                          # 64 one-byte elements + 2 one-byte scales
+          66
+        """
+        overrides = {"scale_rule": scale_rule, "block_size": block_size, "margin": margin, "saturate": saturate}
+        x, cfg = prepare(x, recipe, axis, rounding, key, random_bits, pad, overrides)
+        return quantize_jit(x, key, prepare_scale(scale, x, cfg), cfg, x.dtype)
+
+    @classmethod
     def from_codes(
         cls,
-        codes: Any,
-        scale: Any,
+        codes: ArrayLike,
+        scale: ArrayLike,
         *,
-        recipe: Any,
+        recipe: RecipeLike,
         axis: int | None = -1,
-        dtype: Any = np.float32,
-        global_scale: Any = None,
+        dtype: DTypeLike = np.float32,
+        global_scale: ArrayLike | None = None,
     ) -> ScaledArray:
         """Rebuild a `ScaledArray` from element codes (as `codes` returns them) and its scale leaf."""
         recipe = get_recipe(recipe)
@@ -194,7 +268,13 @@ class ScaledArray:
 
     @classmethod
     def from_packed(
-        cls, packed: Packed, *, recipe: Any, shape: tuple[int, ...], axis: int | None = -1, dtype: Any = np.float32
+        cls,
+        packed: Packed,
+        *,
+        recipe: RecipeLike,
+        shape: tuple[int, ...],
+        axis: int | None = -1,
+        dtype: DTypeLike = np.float32,
     ) -> ScaledArray:
         """Inverse of `pack`: ``shape`` is the original (unpadded) shape."""
         recipe = get_recipe(recipe)
@@ -212,11 +292,11 @@ class ScaledArray:
 
     # -- Python protocols -----------------------------------------------------------------------------
 
-    def __array__(self, dtype=None, copy=None):
+    def __array__(self, dtype: DTypeLike | None = None, copy: bool | None = None) -> np.ndarray:
         out = np.asarray(self.dequantize())
         return out if dtype is None else out.astype(dtype)
 
-    def __jax_array__(self):
+    def __jax_array__(self) -> jax.Array:
         return self.dequantize()
 
     def __repr__(self) -> str:
@@ -230,7 +310,7 @@ class ScaledArray:
         extra = ", float32 tensor scale" if self.global_scale is not None else ""
         try:
             nbytes = f", {self.nbytes} bytes packed"
-        except Exception:  # noqa: BLE001 - leaves that are not arrays (inside transformations)
+        except Exception:  # leaves that are not arrays (inside transformations)
             nbytes = ""
         scale_shape = tuple(getattr(self.scale, "shape", ()))
         return (
@@ -258,3 +338,11 @@ def _dequantize_jvp(meta, primals, tangents):
 
 
 _dequantize = jax.jit(_dequantize_ste, static_argnums=(3,))
+
+
+@functools.partial(jax.jit, static_argnums=(3, 4))
+def quantize_jit(x, key, scale, cfg: Config, dtype) -> ScaledArray:
+    """The `ScaledArray` of ``x`` with its scales from the data, or the given ``scale`` (jitted)."""
+    values, scale_leaf, global_leaf = quantize_ste(x, key, scale, cfg)
+    axis = None if cfg.axis is None else cfg.axis - x.ndim
+    return ScaledArray(values, scale_leaf, global_leaf, cfg.recipe, axis, np.dtype(dtype))

@@ -15,14 +15,20 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jax import lax
 
+from fpemu._core.registry import get_format
+
 U32 = jnp.uint32
 I32 = jnp.int32
-SIGN = 0x80000000
-ABS = 0x7FFFFFFF
-INF = 0x7F800000
-MANT = 0x007FFFFF
-IMPLICIT = 0x00800000
-FLT_MAX = 0x7F7FFFFF
+
+# float32's bit patterns, read from the registry's format
+_FP32 = get_format("fp32")
+SIGN = _FP32.sign_mask  # 0x80000000
+ABS = SIGN - 1  # 0x7FFFFFFF: the magnitude bits
+INF = _FP32.inf_code  # 0x7F800000
+NAN = _FP32.nan_code  # 0x7FC00000: the quiet NaN the scaled formats return
+IMPLICIT = 1 << _FP32.mantissa_bits  # 0x00800000: the implicit bit, and the smallest normal
+MANT = IMPLICIT - 1  # 0x007FFFFF
+FLT_MAX = _FP32.max_code  # 0x7F7FFFFF
 
 
 def to_bits(x: jnp.ndarray) -> jnp.ndarray:
@@ -36,6 +42,11 @@ def from_bits(b: jnp.ndarray) -> jnp.ndarray:
 def pow2_bits(k: jnp.ndarray) -> jnp.ndarray:
     """Bits of the normal float32 ``2**k`` (k in [-126, 127])."""
     return (k + 127).astype(U32) << U32(23)
+
+
+def scale_pow2_bits(k: jnp.ndarray) -> jnp.ndarray:
+    """Bits of the float32 ``2**k`` for k in [-127, 127]: E8M0's range, whose ``2**-127`` is subnormal."""
+    return jnp.where(k >= -126, pow2_bits(jnp.maximum(k, -126)), U32(IMPLICIT >> 1))
 
 
 def unpack(a: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:

@@ -8,22 +8,24 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fpemu._args import choice_arg, int_arg
+from fpemu._core.modes import Rounding
 from fpemu.scaled import _bits, _core
-from fpemu.scaled._array import ScaledArray
+from fpemu.scaled._array import ScaledArray, quantize_jit
 from fpemu.scaled._bits import ABS, INF, U32
-from fpemu.scaled._quantize import Config, prepare, qdq_jit, quantize_jit
-from fpemu.scaled._recipes import Recipe, get_recipe
+from fpemu.scaled._quantize import Config, prepare, qdq_jit
+from fpemu.scaled._recipes import RecipeLike, get_recipe
 from fpemu.scaled._scale import float_encode_scale, pow2_exponent
 
 F32 = jnp.float32
 Reduction = Literal["max", "most_recent"]
-REDUCTIONS = ("max", "most_recent")
+REDUCTIONS: tuple[str, ...] = get_args(Reduction)
 
 
 @functools.partial(jax.tree_util.register_dataclass, data_fields=["amax_history", "scale"], meta_fields=[])
@@ -71,7 +73,7 @@ class DelayedScaling:
       [1.0, 2.0, 896.0]
     """
 
-    recipe: Recipe | str = "fp8_e4m3"
+    recipe: RecipeLike = "fp8_e4m3"
     history_length: int = 1024
     reduction: Reduction = "max"
     axis: int | None = None
@@ -84,20 +86,18 @@ class DelayedScaling:
                 f"with {recipe.scale_format.name} block scales"
             )
         object.__setattr__(self, "recipe", recipe)
-        if not isinstance(self.history_length, int) or isinstance(self.history_length, bool) or self.history_length < 1:
-            raise ValueError(f"history_length must be an int >= 1, got {self.history_length!r}")
-        if self.reduction not in REDUCTIONS:
-            raise ValueError(f"reduction must be one of {', '.join(REDUCTIONS)}, got {self.reduction!r}")
-        if self.axis is not None and (not isinstance(self.axis, int) or isinstance(self.axis, bool)):
-            raise ValueError(f"axis must be an int or None, got {self.axis!r}")
+        object.__setattr__(self, "history_length", int_arg(self.history_length, "history_length", minimum=1))
+        choice_arg(self.reduction, REDUCTIONS, "reduction")
+        if self.axis is not None:
+            object.__setattr__(self, "axis", int_arg(self.axis, "axis"))
         if self.axis is None and recipe.block_size is not None:
             raise ValueError(f"recipe {recipe.name} has blocks along an axis: axis must be an int, not None")
 
     def _layout(self, shape: tuple[int, ...]) -> _core.Layout:
         axis = None if self.axis is None else self.axis % len(shape)
-        return _core.Layout(axis, self.recipe.block_size)
+        return _core.Layout(axis, get_recipe(self.recipe).block_size)  # a Recipe since __post_init__
 
-    def init(self, x: Any) -> DelayedScalingState:
+    def init(self, x: jax.Array | np.ndarray | tuple[int, ...]) -> DelayedScalingState:
         """The initial state for arrays shaped like ``x`` (an array or a shape): scale 1, zero history."""
         shape = tuple(x) if isinstance(x, (tuple, list)) else tuple(np.shape(x))
         if self.axis is not None and not -len(shape) <= self.axis < len(shape):
@@ -105,7 +105,7 @@ class DelayedScaling:
         gshape = _core.group_shape(shape, self._layout(shape))
         return DelayedScalingState(jnp.zeros((self.history_length, *gshape), F32), jnp.ones(gshape, F32))
 
-    def _config(self, x, rounding, key, random_bits) -> tuple[jax.Array, Config]:
+    def _config(self, x: Any, rounding: Any, key: Any, random_bits: Any) -> tuple[jax.Array, Config]:
         return prepare(x, self.recipe, self.axis, rounding, key, random_bits, True, {})
 
     def _check_state(self, x: jax.Array, state: DelayedScalingState) -> None:
@@ -117,28 +117,40 @@ class DelayedScaling:
                 f"{tuple(state.amax_history.shape)} (make it with init(x))"
             )
 
-    def update(self, x: Any, state: DelayedScalingState) -> DelayedScalingState:
+    def update(self, x: jax.Array | np.ndarray, state: DelayedScalingState) -> DelayedScalingState:
         """The next state: ``amax(x)`` pushed into the history, and the scale recomputed from it."""
         x, cfg = self._config(x, "nearest_even", None, None)
         self._check_state(x, state)
         return _update(x, state, cfg, self.reduction)
 
     def quantize(
-        self, x: Any, state: DelayedScalingState, *, rounding: str = "nearest_even", key=None, random_bits=None
+        self,
+        x: jax.Array | np.ndarray,
+        state: DelayedScalingState,
+        *,
+        rounding: Rounding = "nearest_even",
+        key: jax.Array | None = None,
+        random_bits: int | None = None,
     ) -> tuple[ScaledArray, DelayedScalingState]:
         """(``x`` quantized with ``state.scale``, the next state)."""
         x, cfg = self._config(x, rounding, key, random_bits)
         self._check_state(x, state)
-        sa = quantize_jit(x, key, jax.lax.stop_gradient(state.scale), None, cfg, x.dtype)
+        sa = quantize_jit(x, key, jax.lax.stop_gradient(state.scale), cfg, x.dtype)
         return sa, _update(x, state, cfg, self.reduction)
 
     def quantize_dequantize(
-        self, x: Any, state: DelayedScalingState, *, rounding: str = "nearest_even", key=None, random_bits=None
+        self,
+        x: jax.Array | np.ndarray,
+        state: DelayedScalingState,
+        *,
+        rounding: Rounding = "nearest_even",
+        key: jax.Array | None = None,
+        random_bits: int | None = None,
     ) -> tuple[jax.Array, DelayedScalingState]:
         """(``x`` quantized with ``state.scale`` and dequantized, the next state); straight-through gradient."""
         x, cfg = self._config(x, rounding, key, random_bits)
         self._check_state(x, state)
-        y = qdq_jit(x, key, jax.lax.stop_gradient(state.scale), None, cfg)
+        y = qdq_jit(x, key, jax.lax.stop_gradient(state.scale), cfg)
         return y, _update(x, state, cfg, self.reduction)
 
 
@@ -154,7 +166,7 @@ def _update(x: jax.Array, state: DelayedScalingState, cfg: Config, reduction: st
     keep = (reduced == U32(0)) | (reduced >= U32(INF))
     if recipe.is_pow2:
         k, _ = pow2_exponent(reduced, recipe)
-        new = jnp.where(k >= -126, _bits.pow2_bits(jnp.maximum(k, -126)), U32(0x00400000))  # 2**-127: subnormal
+        new = _bits.scale_pow2_bits(k)
     else:
         enc, _ = float_encode_scale(reduced, recipe)
         new = _bits.to_bits(F32(1) / enc)

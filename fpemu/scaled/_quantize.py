@@ -1,4 +1,9 @@
-"""`quantize` (to a `ScaledArray`) and `quantize_dequantize` (the fused simulation path)."""
+"""The arguments and the jitted computations of scaled quantization, and `quantize_dequantize`.
+
+`prepare` checks the arguments (through `fpemu._args`), `quantize_ste` computes a `ScaledArray`'s
+leaves with its straight-through gradient (`ScaledArray.from_array` wraps them), and
+`quantize_dequantize` is the fused simulation path.
+"""
 
 from __future__ import annotations
 
@@ -10,14 +15,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.typing import ArrayLike
 
+from fpemu._args import INPUT_DTYPES, bool_arg, int_arg, rounding_arg
+from fpemu._core.modes import Rounding
 from fpemu._ops.quantize import rounding_spec
 from fpemu.scaled import _core
-from fpemu.scaled._array import ScaledArray
-from fpemu.scaled._recipes import Recipe, get_recipe
+from fpemu.scaled._recipes import Recipe, RecipeLike, get_recipe
 
 F32 = jnp.float32
-_INPUT_DTYPES = ("float16", "bfloat16", "float32")
+
+#: The input dtypes of the scaled formats: fpemu's without float64 (the scaled arithmetic is float32,
+#: and rounding a float64 input to float32 first would be a silent second rounding).
+SCALED_INPUT_DTYPES: tuple[str, ...] = tuple(d for d in INPUT_DTYPES if d != "float64")
 
 
 class _Default:
@@ -33,14 +43,14 @@ class Config(NamedTuple):
 
     recipe: Recipe
     axis: int | None  # non-negative
-    rounding: str
+    rounding: Rounding
     random_bits: int | None
 
 
 def _check_input(x: Any) -> jax.Array:
     if isinstance(x, (jax.Array, np.ndarray, np.generic)):
         dtype = np.dtype(x.dtype)
-        if dtype.name in _INPUT_DTYPES:
+        if dtype.name in SCALED_INPUT_DTYPES:
             return jnp.asarray(x)
         hint = " (convert it with .astype(np.float32) if that rounding is what you want)" if dtype.kind == "f" else ""
         raise TypeError(f"x must be a float16, bfloat16 or float32 array, got dtype {dtype.name}{hint}")
@@ -52,15 +62,15 @@ def _check_input(x: Any) -> jax.Array:
 
 def prepare(
     x: Any,
-    recipe: Any,
+    recipe: RecipeLike,
     axis: Any,
-    rounding: str,
+    rounding: Any,
     key: Any,
     random_bits: Any,
-    pad: bool,
+    pad: Any,
     overrides: dict[str, Any],
 ) -> tuple[jax.Array, Config]:
-    """Validate the arguments of quantize / quantize_dequantize; errors name the argument."""
+    """Check the arguments of `ScaledArray.from_array` / `quantize_dequantize`; errors name the argument."""
     recipe = get_recipe(recipe)
     changes = {k: v for k, v in overrides.items() if v is not None}
     if changes:
@@ -75,12 +85,12 @@ def prepare(
                 f"recipe {recipe.name} has blocks of {recipe.block_size} along an axis: axis must be an int, not None"
             )
     else:
-        if not isinstance(axis, (int, np.integer)) or isinstance(axis, bool):
-            raise TypeError(f"axis must be an int or None, got {type(axis).__name__} {axis!r}")
+        axis = int_arg(axis, "axis")
         if not -x.ndim <= axis < x.ndim:
             raise ValueError(f"axis={axis} is out of range for x of shape {x.shape} (valid: {-x.ndim}..{x.ndim - 1})")
-        axis = int(axis) % x.ndim
-    if rounding not in recipe.allowed_roundings:
+        axis %= x.ndim
+    rounding = rounding_arg(rounding)
+    if rounding not in recipe.allowed_roundings:  # a recipe's restriction, with its reason
         why = (
             " (float-scale recipes multiply by a float32 encode scale; the directed modes would depend on "
             "how the backend flushes products below 2**-126)"
@@ -92,8 +102,7 @@ def prepare(
             f"got {rounding!r}{why}"
         )
     spec = rounding_spec(recipe.element, rounding, recipe.saturate, True, key, random_bits)
-    if not isinstance(pad, (bool, np.bool_)):
-        raise TypeError(f"pad must be a bool, got {pad!r}")
+    pad = bool_arg(pad, "pad")
     if axis is not None and recipe.block_size is not None and x.shape[axis] % recipe.block_size and not pad:
         raise ValueError(
             f"x.shape[{axis}]={x.shape[axis]} is not a multiple of block_size={recipe.block_size} "
@@ -104,7 +113,7 @@ def prepare(
     return x, Config(recipe, axis, rounding, random_bits)
 
 
-def prepare_scale(scale: Any, x: jax.Array, cfg: Config) -> jax.Array | None:
+def prepare_scale(scale: ArrayLike | None, x: jax.Array, cfg: Config) -> jax.Array | None:
     """A given decode scale, as float32 broadcast to the group shape; checked where concrete."""
     if scale is None:
         return None
@@ -139,8 +148,10 @@ def prepare_scale(scale: Any, x: jax.Array, cfg: Config) -> jax.Array | None:
     return s
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(4,))
-def _quantize_ste(x, key, scale, enc, cfg: Config):
+@functools.partial(jax.custom_jvp, nondiff_argnums=(3,))
+def quantize_ste(x, key, scale, cfg: Config):
+    """(values, scale leaf, global scale leaf or None) of ``x``; the values' tangent is ``x``'s over
+    the scale (see `ScaledArray`)."""
     layout = _core.Layout(cfg.axis, cfg.recipe.block_size)
     return _core.encode(
         x.astype(F32),
@@ -150,15 +161,14 @@ def _quantize_ste(x, key, scale, enc, cfg: Config):
         key=key,
         random_bits=cfg.random_bits,
         scale=scale,
-        enc=enc,
     )
 
 
-@_quantize_ste.defjvp
+@quantize_ste.defjvp
 def _quantize_jvp(cfg, primals, tangents):
-    x, key, scale, enc = primals
+    x, key, scale = primals
     x_dot = tangents[0]
-    values, scale_leaf, global_leaf = _quantize_ste(x, key, scale, enc, cfg)
+    values, scale_leaf, global_leaf = quantize_ste(x, key, scale, cfg)
     layout = _core.Layout(cfg.axis, cfg.recipe.block_size)
     sg = _core.expand(_core.grad_scale(scale_leaf, global_leaf, cfg.recipe), layout, x.shape)
     # an optimization barrier keeps XLA from turning the division by a broadcast into an inexact
@@ -172,15 +182,8 @@ def _quantize_jvp(cfg, primals, tangents):
     )
 
 
-@functools.partial(jax.jit, static_argnums=(4, 5))
-def quantize_jit(x, key, scale, enc, cfg: Config, dtype) -> ScaledArray:
-    values, scale_leaf, global_leaf = _quantize_ste(x, key, scale, enc, cfg)
-    axis = None if cfg.axis is None else cfg.axis - x.ndim
-    return ScaledArray(values, scale_leaf, global_leaf, cfg.recipe, axis, np.dtype(dtype))
-
-
-@functools.partial(jax.custom_jvp, nondiff_argnums=(4,))
-def _qdq_ste(x, key, scale, enc, cfg: Config):
+@functools.partial(jax.custom_jvp, nondiff_argnums=(3,))
+def _qdq_ste(x, key, scale, cfg: Config):
     layout = _core.Layout(cfg.axis, cfg.recipe.block_size)
     y = _core.quantize_dequantize(
         x.astype(F32),
@@ -190,108 +193,40 @@ def _qdq_ste(x, key, scale, enc, cfg: Config):
         key=key,
         random_bits=cfg.random_bits,
         scale=scale,
-        enc=enc,
     )
     return y.astype(x.dtype)
 
 
 @_qdq_ste.defjvp
 def _qdq_jvp(cfg, primals, tangents):
-    x, key, scale, enc = primals
-    return _qdq_ste(x, key, scale, enc, cfg), tangents[0]  # straight through
+    x, key, scale = primals
+    return _qdq_ste(x, key, scale, cfg), tangents[0]  # straight through
 
 
-qdq_jit = jax.jit(_qdq_ste, static_argnums=(4,))
-
-
-def quantize(
-    x: Any,
-    recipe: Any,
-    *,
-    axis: int | None = DEFAULT_AXIS,
-    rounding: str = "nearest_even",
-    key: jax.Array | None = None,
-    random_bits: int | None = None,
-    scale: Any = None,
-    pad: bool = False,
-    scale_rule: str | None = None,
-    block_size: int | None = None,
-    margin: int | None = None,
-    saturate: bool | None = None,
-) -> ScaledArray:
-    """Quantize ``x`` to a scaled format: per-group scales and element-format values, as a `ScaledArray`.
-
-    Special values first (current scaling, i.e. no ``scale`` given): a group (block, slice or
-    tensor) holding NaN or ±inf gets the NaN scale and dequantizes to NaN in every element (the OCP
-    MX rule). An all-zero group gets a finite scale (E8M0: ``2**-127``, code 0; float32 scales: 1;
-    NVFP4: block scale 0) and zero elements. Elements that exceed the element format after scaling
-    saturate to ±max (``saturate=False`` in the recipe: they overflow as `fpemu.quantize` does).
-    With a given ``scale``, NaN elements stay NaN and ±inf saturate.
-
-    The scale of each group follows the recipe's rule from the group's amax (see `Recipe` and
-    docs/scaling.md); the elements are ``fpemu.quantize(x / scale)`` with the recipe's saturation and
-    ``rounding``, where ``x / scale`` is exact for power-of-two scales and the float32 product
-    ``x * encode_scale`` for float scales.
-
-    Args:
-      x: float16, bfloat16 or float32 array (float64 is refused rather than silently rounded).
-      recipe: a recipe name (`recipes`) or a `Recipe`.
-      axis: the axis the blocks (or per-slice scales) run along; default -1 for block recipes and
-        None (one scale per tensor) for the others.
-      rounding: element rounding mode (power-of-two recipes: all of `fpemu.quantize`'s; float-scale
-        recipes: nearest_even, nearest_away, toward_zero, stochastic).
-      key, random_bits: for ``rounding="stochastic"``, as in `fpemu.quantize` (the random bits
-        follow the element's row-major index in ``x``).
-      scale: optional decode scales to use instead of computing them (single-level recipes only):
-        positive normal float32, broadcastable to the scale shape; powers of two for power-of-two
-        recipes.
-      pad: allow an axis length that is not a multiple of the block size (the last block is shorter).
-      scale_rule, block_size, margin, saturate: override the recipe's fields for this call.
-
-    Returns:
-      A `ScaledArray` (``.dequantize()``, ``.codes()``, ``.pack()``, ``.nbytes``).
-
-    Raises:
-      TypeError: for a non-array or non-float16/bfloat16/float32 ``x``.
-      ValueError: unknown recipe (with close matches), bad axis, a block size that does not divide
-        the axis without ``pad=True``, a rounding mode the recipe does not allow, a bad ``scale``.
-
-    Example:
-      >>> import jax.numpy as jnp
-      >>> from fpemu import scaled
-      >>> x = jnp.arange(1.0, 65.0).reshape(2, 32) / 8
-      >>> sa = scaled.quantize(x, "mxfp8_e4m3")
-      >>> sa.scale.tolist()                  # E8M0 codes: 2**(2 - 8) and 2**(3 - 8)
-      [[121], [122]]
-      >>> sa.nbytes                          # 64 one-byte elements + 2 one-byte scales
-      66
-    """
-    overrides = {"scale_rule": scale_rule, "block_size": block_size, "margin": margin, "saturate": saturate}
-    x, cfg = prepare(x, recipe, axis, rounding, key, random_bits, pad, overrides)
-    s = prepare_scale(scale, x, cfg)
-    return quantize_jit(x, key, s, None, cfg, x.dtype)
+qdq_jit = jax.jit(_qdq_ste, static_argnums=(3,))
 
 
 def quantize_dequantize(
-    x: Any,
-    recipe: Any,
+    x: jax.Array | np.ndarray,
+    recipe: RecipeLike,
     *,
     axis: int | None = DEFAULT_AXIS,
-    rounding: str = "nearest_even",
+    rounding: Rounding = "nearest_even",
     key: jax.Array | None = None,
     random_bits: int | None = None,
-    scale: Any = None,
+    scale: ArrayLike | None = None,
     pad: bool = False,
     scale_rule: str | None = None,
     block_size: int | None = None,
     margin: int | None = None,
     saturate: bool | None = None,
 ) -> jax.Array:
-    """``quantize(x, recipe, ...).dequantize()`` in one fused computation, in ``x``'s dtype.
+    """``ScaledArray.from_array(x, recipe, ...).dequantize()`` in one fused computation, in ``x``'s dtype.
 
     The simulation path: what a model computes with when its tensors are stored in the recipe's
-    format. Same arguments, same special values and the same bits as `quantize` then `dequantize`.
-    The gradient is the identity (straight-through estimator), exactly.
+    format. Same arguments, same special values and the same bits as `ScaledArray.from_array` then
+    `ScaledArray.dequantize` (a group holding NaN or ±inf dequantizes to NaN in every element, an
+    all-zero group to zeros). The gradient is the identity (straight-through estimator), exactly.
 
     Example:
       >>> import jax, jax.numpy as jnp
@@ -305,4 +240,4 @@ def quantize_dequantize(
     overrides = {"scale_rule": scale_rule, "block_size": block_size, "margin": margin, "saturate": saturate}
     x, cfg = prepare(x, recipe, axis, rounding, key, random_bits, pad, overrides)
     s = prepare_scale(scale, x, cfg)
-    return qdq_jit(x, key, s, None, cfg)
+    return qdq_jit(x, key, s, cfg)

@@ -11,10 +11,13 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+from collections.abc import Callable
 from typing import Any, Literal, get_args
 
+from fpemu._args import bool_arg, choice_arg, format_arg, int_arg
 from fpemu._core.format import Format
-from fpemu._core.registry import get_format
+from fpemu._core.modes import ROUNDING_MODES
+from fpemu._core.registry import FormatLike, get_format
 
 ScaleRule = Literal["ocp", "ceil", "even", "ceil_log2", "float"]
 SCALE_RULES: tuple[str, ...] = get_args(ScaleRule)
@@ -41,6 +44,7 @@ def is_twos_complement(fmt: Format) -> bool:
     """Whether element codes are stored as two's complement integers (the MXINT8 element)."""
     return fmt.encoding == MXINT8_ELEMENT.encoding
 
+
 _MAX_MARGIN = 64  # keeps 2**±margin a normal float32 constant
 
 
@@ -53,16 +57,21 @@ def scale_kind(scale_format: Format) -> Literal["pow2", "fp32", "narrow"]:
     return "narrow"
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+def _field(where: str, check: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Run an `fpemu._args` check on a field: a `Recipe` reports every bad field as a ValueError
+    (its documented contract), prefixed with the recipe's name."""
+    try:
+        return check(*args, **kwargs)
+    except (ValueError, TypeError) as e:
+        raise ValueError(where + str(e)) from None
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True, init=False)
 class Recipe:
     """A scaled or block format: element format, scaling granularity, scale format and scale rule.
 
     Scales are *decode* scales: ``x ≈ element_value * scale``. The groups that share a scale are set
-    by ``block_size`` and the ``axis`` argument of `fpemu.scaled.quantize`: ``block_size=None`` with
+    by ``block_size`` and the ``axis`` argument of `ScaledArray.from_array`: ``block_size=None`` with
     ``axis=None`` is one scale per tensor, ``block_size=None`` with an axis is one scale per slice
     along that axis (per row / per channel), and an integer ``block_size`` is one scale per run of
     ``block_size`` consecutive elements along the axis (MX, NVFP4).
@@ -110,34 +119,40 @@ class Recipe:
     element: Format
     block_size: int | None = None
     scale_format: Format = _FP32
-    scale_rule: str = "float"
+    scale_rule: ScaleRule = "float"
     global_scale: bool = False
     saturate: bool = True
     margin: int = 0
 
-    def __post_init__(self) -> None:
-        where = f"recipe {self.name!r}: "
-        if not isinstance(self.name, str) or not self.name.strip():
-            raise ValueError(f"name must be a non-empty string, got {self.name!r}")
-        for field in ("element", "scale_format"):
-            try:
-                object.__setattr__(self, field, get_format(getattr(self, field)))
-            except (ValueError, TypeError) as e:
-                raise ValueError(where + f"{field}: {e}") from None
-        rule = RULE_ALIASES.get(self.scale_rule, self.scale_rule) if isinstance(self.scale_rule, str) else None
-        if rule not in SCALE_RULES:
-            raise ValueError(
-                where + f"scale_rule must be one of {', '.join(SCALE_RULES)} (aliases: "
-                f"{', '.join(f'{a}={r}' for a, r in RULE_ALIASES.items())}), got {self.scale_rule!r}"
-            )
-        object.__setattr__(self, "scale_rule", rule)
-        if self.block_size is not None and (not _is_int(self.block_size) or self.block_size < 1):
-            raise ValueError(where + f"block_size must be None or an int >= 1, got {self.block_size!r}")
-        for field in ("global_scale", "saturate"):
-            if not isinstance(getattr(self, field), bool):
-                raise ValueError(where + f"{field} must be a bool, got {getattr(self, field)!r}")
-        if not _is_int(self.margin) or abs(self.margin) > _MAX_MARGIN:
-            raise ValueError(where + f"margin must be an int in [-{_MAX_MARGIN}, {_MAX_MARGIN}], got {self.margin!r}")
+    def __init__(
+        self,
+        *,
+        name: str,
+        element: FormatLike,
+        block_size: int | None = None,
+        scale_format: FormatLike = _FP32,
+        scale_rule: str = "float",
+        global_scale: bool = False,
+        saturate: bool = True,
+        margin: int = 0,
+    ) -> None:
+        # Written out (the dataclass's own __init__ is off) so that the formats may be given by name.
+        if not isinstance(name, str) or not name.strip():
+            raise ValueError(f"name must be a non-empty string, got {name!r}")
+        where = f"recipe {name!r}: "
+        rule = _field(where, choice_arg, scale_rule, (*SCALE_RULES, *RULE_ALIASES), "scale_rule")
+        fields = {
+            "name": name,
+            "element": _field(where, format_arg, element, "element"),
+            "block_size": None if block_size is None else _field(where, int_arg, block_size, "block_size", minimum=1),
+            "scale_format": _field(where, format_arg, scale_format, "scale_format"),
+            "scale_rule": RULE_ALIASES.get(rule, rule),
+            "global_scale": _field(where, bool_arg, global_scale, "global_scale"),
+            "saturate": _field(where, bool_arg, saturate, "saturate"),
+            "margin": _field(where, int_arg, margin, "margin", minimum=-_MAX_MARGIN, maximum=_MAX_MARGIN),
+        }
+        for field, value in fields.items():
+            object.__setattr__(self, field, value)
         self._check_element(where)
         self._check_scale(where)
 
@@ -222,8 +237,8 @@ class Recipe:
 
     @property
     def allowed_roundings(self) -> tuple[str, ...]:
-        from fpemu._core.modes import ROUNDING_MODES
-
+        """The element rounding modes this recipe accepts: all of `fpemu.quantize`'s for power-of-two
+        scales, `FLOAT_SCALE_ROUNDINGS` for float scales."""
         return ROUNDING_MODES if self.is_pow2 else FLOAT_SCALE_ROUNDINGS
 
     def __str__(self) -> str:
@@ -231,62 +246,42 @@ class Recipe:
 
 
 _E8M0 = get_format("e8m0fnu")
-_BUILTINS: tuple[tuple[Recipe, tuple[str, ...], str], ...] = (
-    (
-        Recipe(name="mxfp8_e4m3", element="e4m3fn", block_size=32, scale_format=_E8M0, scale_rule="ocp"),
-        ("mxfp8",),
-        "OCP MX v1.0 MXFP8, E4M3 elements",
-    ),
-    (
-        Recipe(name="mxfp8_e5m2", element="e5m2", block_size=32, scale_format=_E8M0, scale_rule="ocp"),
-        (),
-        "OCP MX v1.0 MXFP8, E5M2 elements",
-    ),
-    (
-        Recipe(name="mxfp6_e3m2", element="e3m2fn", block_size=32, scale_format=_E8M0, scale_rule="ocp"),
-        (),
-        "OCP MX v1.0 MXFP6, E3M2 elements",
-    ),
-    (
-        Recipe(name="mxfp6_e2m3", element="e2m3fn", block_size=32, scale_format=_E8M0, scale_rule="ocp"),
-        (),
-        "OCP MX v1.0 MXFP6, E2M3 elements",
-    ),
-    (
-        Recipe(name="mxfp4", element="e2m1fn", block_size=32, scale_format=_E8M0, scale_rule="ocp"),
-        ("mxfp4_e2m1",),
-        "OCP MX v1.0 MXFP4, E2M1 elements",
-    ),
-    (
-        Recipe(name="mxint8", element=MXINT8_ELEMENT, block_size=32, scale_format=_E8M0, scale_rule="ocp"),
-        (),
-        "OCP MX v1.0 MXINT8, int8 elements k/64",
-    ),
+# The built-in recipes, in table order, with their aliases.
+_BUILTINS: tuple[tuple[Recipe, tuple[str, ...]], ...] = (
+    # OCP MX v1.0 MXFP8, E4M3 elements
+    (Recipe(name="mxfp8_e4m3", element="e4m3fn", block_size=32, scale_format=_E8M0, scale_rule="ocp"), ("mxfp8",)),
+    # OCP MX v1.0 MXFP8, E5M2 elements
+    (Recipe(name="mxfp8_e5m2", element="e5m2", block_size=32, scale_format=_E8M0, scale_rule="ocp"), ()),
+    # OCP MX v1.0 MXFP6, E3M2 elements
+    (Recipe(name="mxfp6_e3m2", element="e3m2fn", block_size=32, scale_format=_E8M0, scale_rule="ocp"), ()),
+    # OCP MX v1.0 MXFP6, E2M3 elements
+    (Recipe(name="mxfp6_e2m3", element="e2m3fn", block_size=32, scale_format=_E8M0, scale_rule="ocp"), ()),
+    # OCP MX v1.0 MXFP4, E2M1 elements
+    (Recipe(name="mxfp4", element="e2m1fn", block_size=32, scale_format=_E8M0, scale_rule="ocp"), ("mxfp4_e2m1",)),
+    # OCP MX v1.0 MXINT8, int8 elements k/64
+    (Recipe(name="mxint8", element=MXINT8_ELEMENT, block_size=32, scale_format=_E8M0, scale_rule="ocp"), ()),
+    # NVIDIA NVFP4: E2M1, blocks of 16, E4M3 block scale, float32 tensor scale
     (
         Recipe(
             name="nvfp4", element="e2m1fn", block_size=16, scale_format="e4m3fn", scale_rule="float", global_scale=True
         ),
         (),
-        "NVIDIA NVFP4: E2M1, blocks of 16, E4M3 block scale, float32 tensor scale",
     ),
-    (
-        Recipe(name="fp8_e4m3", element="e4m3fn", scale_format=_FP32, scale_rule="float"),
-        (),
-        "FP8 E4M3 with a float32 scale per tensor or per slice (current scaling)",
-    ),
-    (
-        Recipe(name="fp8_e5m2", element="e5m2", scale_format=_FP32, scale_rule="float"),
-        (),
-        "FP8 E5M2 with a float32 scale per tensor or per slice (current scaling)",
-    ),
+    # FP8 E4M3 with a float32 scale per tensor or per slice (current scaling)
+    (Recipe(name="fp8_e4m3", element="e4m3fn", scale_format=_FP32, scale_rule="float"), ()),
+    # FP8 E5M2 with a float32 scale per tensor or per slice (current scaling)
+    (Recipe(name="fp8_e5m2", element="e5m2", scale_format=_FP32, scale_rule="float"), ()),
 )
 
-_RECIPES: dict[str, Recipe] = {r.name: r for r, _, _ in _BUILTINS}
+_RECIPES: dict[str, Recipe] = {r.name: r for r, _ in _BUILTINS}
 _NAMES: dict[str, Recipe] = {}
-for _r, _aliases, _ in _BUILTINS:
+for _r, _aliases in _BUILTINS:
     for _n in (_r.name, *_aliases):
         _NAMES[_n] = _r
-DESCRIPTIONS: dict[str, str] = {r.name: d for r, _, d in _BUILTINS}
+
+
+#: What every ``recipe`` argument takes: a built-in recipe's name (or alias) or a `Recipe`.
+RecipeLike = str | Recipe
 
 
 class UnknownRecipeError(ValueError):
@@ -303,7 +298,7 @@ def recipes() -> tuple[str, ...]:
     return tuple(_RECIPES)
 
 
-def get_recipe(recipe: Any) -> Recipe:
+def get_recipe(recipe: RecipeLike) -> Recipe:
     """A `Recipe` by name (case-insensitive; aliases ``"mxfp8"``, ``"mxfp4_e2m1"``), or pass one through.
 
     Raises:

@@ -6,8 +6,18 @@ by ``k``. This module rounds float32 bit patterns to that grid directly, with th
 truncate method of `fpemu._engine.convert.round_narrow` (round at bit ``sh`` by ``(a + half - 1 + lsb) &
 ~mask``; a carry into the exponent field lands on the next binade), but with the grid's smallest
 normal, smallest value and largest value per block instead of per format. One pass, no scaling in
-and out. The generic path (`_bits.scale_down`, `fpemu.quantize`, `_bits.scale_up`) computes the same
-bits for every mode; the tests check both against the reference.
+and out. The generic path (`_bits.scale_down`, the core engine through `fpemu._ops.quantize`,
+`_bits.scale_up`) computes the same bits for every mode; the tests check both against the reference.
+
+Why a second nearest-even rounding is kept beside the core engine's (issue 11: "fold it, or keep it
+with a bench number"): `round_narrow`'s rounding position and limits are static per format, so
+folding means scaling down, rounding and scaling up, and that costs, for ``quantize_dequantize`` of
+2**24 float32 values on the 2-core CPU (median ns/element, fused here / through the core engine,
+interleaved in one run; bench/RESULTS_scaled.md): MXFP8 E4M3 3.21 / 4.44 (1.39x) with a fresh output
+buffer and 1.19 / 2.42 (2.03x) donated; MXFP4 3.01 / 4.15 (1.38x) and 1.15 / 2.21 (1.92x); MXFP6
+E3M2 3.27 / 4.33 (1.33x) and 1.12 / 2.14 (1.90x). Through the core engine, the MX target (fused
+quantize-dequantize within 2x of plain `fpemu.quantize`, recorded at 1.2-1.5x) would come to its
+limit (about 1.7-2.1x). bench/test_scaled.py's "scaled via engine" rows measure it again.
 """
 
 from __future__ import annotations
@@ -19,10 +29,9 @@ from jax import lax
 
 from fpemu._core.format import Format
 from fpemu.scaled import _bits
-from fpemu.scaled._bits import ABS, IMPLICIT, INF, SIGN, U32
+from fpemu.scaled._bits import ABS, IMPLICIT, INF, NAN, SIGN, U32
 
 I32 = jnp.int32
-_NAN = 0x7FC00000
 
 
 class Grid(NamedTuple):
@@ -37,7 +46,7 @@ class Grid(NamedTuple):
     @classmethod
     def for_scale(cls, fmt: Format, k: jnp.ndarray) -> Grid:
         """The grid ``{v * 2**k : v in fmt}``."""
-        up = lambda value: _bits.scale_up(_bits.to_bits(jnp.float32(value)), k)  # noqa: E731 - exact
+        up = lambda value: _bits.scale_up(_bits.to_bits(jnp.float32(value)), k)  # exact
         return cls(k + (fmt.emin + 127), up(fmt.max), up(fmt.min_subnormal), up(fmt.min_subnormal / 2))
 
 
@@ -65,7 +74,7 @@ def round_rne(b: jnp.ndarray, grid: Grid, fmt: Format, *, saturate: bool, negati
     if saturate or not fmt.has_nan:
         overflow = grid.max
     else:
-        overflow = U32(INF) if fmt.has_inf else U32(_NAN)
+        overflow = U32(INF) if fmt.has_inf else U32(NAN)
     res = jnp.where(res > grid.max, overflow, res)  # infinities land here too
     res = res | sign
     if not negative_zero:

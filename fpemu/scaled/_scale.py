@@ -6,12 +6,12 @@ float32 subnormals), so no logarithm and no flushed float arithmetic is involved
 
 from __future__ import annotations
 
-import numpy as np
 import jax.numpy as jnp
+import numpy as np
 
 from fpemu._ops import codec
 from fpemu.scaled import _bits
-from fpemu.scaled._bits import ABS, FLT_MAX, IMPLICIT, INF, U32
+from fpemu.scaled._bits import FLT_MAX, IMPLICIT, INF, U32
 from fpemu.scaled._recipes import Recipe, pow2_constants
 
 I32 = jnp.int32
@@ -113,7 +113,3 @@ def two_level_scales(
     p = _bits.mul_exact(_bits.to_bits(d), _bits.to_bits(g))
     enc = jnp.minimum(_bits.reciprocal(p), _bits.from_bits(U32(FLT_MAX)))
     return codes, g, enc, nonfinite
-
-
-def abs_bits(xb: jnp.ndarray) -> jnp.ndarray:
-    return xb & U32(ABS)

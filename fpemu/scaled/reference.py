@@ -1,6 +1,6 @@
 """A slow, obviously-correct NumPy reference for every scaled recipe, written from the formulas.
 
-This is the oracle the fast path (`fpemu.scaled.quantize`) is tested against, so it shares no
+This is the oracle the fast path (`fpemu.scaled.ScaledArray.from_array`) is tested against, so it shares no
 code with it: groups are found with NumPy index arithmetic, power-of-two scale exponents are
 computed with exact rational arithmetic (`fractions.Fraction`) straight from the rule's formula
 (``floor(log2(amax)) - emax``, ``ceil(log2(amax / M))``, ...), scaled elements are exact float64
@@ -43,6 +43,7 @@ from typing import Any, NamedTuple
 import ml_dtypes
 import numpy as np
 
+from fpemu._core.modes import Rounding
 from fpemu.scaled._recipes import Recipe, get_recipe
 from fpemu.testing import reference as elem_ref
 
@@ -148,17 +149,18 @@ def _groups(shape: tuple[int, ...], axis: int | None, block: int | None) -> tupl
     return np.asarray(gid, np.int64), gshape
 
 
-def _round(values: np.ndarray, fmt, rounding: str, saturate: bool, random: np.ndarray | None, random_bits: int):
+def _round(values: np.ndarray, fmt, rounding: Rounding, saturate: bool, random: np.ndarray | None, random_bits: int):
     """Exact rounding of float64 values (exact scaled inputs) into fmt, vectorised where exact."""
     out = np.empty(values.shape, np.float64)
     with np.errstate(over="ignore", under="ignore", invalid="ignore"):
         as32 = values.astype(np.float32)
     exact32 = (as32.astype(np.float64) == values) | np.isnan(values)
-    kw = {"rounding": rounding, "saturate": saturate, "random_bits": random_bits}
     for mask, data in ((exact32, as32), (~exact32, values)):
         if mask.any():
             r = None if random is None else random[mask]
-            out[mask] = elem_ref.round_array(data[mask], fmt, random=r, **kw)
+            out[mask] = elem_ref.round_array(
+                data[mask], fmt, rounding=rounding, saturate=saturate, random=r, random_bits=random_bits
+            )
     return out
 
 
@@ -170,7 +172,7 @@ def quantize(
     recipe: Any,
     *,
     axis: Any = "default",
-    rounding: str = "nearest_even",
+    rounding: Rounding = "nearest_even",
     random: Any = None,
     random_bits: int = 32,
     scale: Any = None,
@@ -181,7 +183,7 @@ def quantize(
     Args:
       x: the input array.
       recipe: a recipe name or `fpemu.scaled.Recipe`.
-      axis: as in `fpemu.scaled.quantize` ("default": -1 for block recipes, else None).
+      axis: as in `fpemu.scaled.ScaledArray.from_array` ("default": -1 for block recipes, else None).
       rounding: the element rounding mode.
       random: for ``rounding="stochastic"``: unsigned integers of ``x``'s shape, already reduced to
         ``random_bits`` bits (the fast path's are the top bits of ``fpemu``'s per-element hash).
@@ -228,8 +230,8 @@ def quantize(
             elif nan_group[g]:
                 k[g] = 0
             else:
-                amax = _amax(flat[idx])
-                k[g] = exponent(amax, recipe) if amax > 0 else _zero_exponent(recipe)
+                amax_g = _amax(flat[idx])
+                k[g] = exponent(amax_g, recipe) if amax_g > 0 else _zero_exponent(recipe)
         ke = k[flat_gid]
         with np.errstate(invalid="ignore"):  # NaN inputs stay NaN
             scaled = np.ldexp(flat.astype(np.float64), -ke)  # exact in float64
@@ -328,7 +330,10 @@ def assert_equal(actual: Any, expected: Any, err_msg: str = "") -> None:
       AssertionError: naming the parts that differ and the first differing element.
     """
     if isinstance(expected, Result):
-        parts = [("values", actual.values, expected.values), ("scale", actual.scale, expected.scale)]
+        parts: list[tuple[str, Any, Any]] = [
+            ("values", actual.values, expected.values),
+            ("scale", actual.scale, expected.scale),
+        ]
         if expected.global_scale is not None or actual.global_scale is not None:
             parts.append(("global_scale", actual.global_scale, expected.global_scale))
         parts.append(("dequantized", actual.dequantize(), expected.dequantized))

@@ -10,26 +10,24 @@
   a `SweepReport`.
 - Precision alignment: `compare` runs a JAX function in several precisions against float64 and
   returns a `CompareReport`.
+- `text_table`: the one table renderer (plain-text columns or Markdown) of these reports, of the
+  ``fpemu`` command line and of the benchmarks.
 - A pytest plugin, `fpemu.testing.plugin` (registered by entry point): hypothesis profiles
-  ``ci``/``dev``/``thorough`` and the ``--fpemu-exhaustive`` option.
+  ``ci``/``dev``/``thorough`` (``ci`` is derandomized) and the ``--fpemu-exhaustive`` option.
 
 See docs/testing.md for the guide and docs/tutorial_pallas.md for a worked example.
 """
 
-from typing import Any
+import typing as _typing
 
 from fpemu.testing import reference
-from fpemu.testing._assertions import (
-    TOLERANCES,
-    Tolerance,
-    assert_bit_exact,
-    assert_close,
-    assert_representable,
-    tolerances,
-    ulp_distance,
-)
+from fpemu.testing._assertions import assert_bit_exact, assert_close, assert_representable
 from fpemu.testing._compare import CompareReport, CompareRow, compare
+from fpemu.testing._grid import ulp_distance
 from fpemu.testing._sweeps import Mismatch, SweepReport, sweep
+from fpemu._text import text_table
+from fpemu.testing._tolerances import TOLERANCES, Tolerance, tolerances
+from fpemu.testing.matmul_reference import dot_general_reference
 
 __all__ = [
     "TOLERANCES",
@@ -45,10 +43,12 @@ __all__ = [
     "boundaries",
     "codes",
     "compare",
+    "dot_general_reference",
     "formats",
     "from_dtype",
     "reference",
     "sweep",
+    "text_table",
     "tolerances",
     "ulp_distance",
     "values",
@@ -59,7 +59,7 @@ __all__ = [
 _STRATEGIES = ("arrays", "boundaries", "codes", "formats", "from_dtype", "values")
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _typing.Any:
     if name in _STRATEGIES:
         try:
             from fpemu.testing import _strategies

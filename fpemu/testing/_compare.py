@@ -10,14 +10,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fpemu._engine.convert import fits
-from fpemu._emulate.interpreter import emulate
-from fpemu._core.format import Format
+from fpemu._core.format import Format, fits
 from fpemu._core.modes import Rounding
-from fpemu._emulate.policy import Policy
-from fpemu._ops.quantize import quantize
 from fpemu._core.registry import get_format
-from fpemu.testing._assertions import _table, ulp_distance
+from fpemu._emulate.policy import Policy
+from fpemu._emulate.transform import emulate
+from fpemu._ops.quantize import quantize
+from fpemu.testing._grid import ulp_distance
+from fpemu._text import report_table
 
 __all__ = ["CompareReport", "CompareRow", "compare"]
 
@@ -66,7 +66,7 @@ class CompareReport:
             [r.precision, _number(r.max_abs_error), _number(r.max_rel_error), _number(r.max_ulp_error), str(r.nonfinite)]
             for r in self.rows
         ]
-        return f"{head}\n{_table(headers, rows)}"
+        return f"{head}\n{report_table(rows, headers)}"
 
     def plot(self, path: Any) -> Any:
         """Save a bar chart of the three errors per precision (log scale) to ``path``; needs matplotlib.

@@ -11,37 +11,30 @@ from typing import Any, Callable, TextIO
 
 import numpy as np
 
-from fpemu._engine.convert import fits
-from fpemu._core.format import Format
+from fpemu._args import INPUT_DTYPES
+from fpemu._core.format import Format, fits
 from fpemu._core.registry import get_format
-from fpemu.testing._assertions import _as_array, _bits, _bits_hex, _hex, _is_float, _table, _widen
+from fpemu.testing import reference
+from fpemu.testing._bits import as_array, bits, bits_hex, code_hex, is_float, widen
+from fpemu._text import report_table
 
 __all__ = ["Mismatch", "SweepReport", "sweep"]
 
 _MAX_CODE_BITS = 16  # formats swept code by code (decoded into the input dtype)
-_INPUT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 _FP32 = get_format("fp32")
 
 
 @functools.lru_cache(maxsize=32)
-def _magnitudes(fmt: Format) -> np.ndarray:
-    return np.array([fmt.magnitude_value(code) for code in range(fmt.max_code + 1)], np.float64)
+def _code_values(fmt: Format) -> np.ndarray:
+    """The exact oracle's float64 value of every code; NaN codes as a quiet NaN with the code's sign bit."""
+    values = np.array([reference.decode_scalar(code, fmt) for code in range(fmt.num_codes)], np.float64)
+    negative = (np.arange(fmt.num_codes) & fmt.sign_mask) != 0
+    return np.where(np.isnan(values) & negative, np.copysign(np.nan, -1.0), values)
 
 
 def _decode(codes: np.ndarray, fmt: Format) -> np.ndarray:
     """The float64 value of each code (NaN codes: a quiet NaN with the code's sign where it has one)."""
-    codes = codes.astype(np.int64)
-    negative = (codes & fmt.sign_mask) != 0
-    magnitude = codes & ~fmt.sign_mask
-    value = _magnitudes(fmt)[np.minimum(magnitude, fmt.max_code)]
-    if fmt.specials == "ieee":
-        value = np.where(magnitude == fmt.inf_code, np.inf, value)
-        value = np.where(magnitude > fmt.inf_code, np.nan, value)
-    elif fmt.specials == "fn":
-        value = np.where(magnitude == fmt.nan_code, np.nan, value)
-    elif fmt.specials == "fnuz":
-        value = np.where(codes == fmt.nan_code, np.nan, value)
-    return np.where(negative, -value, value)
+    return _code_values(fmt)[codes.astype(np.int64)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,7 +85,7 @@ class SweepReport:
         if self.complete:
             scope = f"all {self.checked:,} codes of {self.fmt.name}"
         else:
-            scope = f"{self.fmt.name} codes [{_hex(self.start, width)}, {_hex(self.stop, width)}) ({self.checked:,} inputs)"
+            scope = f"{self.fmt.name} codes [{code_hex(self.start, width)}, {code_hex(self.stop, width)}) ({self.checked:,} inputs)"
         rate = f", {self.checked / self.elapsed / 1e6:.3g} M/s" if self.elapsed > 0 else ""
         head = (
             f"sweep of {self.names[0]} against {self.names[1]} over {scope} as {self.dtype}: "
@@ -104,22 +97,22 @@ class SweepReport:
             rows = []
             for m in self.first:
                 actual, expected = np.asarray(m.actual), np.asarray(m.expected)
-                rows.append([_hex(m.code, width), repr(m.input), _show(actual), _show(expected)])
+                rows.append([code_hex(m.code, width), repr(m.input), _show(actual), _show(expected)])
                 rows[-1] += [_bits_text(actual), _bits_text(expected)]
             headers = ["code", "input", "actual", "expected", "actual bits", "expected bits"]
             title = "first mismatch" if len(self.first) == 1 else f"first {len(self.first)} mismatches"
-            lines.append(f"{title}:\n" + _table(headers, rows))
+            lines.append(f"{title}:\n" + report_table(rows, headers))
         if self.stop < self.fmt.num_codes:
-            lines.append(f"resume with start={_hex(self.stop, width)}")
+            lines.append(f"resume with start={code_hex(self.stop, width)}")
         return "\n".join(lines)
 
 
 def _show(x: np.ndarray) -> str:
-    return repr(float(_widen(x))) if _is_float(x.dtype) else hex(int(x)) if x.dtype.kind in "iu" else repr(x.item())
+    return repr(float(widen(x))) if is_float(x.dtype) else hex(int(x)) if x.dtype.kind in "iu" else repr(x.item())
 
 
 def _bits_text(x: np.ndarray) -> str:
-    return _bits_hex(x) if _is_float(x.dtype) else "-"
+    return bits_hex(x) if is_float(x.dtype) else "-"
 
 
 class _Progress:
@@ -159,7 +152,7 @@ def _name(fn: Callable) -> str:
 
 
 def _result(value: Any, x: np.ndarray, name: str) -> np.ndarray:
-    result = _as_array(value, f"the result of {name}")
+    result = as_array(value, f"the result of {name}")
     if result.shape != x.shape:
         raise ValueError(f"{name} must return an array of its input's shape {x.shape}, got {result.shape}")
     return result
@@ -244,8 +237,8 @@ def sweep(
         dtype = np.dtype(dtype)
     except TypeError:
         raise TypeError(f"dtype must be a float dtype, got {dtype!r}") from None
-    if dtype.name not in _INPUT_DTYPES:
-        raise ValueError(f"dtype must be one of {', '.join(_INPUT_DTYPES)}, got {dtype.name}")
+    if dtype.name not in INPUT_DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(INPUT_DTYPES)}, got {dtype.name}")
     if whole_float32:
         if dtype != np.float32:
             raise ValueError(f"the float32 sweep feeds float32 inputs; got dtype={dtype.name}")
@@ -276,8 +269,8 @@ def sweep(
                 f"{names[0]} returned {actual.dtype} but {names[1]} returned {expected.dtype}; "
                 "return one dtype (results are compared bit for bit)"
             )
-        if _is_float(actual.dtype):
-            same = _bits(actual) == _bits(expected)
+        if is_float(actual.dtype):
+            same = bits(actual) == bits(expected)
             if not nan_payload:
                 same |= np.isnan(actual) & np.isnan(expected)
         else:
@@ -285,7 +278,7 @@ def sweep(
         bad = np.flatnonzero(~same)
         mismatches += bad.size
         for i in bad[: max(show - len(first), 0)]:
-            first.append(Mismatch(int(codes[i]), float(_widen(x[i])), actual[i], expected[i]))
+            first.append(Mismatch(int(codes[i]), float(widen(x[i])), actual[i], expected[i]))
         if bar is not None:
             bar.update(high - start)
     if bar is not None:

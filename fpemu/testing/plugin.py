@@ -2,11 +2,14 @@
 
 It adds:
 
-- hypothesis profiles ``ci`` (60 examples), ``dev`` (200) and ``thorough`` (5000), all without a
-  deadline (the first call of a jitted function compiles). Select one with hypothesis'
+- hypothesis profiles ``ci`` (60 examples, derandomized, no example database: every run draws the
+  same examples, so a CI run cannot fail by chance), ``dev`` (200) and ``thorough`` (5000), all
+  without a deadline (the first call of a jitted function compiles). Select one with hypothesis'
   ``--hypothesis-profile NAME`` or the environment variable ``FPEMU_HYPOTHESIS_PROFILE=NAME``
-  (the command line wins). Nothing is loaded unless asked: the plugin does not change the
-  settings of projects that do not choose a profile.
+  (the command line wins); with neither, a run under CI (the ``CI`` environment variable set, as
+  every CI service does) loads ``ci``, as hypothesis itself does. Otherwise nothing is loaded: the
+  plugin does not change the settings of projects that do not choose a profile. An unknown
+  profile name is a usage error that lists the profiles.
 - the option ``--fpemu-exhaustive`` and the marker ``fpemu_exhaustive``: tests with the marker
   (exhaustive float32 sweeps take minutes to hours) are skipped unless the option is given.
 
@@ -25,8 +28,9 @@ OPTION = "--fpemu-exhaustive"
 MARKER = "fpemu_exhaustive"
 
 # name -> hypothesis settings. No deadline: a test's first example compiles its jitted functions.
+# ``ci`` keeps what hypothesis' own ``ci`` profile promises (it replaces it): derandomized, no database.
 PROFILES: dict[str, dict[str, Any]] = {
-    "ci": {"max_examples": 60, "deadline": None},
+    "ci": {"max_examples": 60, "deadline": None, "derandomize": True, "database": None, "print_blob": True},
     "dev": {"max_examples": 200, "deadline": None},
     "thorough": {"max_examples": 5000, "deadline": None},
 }
@@ -59,6 +63,11 @@ def profile_from_environment() -> str | None:
     return name
 
 
+def in_ci() -> bool:
+    """Whether the ``CI`` environment variable is set (to anything but empty, ``0`` or ``false``)."""
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false")
+
+
 # Registered at import: hypothesis' own plugin may load `--hypothesis-profile` before our configure hook runs.
 _HAVE_HYPOTHESIS = register_profiles()
 
@@ -73,6 +82,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def _check_command_line_profile(name: str) -> None:
+    """A usage error (not hypothesis' INTERNALERROR) for a ``--hypothesis-profile`` nobody registered."""
+    from hypothesis import settings
+    from hypothesis.errors import InvalidArgument
+
+    try:
+        settings.get_profile(name)
+    except InvalidArgument:
+        raise pytest.UsageError(
+            f"--hypothesis-profile {name!r} is not a registered hypothesis profile; fpemu's plugin registers "
+            f"{', '.join(PROFILES)} (and hypothesis has 'default')"
+        ) from None
+
+
+@pytest.hookimpl(tryfirst=True)  # before hypothesis' own plugin loads the command line's profile
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", f"{MARKER}: an exhaustive sweep (every float32 input); skipped unless {OPTION} is given"
@@ -81,10 +105,17 @@ def pytest_configure(config: pytest.Config) -> None:
         name = profile_from_environment()
     except ValueError as err:
         raise pytest.UsageError(str(err)) from None
-    if name is None or config.getoption("hypothesis_profile", default=None):
-        return  # nothing asked, or the command line chose (hypothesis' plugin loads it)
-    if not _HAVE_HYPOTHESIS:
+    chosen = config.getoption("hypothesis_profile", default=None)
+    if chosen:
+        if _HAVE_HYPOTHESIS:
+            _check_command_line_profile(chosen)
+        return  # the command line chose: hypothesis' plugin loads it
+    if name is not None and not _HAVE_HYPOTHESIS:
         raise pytest.UsageError(f"{ENV_PROFILE}={name} needs hypothesis: pip install hypothesis")
+    if name is None and in_ci() and _HAVE_HYPOTHESIS:
+        name = "ci"
+    if name is None:
+        return  # nothing asked
     from hypothesis import settings
 
     settings.load_profile(name)

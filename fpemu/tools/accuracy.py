@@ -2,44 +2,34 @@
 
 For a recipe, a distribution and a size ``n``, two ``n x n`` float32 matrices ``A`` and ``B`` are
 drawn from the distribution (`matmul_inputs`), and the recipe's emulated product ``C``
-(`quantized_matmul`) is compared with the float64 product of the *unquantized* float32 inputs,
+(`fpemu.scaled.matmul`) is compared with the float64 product of the *unquantized* float32 inputs,
 ``C64 = float64(A) @ float64(B)`` (`reference_matmul`). docs/accuracy.md is the contract and holds
 the measured table; bench/accuracy.py regenerates it.
 
-The recipes (`MATMUL_RECIPES`):
-
-- ``"fp32"``: the plain float32 product (float32 accumulation at ``Precision.HIGHEST``): the
-  baseline, whose error is float32 accumulation alone.
-- ``"bf16"``, ``"fp16"``: both operands rounded to bfloat16 / float16 (`fpemu.quantize`, nearest
-  even), products exact, float32 accumulation (``fpemu.matmul(a, b, lhs=fmt, rhs=fmt)``).
-- the `fpemu.scaled` recipes: ``A`` is quantized along K (``axis=-1``) and ``B`` along K
-  (``axis=0``), so that blocks run along the contraction dimension as OCP MX prescribes; the
-  per-tensor FP8 recipes (``"fp8_e4m3"``, ``"fp8_e5m2"``) use one float32 scale per operand
-  (``axis=None``). Each operand is dequantized (`fpemu.scaled.quantize_dequantize`) and the two are
-  multiplied with `fpemu.matmul`, float32 accumulation.
+The recipes (`MATMUL_RECIPES`) are those of `fpemu.scaled.matmul`, whose docstring says how each
+quantizes its operands: ``"fp32"`` (the baseline: float32 accumulation alone), ``"bf16"`` and
+``"fp16"`` (operands rounded, float32 accumulation), the per-tensor FP8 recipes and the block-scaled
+`fpemu.scaled` recipes (blocks along the contraction dimension).
 
 The measures (`MatmulError`): ``relative_error = ||C - C64||_F / ||C64||_F``,
 ``max_abs_error = max|C - C64| / max|C64|`` (the largest error relative to the largest reference
-magnitude), and ``qsnr_db = -20 log10(relative_error)``. They are computed in float64. A product with
-any infinite or NaN element is reported as it is: both errors are +inf and the QSNR is -inf.
+magnitude), and ``qsnr_db = -20 log10(relative_error)`` (`fpemu.scaled.qsnr_from_relative_error`).
+They are computed in float64. A product with any infinite or NaN element is reported as it is: both
+errors are +inf and the QSNR is -inf.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
-import functools
 import math
 import time
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, cast
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
-from fpemu._ops.matmul import matmul
-from fpemu.scaled._quantize import quantize_dequantize
-from fpemu.scaled._recipes import get_recipe
+import fpemu
+from fpemu.testing import text_table
 
 __all__ = [
     "DISTRIBUTIONS",
@@ -50,27 +40,11 @@ __all__ = [
     "matmul_accuracy",
     "matmul_error",
     "matmul_inputs",
-    "qsnr_from_relative_error",
-    "quantized_matmul",
     "reference_matmul",
 ]
 
-#: The recipes, in table order: the fp32 baseline, the unscaled 16-bit formats, per-tensor FP8,
-#: then the block-scaled recipes. ``mxint8`` (OCP MXINT8) comes last.
-MATMUL_RECIPES: tuple[str, ...] = (
-    "fp32",
-    "bf16",
-    "fp16",
-    "fp8_e4m3",
-    "fp8_e5m2",
-    "mxfp8_e4m3",
-    "mxfp8_e5m2",
-    "mxfp6_e3m2",
-    "mxfp6_e2m3",
-    "mxfp4",
-    "nvfp4",
-    "mxint8",
-)
+#: The recipes measured, in table order: those of `fpemu.scaled.matmul` (the same tuple).
+MATMUL_RECIPES: tuple[str, ...] = fpemu.scaled.MATMUL_RECIPES
 
 #: ``"gaussian"``: standard normal. ``"heavy_tailed"``: Student's t with 3 degrees of freedom
 #: (variance 3, infinite fourth moment: a few elements are tens of standard deviations out).
@@ -80,7 +54,6 @@ HEAVY_TAILED_DF = 3
 #: The default sizes of `matmul_accuracy`: square ``(n x n) @ (n x n)`` products.
 SIZES: tuple[int, ...] = (256, 512, 1024, 2048, 4096, 8192)
 
-_UNSCALED = {"fp32": None, "bf16": "bf16", "fp16": "fp16"}  # recipe -> operand format of fpemu.matmul
 _ROWS_PER_CHUNK = 1024  # the error sums run over row blocks, so that float64 temporaries stay small
 
 
@@ -192,7 +165,7 @@ class MatmulError:
             size=size,
             relative_error=rel,
             max_abs_error=max_rel,
-            qsnr_db=qsnr_from_relative_error(rel),
+            qsnr_db=fpemu.scaled.qsnr_from_relative_error(rel),
         )
 
 
@@ -202,21 +175,7 @@ def _ratio(num: float, den: float) -> float:
     return num / den
 
 
-def qsnr_from_relative_error(relative_error: float) -> float:
-    """``-20 log10(relative_error)``: +inf for 0, -inf for +inf.
-
-    Example:
-      >>> qsnr_from_relative_error(0.01), qsnr_from_relative_error(0.0)
-      (40.0, inf)
-    """
-    if relative_error == 0.0:
-        return math.inf
-    if math.isinf(relative_error):
-        return -math.inf
-    return -20.0 * math.log10(relative_error)
-
-
-# -- inputs, reference, product ----------------------------------------------------------------------
+# -- inputs and reference ----------------------------------------------------------------------------
 
 
 def matmul_inputs(distribution: str, size: int, *, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -262,67 +221,11 @@ def reference_matmul(a: Any, b: Any) -> np.ndarray:
     return np.matmul(np.asarray(a, np.float64), np.asarray(b, np.float64))
 
 
-def _check_operands(a: Any, b: Any) -> tuple[jax.Array, jax.Array]:
-    for name, x in (("a", a), ("b", b)):
-        if not isinstance(x, (np.ndarray, jax.Array)):
-            raise TypeError(f"{name} must be a float32 NumPy or JAX array, got {type(x).__name__}")
-        if x.dtype != np.float32:
-            raise TypeError(f"{name} must be float32 (the recipes quantize float32 operands), got {x.dtype}")
-        if x.ndim != 2:
-            raise ValueError(f"{name} must be a matrix (2-D), got shape {x.shape}")
-    if a.shape[1] != b.shape[0]:
-        raise ValueError(f"the contraction dimensions differ: a has shape {a.shape}, b has shape {b.shape}")
-    return jnp.asarray(a), jnp.asarray(b)
-
-
-@functools.partial(jax.jit, static_argnames="recipe")
-def _product(a: jax.Array, b: jax.Array, recipe: str) -> jax.Array:
-    if recipe in _UNSCALED:
-        fmt = _UNSCALED[recipe]
-        return matmul(a, b, lhs=fmt, rhs=fmt)
-    r = get_recipe(recipe)
-    if r.block_size is None:  # per-tensor scaling: one float32 scale per operand
-        a_q = quantize_dequantize(a, r, axis=None)
-        b_q = quantize_dequantize(b, r, axis=None)
-    else:  # blocks along the contraction dimension K; a shorter last block if K is not a multiple
-        a_q = quantize_dequantize(a, r, axis=-1, pad=True)
-        b_q = quantize_dequantize(b, r, axis=0, pad=True)
-    # Power-of-two scales times elements of at most 8 significant bits are bfloat16 values: rounding
-    # them to bf16 is exact and lets fpemu.matmul take its bf16 x bf16 -> f32 fast path. Float
-    # scales (per-tensor FP8, NVFP4) give arbitrary float32 values: multiplied as they are.
-    fmt = "bf16" if r.is_pow2 else None
-    return matmul(a_q, b_q, lhs=fmt, rhs=fmt)
-
-
-def quantized_matmul(a: Any, b: Any, recipe: str) -> jax.Array:
-    """The recipe's emulated product of the float32 matrices ``a`` (M x K) and ``b`` (K x N), float32.
-
-    ``"fp32"`` is the float32 product; ``"bf16"``/``"fp16"`` round both operands to that format and
-    accumulate in float32; the scaled recipes quantize ``a`` along K (``axis=-1``) and ``b`` along K
-    (``axis=0``), per tensor for ``"fp8_e4m3"``/``"fp8_e5m2"``, dequantize, and multiply with
-    float32 accumulation. Jitted once per recipe and shape.
-
-    Raises:
-      ValueError: for an unknown recipe (listing `MATMUL_RECIPES`), or shapes that do not multiply.
-      TypeError: for operands that are not float32 arrays.
-
-    Example:
-      >>> a = np.full((1, 32), 0.3, np.float32); b = np.ones((32, 1), np.float32)
-      >>> quantized_matmul(a, b, "bf16").tolist()    # 0.3 -> 0.30078125, times 32
-      [[9.625]]
-      >>> quantized_matmul(a, b, "mxfp4").tolist()   # scale 2**-4: 0.3 / 2**-4 = 4.8 -> 4, i.e. 0.25
-      [[8.0]]
-    """
-    recipe = _choice(recipe, MATMUL_RECIPES, "recipe")
-    a, b = _check_operands(a, b)
-    return _product(a, b, recipe)
-
-
 # -- the measurements --------------------------------------------------------------------------------
 
 
 def _measure(recipe: str, distribution: str, size: int, a: np.ndarray, b: np.ndarray, ref: np.ndarray) -> MatmulError:
-    c = np.asarray(quantized_matmul(a, b, recipe))
+    c = np.asarray(fpemu.scaled.matmul(a, b, cast("fpemu.scaled.MatmulRecipe", recipe)))  # a checked name
     return MatmulError.from_product(c, ref, recipe=recipe, distribution=distribution, size=size)
 
 
@@ -372,9 +275,7 @@ def matmul_accuracy(
     """
     recipes = _names(recipes, MATMUL_RECIPES, "recipe")
     distributions = _names(distributions, DISTRIBUTIONS, "distribution")
-    if isinstance(sizes, (int, np.integer)):
-        sizes = (sizes,)
-    sizes = tuple(_size(s) for s in sizes)
+    sizes = tuple(_size(s) for s in ((sizes,) if isinstance(sizes, (int, np.integer)) else sizes))
     seed = _seed(seed)
     say = progress or (lambda line: None)
     results: dict[tuple[str, str, int], MatmulError] = {}
@@ -442,11 +343,9 @@ def markdown_table(rows: list[MatmulError], *, metric: str = "relative_error") -
     recipes = order({k[0] for k in cells}, MATMUL_RECIPES)
     columns = [(d, s) for d in order({k[1] for k in cells}, DISTRIBUTIONS) for s in sorted({k[2] for k in cells})]
     columns = [(d, s) for d, s in columns if any((r, d, s) in cells for r in recipes)]
-    lines = [
-        "| recipe | " + " | ".join(f"{d} {s}" for d, s in columns) + " |",
-        "|---|" + "---:|" * len(columns),
+    header = ["recipe", *(f"{d} {s}" for d, s in columns)]
+    table = [
+        [f"`{r}`", *(_cell(cells[r, d, s], metric) if (r, d, s) in cells else "-" for d, s in columns)]
+        for r in recipes
     ]
-    for r in recipes:
-        values = [_cell(cells[r, d, s], metric) if (r, d, s) in cells else "-" for d, s in columns]
-        lines.append(f"| `{r}` | " + " | ".join(values) + " |")
-    return "\n".join(lines)
+    return text_table(table, header, align="l" + "r" * len(columns), markdown=True)

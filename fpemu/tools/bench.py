@@ -28,6 +28,8 @@ from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
+import jaxlib
+import ml_dtypes
 import numpy as np
 from jax import lax
 
@@ -230,7 +232,7 @@ def _jitted(fn: Callable[..., Any], *args: Any) -> Callable[[], Any]:
     return lambda: compiled(*args)
 
 
-def _quantize_call(fmt: str, mode: str, x: jax.Array, key: jax.Array) -> Callable[[], Any]:
+def _quantize_call(fmt: str, mode: fpemu.Rounding, x: jax.Array, key: jax.Array) -> Callable[[], Any]:
     if mode == "stochastic":
         return _jitted(lambda v, k: fpemu.quantize(v, fmt, rounding="stochastic", key=k), x, key)
     return _jitted(lambda v: fpemu.quantize(v, fmt, rounding=mode), x)
@@ -270,9 +272,17 @@ def _gfloat_call(fmt: str, x: jax.Array) -> Callable[[], Any]:
     raise Skip(f"gfloat.round_ndarray does not run under jax.jit here: {' / '.join(errors)}"[:400])
 
 
+def _dtype(fmt: str) -> np.dtype:
+    """The NumPy / ml_dtypes dtype of a format of the bench (each has one)."""
+    dtype = fpemu.get_format(fmt).dtype
+    if dtype is None:
+        raise ValueError(f"{fmt} has no NumPy/ml_dtypes dtype to cast to")
+    return dtype
+
+
 def _astype_call(fmt: str, x: jax.Array, backend: str) -> Callable[[], Any]:
     f = fpemu.get_format(fmt)
-    dtype = f.dtype
+    dtype = _dtype(fmt)
     if f.bits == 6 and backend == "cpu":  # not even tried: XLA prints its LLVM error to stderr
         raise Skip(f"float6 casts (x.astype({dtype.name})) do not compile on XLA:CPU")
     call = _jitted(lambda v: v.astype(dtype).astype(jnp.float32), x)
@@ -280,12 +290,12 @@ def _astype_call(fmt: str, x: jax.Array, backend: str) -> Callable[[], Any]:
         jax.block_until_ready(call())  # compiles; float6 casts do not compile on XLA:CPU
     except Exception as error:  # noqa: BLE001 - only this peer may legitimately fail to compile
         raise Skip(f"x.astype({dtype.name}) does not compile on {jax.default_backend()}: "
-                   f"{type(error).__name__}")  # fmt: skip
+                   f"{type(error).__name__}") from None  # fmt: skip
     return call
 
 
 def _ml_dtypes_call(fmt: str, x_np: np.ndarray) -> Callable[[], Any]:
-    dtype = fpemu.get_format(fmt).dtype
+    dtype = _dtype(fmt)
 
     def call():
         with np.errstate(over="ignore", invalid="ignore"):  # casts that overflow warn in NumPy
@@ -294,12 +304,17 @@ def _ml_dtypes_call(fmt: str, x_np: np.ndarray) -> Callable[[], Any]:
     return call
 
 
-def _pallas_call(x: jax.Array, interpret: bool) -> Callable[[], Any]:
+def _kernels() -> Any:
+    """`fpemu.kernels`, loaded on first use (it imports Pallas), or `Skip` with the reason it cannot load."""
     try:
-        from fpemu.kernels import quantize as kernel_quantize
+        return fpemu.kernels
     except ImportError as error:
         raise Skip(f"fpemu.kernels is not importable: {error}") from None
-    return _jitted(lambda v: kernel_quantize(v, "e4m3fn", interpret=interpret), x)
+
+
+def _pallas_call(x: jax.Array, interpret: bool) -> Callable[[], Any]:
+    kernels = _kernels()
+    return _jitted(lambda v: kernels.quantize_kernel(v, "e4m3fn", interpret=interpret), x)
 
 
 def _native_fp8_dot(a: jax.Array, b: jax.Array) -> jax.Array:
@@ -312,14 +327,15 @@ def _checked(call: Callable[[], Any], what: str) -> Callable[[], Any]:
     try:
         jax.block_until_ready(call())
     except Exception as error:  # noqa: BLE001 - a peer the backend cannot compile skips its row
-        raise Skip(f"{what} does not run on {jax.default_backend()}: {type(error).__name__}: {(str(error).splitlines() or [''])[0]}"[:300]) from None
+        first_line = (str(error).splitlines() or [""])[0]
+        raise Skip(f"{what} does not run on {jax.default_backend()}: {type(error).__name__}: {first_line}"[:300]) from None
     return call
 
 
 def _kernel_matmul_call(a: jax.Array, b: jax.Array) -> Callable[[], Any]:
-    from fpemu.kernels import quantized_matmul
-
-    return _checked(_jitted(lambda u, v: quantized_matmul(u, v, lhs="e4m3fn", rhs="e4m3fn"), a, b), "the Pallas matmul")
+    kernels = _kernels()
+    matmul = _jitted(lambda u, v: kernels.matmul_kernel(u, v, lhs="e4m3fn", rhs="e4m3fn"), a, b)
+    return _checked(matmul, "the Pallas matmul")
 
 
 def plan(settings: Settings, *, x_np: np.ndarray | None = None, backend: str | None = None) -> list[Case]:
@@ -346,7 +362,8 @@ def plan(settings: Settings, *, x_np: np.ndarray | None = None, backend: str | N
     f32 = 8 * n  # bytes: float32 in and out
     cases: list[Case] = []
 
-    def add(group: str, row: str, what: str, kind: Kind, make: Callable[[], Callable[[], Any]], *,
+    # `make` is called without arguments; `Callable[..., ...]` admits the lambdas that bind loop variables as defaults.
+    def add(group: str, row: str, what: str, kind: Kind, make: Callable[..., Callable[[], Any]], *,
             baseline: str, elements: int = n, shape: tuple[int, ...] = shape, bytes_moved: int = f32) -> None:
         cases.append(Case(group=group, row=row, what=what, kind=kind, elements=elements, shape=shape,
                           bytes_moved=bytes_moved, baseline=baseline, make=make))  # fmt: skip
@@ -372,9 +389,9 @@ def plan(settings: Settings, *, x_np: np.ndarray | None = None, backend: str | N
             f"jit lax.reduce_precision(x, {f.exponent_bits}, {f.mantissa_bits}) (a speed peer: other rounding rules)",
             "peer", lambda f=f: _jitted(lambda v: lax.reduce_precision(v, f.exponent_bits, f.mantissa_bits), x()),
             baseline=base)  # fmt: skip
-        add(fmt, "astype_roundtrip", f"jit x.astype({f.dtype.name}).astype(float32)", "peer",
+        add(fmt, "astype_roundtrip", f"jit x.astype({_dtype(fmt).name}).astype(float32)", "peer",
             lambda fmt=fmt: _astype_call(fmt, x(), backend), baseline=base)  # fmt: skip
-        add(fmt, "ml_dtypes_roundtrip", f"NumPy x.astype({f.dtype.name}).astype(float32), one thread", "peer",
+        add(fmt, "ml_dtypes_roundtrip", f"NumPy x.astype({_dtype(fmt).name}).astype(float32), one thread", "peer",
             lambda fmt=fmt: _ml_dtypes_call(fmt, x_np), baseline=base)  # fmt: skip
         if fmt in _GFLOAT_FORMATS and gfloat_version() is not None:
             add(fmt, "gfloat", f"jit gfloat.round_ndarray(format_info_{_GFLOAT_FORMATS[fmt]}, x)", "peer",
@@ -383,7 +400,7 @@ def plan(settings: Settings, *, x_np: np.ndarray | None = None, backend: str | N
             interpret = backend != "gpu"
             count = min(n, settings.interpret_elements) if interpret else n
             add(fmt, "pallas-kernel-interpret" if interpret else "pallas-kernel",
-                f"jit fpemu.kernels.quantize(x, 'e4m3fn'{', interpret=True' if interpret else ''})"
+                f"jit fpemu.kernels.quantize_kernel(x, 'e4m3fn'{', interpret=True' if interpret else ''})"
                 + (f" on the first {count} elements" if count < n else ""),
                 "fpemu", lambda count=count, interpret=interpret: _pallas_call(x()[:count], interpret),
                 baseline=base, elements=count, shape=(count,), bytes_moved=8 * count)  # fmt: skip
@@ -418,7 +435,7 @@ def plan(settings: Settings, *, x_np: np.ndarray | None = None, backend: str | N
         return lax.dot_general(a.astype(jnp.bfloat16), b.astype(jnp.bfloat16), (((1,), (0,)), ((), ())),
                                preferred_element_type=jnp.float32)  # fmt: skip
 
-    matmuls = {
+    matmuls: dict[str, tuple[str, Kind, Callable[[jax.Array, jax.Array], jax.Array]]] = {
         "fp32": ("jit jnp.matmul(a, b, precision=HIGHEST), float32", "peer",
                  lambda a, b: jnp.matmul(a, b, precision=lax.Precision.HIGHEST)),
         "bf16xbf16-f32": ("jit lax.dot_general on bf16 casts, float32 accumulation", "peer", bf16_dot),
@@ -432,7 +449,7 @@ def plan(settings: Settings, *, x_np: np.ndarray | None = None, backend: str | N
         "the backend compiles it)", "peer", lambda: _checked(_jitted(_native_fp8_dot, *ab()), "the native FP8 dot"),
         baseline=_MATMUL_BASELINE, elements=m**3, shape=(m, m), bytes_moved=3 * 4 * m * m)  # fmt: skip
     if backend == "gpu":  # interpret mode on CPU would time the interpreter, not the kernel
-        add("matmul", "pallas-kernel-e4m3fn", "jit fpemu.kernels.quantized_matmul(a, b, lhs='e4m3fn', rhs='e4m3fn')",
+        add("matmul", "pallas-kernel-e4m3fn", "jit fpemu.kernels.matmul_kernel(a, b, lhs='e4m3fn', rhs='e4m3fn')",
             "fpemu", lambda: _kernel_matmul_call(*ab()), baseline=_MATMUL_BASELINE, elements=m**3, shape=(m, m),
             bytes_moved=3 * 4 * m * m)  # fmt: skip
     return cases
@@ -443,7 +460,7 @@ def plan(settings: Settings, *, x_np: np.ndarray | None = None, backend: str | N
 
 def git_commit() -> str | None:
     """The short commit of the checkout fpemu is imported from, with ``+dirty`` for local changes."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]  # fpemu/tools/bench.py -> the checkout
     if not (root / ".git").exists():
         return None
     try:
@@ -472,10 +489,8 @@ def _now() -> str:
 
 def environment() -> dict[str, Any]:
     """Device, versions, commit and date: the ``meta`` fields that do not depend on the rows."""
-    import jaxlib
-    import ml_dtypes
-
     device = jax.devices()[0]
+    cpus: int | None
     try:
         cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux

@@ -27,8 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import fpemu
-from fpemu.tools.accuracy import HEAVY_TAILED_DF
-from fpemu._core.format import Format
+from fpemu.tools import accuracy
 
 INSTALL_HINT = "pip install 'fpemu[plot]'"
 DEFAULT_FORMATS = ("e4m3fn", "e5m2", "e3m2fn", "e2m1fn", "bf16", "fp16")
@@ -72,14 +71,14 @@ def _save(fig, path: str | Path) -> Path:
     return path
 
 
-def _formats(formats: Iterable[Any]) -> list[Format]:
+def _formats(formats: Iterable[Any]) -> list[fpemu.Format]:
     fmts = [fpemu.get_format(f) for f in formats]  # UnknownFormatError names the closest formats
     if not fmts:
         raise ValueError("no formats given")
     return fmts
 
 
-def check_drawable(fmt: Format) -> None:
+def check_drawable(fmt: fpemu.Format) -> None:
     """Raise ValueError if ``fmt`` has too many values for `plot_values` (more than 2**20)."""
     if fmt.max_code >= MAX_VALUES_CODES:
         raise ValueError(
@@ -113,7 +112,7 @@ def plot_values(formats: Sequence[Any] = DEFAULT_FORMATS, path: str | Path = "va
     the picture shows range (width) against precision (density) at a glance.
 
     Args:
-      formats: names, dtypes or `Format` objects with at most 2**20 positive values (bf16, fp16, tf32
+      formats: names, dtypes or `fpemu.Format` objects with at most 2**20 positive values (bf16, fp16, tf32
         and every narrower format; not fp32 or fp64).
       path: the PNG to write (parent folders are created).
 
@@ -196,13 +195,13 @@ def plot_rounding_error(
 
 
 def _heavy_tailed(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
-    return rng.standard_t(HEAVY_TAILED_DF, size=shape).astype(np.float32)
+    return rng.standard_t(accuracy.HEAVY_TAILED_DF, size=shape).astype(np.float32)
 
 
 # The distributions of the matmul accuracy benchmark (fpemu.tools.accuracy), drawn as one array.
 QSNR_DISTRIBUTIONS = {
     "Gaussian": lambda rng, shape: rng.standard_normal(shape, dtype=np.float32),
-    f"Student-t (df={HEAVY_TAILED_DF})": _heavy_tailed,
+    f"Student-t (df={accuracy.HEAVY_TAILED_DF})": _heavy_tailed,
 }
 
 
@@ -298,16 +297,14 @@ def plot_matmul_error(
       MissingMatplotlibError: without matplotlib.
     """
     require_matplotlib()
-    from fpemu.tools import accuracy as _accuracy
-
-    known = names_of(_accuracy.MATMUL_RECIPES)
+    known = names_of(accuracy.MATMUL_RECIPES)
     recipe_names = known if recipes is None else [str(r) for r in recipes]
     check_choices("matmul recipe", recipe_names, known)
-    check_choices("distribution", [distribution], names_of(_accuracy.DISTRIBUTIONS))
+    check_choices("distribution", [distribution], names_of(accuracy.DISTRIBUTIONS))
     size_list = list(sizes)
     if not size_list or any(isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 1 for s in size_list):
         raise ValueError(f"sizes must be positive integers, got {list(sizes)!r}")
-    results = _accuracy.matmul_accuracy(
+    results = accuracy.matmul_accuracy(
         recipes=recipe_names, distributions=[distribution], sizes=size_list, seed=seed
     )
     fig = _figure(9.5, 5.5)

@@ -13,9 +13,9 @@ from hypothesis.extra import numpy as npst
 
 import fpemu
 import fpemu.testing as fst
-from fpemu._engine.convert import ROUNDING_MODES
-from fpemu.kernels import BlockSizes
-from fpemu.kernels import quantize as kernel_quantize
+from fpemu import ROUNDING_MODES
+from fpemu.kernels import QuantizeBlockSizes as BlockSizes
+from fpemu.kernels import quantize_kernel
 
 SMALL_FORMATS = [f for f in fpemu.formats() if f.bits <= 16]
 # Formats whose nearest-even float32 casts in ml_dtypes are fpemu's semantics. e8m0fnu is left out:
@@ -68,7 +68,7 @@ class QuantizeKernelTest:
         kw = {"rounding": rounding, "saturate": saturate, "subnormals": subnormals}
         if rounding == "stochastic":
             kw["key"] = jax.random.key(5)
-        got = kernel_quantize(x, fmt, block_sizes=BlockSizes(block=block), interpret=self.interpret, **kw)
+        got = quantize_kernel(x, fmt, block_sizes=BlockSizes(block=block), interpret=self.interpret, **kw)
         _assert_same(got, fpemu.quantize(x, fmt, **kw))
 
     @pytest.mark.parametrize("case", _FAST_CASES, ids=_case_id)
@@ -98,7 +98,7 @@ class QuantizeKernelTest:
         shape = data.draw(npst.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=13), label="shape")
         elements = st.one_of(fst.boundaries(fmt), st.floats(width=32, allow_nan=True, allow_infinity=True))
         x = data.draw(fst.arrays("fp32", shape, elements=elements), label="x")
-        got = kernel_quantize(jnp.asarray(x), fmt, block_sizes=BlockSizes(block=256), interpret=self.interpret)
+        got = quantize_kernel(jnp.asarray(x), fmt, block_sizes=BlockSizes(block=256), interpret=self.interpret)
         _assert_same(got, fpemu.quantize(jnp.asarray(x), fmt))
         with np.errstate(over="ignore", invalid="ignore"):  # the host cast of out-of-range values
             host = x.astype(fmt.dtype).astype(np.float32)
@@ -115,32 +115,32 @@ class QuantizeKernelTest:
         for fmt, rounding in (("e4m3fn", "nearest_even"), ("fp32", "nearest_even"), ("bf16", "stochastic"),
                               ("e2m1fn", "toward_zero")):  # fmt: skip
             self._check(fmt, rounding, False, True, x, block=1024)
-        assert kernel_quantize(x[:2], "e4m3fn", interpret=self.interpret).tolist() == [1.125, 1.0]
+        assert quantize_kernel(x[:2], "e4m3fn", interpret=self.interpret).tolist() == [1.125, 1.0]
 
     def test_stochastic_bits_do_not_depend_on_the_block_size(self):
         x = jnp.asarray(np.random.default_rng(2).standard_normal(5000).astype(np.float32))
         kw = {"rounding": "stochastic", "key": jax.random.key(9), "interpret": self.interpret}
-        a = kernel_quantize(x, "e2m1fn", block_sizes=BlockSizes(block=256), **kw)
-        b = kernel_quantize(x, "e2m1fn", block_sizes=BlockSizes(block=4096), **kw)
+        a = quantize_kernel(x, "e2m1fn", block_sizes=BlockSizes(block=256), **kw)
+        b = quantize_kernel(x, "e2m1fn", block_sizes=BlockSizes(block=4096), **kw)
         _assert_same(a, b)
 
     def test_errors_name_the_argument(self):
         with pytest.raises(ValueError, match="block=3 must be a positive power of two"):
             BlockSizes(block=3)
         with pytest.raises(TypeError, match="block_sizes must be"):
-            kernel_quantize(jnp.ones(4), "e4m3fn", block_sizes=1024, interpret=self.interpret)
+            quantize_kernel(jnp.ones(4), "e4m3fn", block_sizes=1024, interpret=self.interpret)
         with pytest.raises(ValueError, match="rounding must be one of"):
-            kernel_quantize(jnp.ones(4), "e4m3fn", rounding="up", interpret=self.interpret)
+            quantize_kernel(jnp.ones(4), "e4m3fn", rounding="up", interpret=self.interpret)
         with pytest.raises(TypeError, match="integer"):
-            kernel_quantize(jnp.ones(4, jnp.int32), "e4m3fn", interpret=self.interpret)
+            quantize_kernel(jnp.ones(4, jnp.int32), "e4m3fn", interpret=self.interpret)
         with pytest.raises(TypeError, match="interpret must be a bool or None"):
-            kernel_quantize(jnp.ones(4), "e4m3fn", interpret="yes")
+            quantize_kernel(jnp.ones(4), "e4m3fn", interpret="yes")
         if jax.default_backend() != "gpu":
-            with pytest.raises(ValueError, match="interpret=False: fpemu.kernels.quantize compiles for GPUs"):
-                kernel_quantize(jnp.ones(4), "e4m3fn", interpret=False)
+            with pytest.raises(ValueError, match="interpret=False: fpemu.kernels.quantize_kernel compiles for GPUs"):
+                quantize_kernel(jnp.ones(4), "e4m3fn", interpret=False)
         else:
             with jax.enable_x64(True), pytest.raises(ValueError, match="x: float64 input does not compile"):
-                kernel_quantize(jnp.ones(4, jnp.float64), "e4m3fn", interpret=False)
+                quantize_kernel(jnp.ones(4, jnp.float64), "e4m3fn", interpret=False)
 
 
 class TestQuantizeKernelGpu(QuantizeKernelTest):

@@ -12,12 +12,13 @@ import jax.numpy as jnp
 import pytest
 
 import fpemu
+from fpemu import ROUNDING_MODES
+from fpemu._core.format import fits
 from fpemu._ops import quantize as _quantize
-from fpemu._engine.convert import ROUNDING_MODES, fits
-from fpemu._ops.matmul import _config
+from fpemu._ops.matmul_config import MatmulOptions, matmul_config
 from fpemu.kernels.matmul import BlockSizes as MatmulBlockSizes
-from fpemu.kernels.matmul import _quantized_matmul_pallas
-from fpemu.kernels.quantize import BlockSizes, _quantize_pallas
+from fpemu.kernels.matmul import matmul_pallas
+from fpemu.kernels.quantize import BlockSizes, quantize_pallas
 
 TRITON_CALL = "__gpu$xla.gpu.triton"
 SMALL_FORMATS = [f.name for f in fpemu.formats() if f.bits <= 16]
@@ -45,7 +46,7 @@ def test_quantize_kernel_lowers_to_triton(case):
     assert fits(spec.fmt, _quantize.input_format(jnp.dtype(dtype)))
     x = jnp.ones((5000,), dtype)  # ragged: 5 blocks of 1024, the last one padded
     text = _lowered_text(
-        _quantize_pallas, x, jnp.zeros((2,), jnp.uint32), spec=spec, block_sizes=BlockSizes(block=1024), interpret=False
+        quantize_pallas, x, jnp.zeros((2,), jnp.uint32), spec=spec, block_sizes=BlockSizes(block=1024), interpret=False
     )
     assert TRITON_CALL in text
 
@@ -70,19 +71,14 @@ def test_matmul_kernel_lowers_to_triton(name):
     options = dict(_MATMUL_CASES[name])
     scaled = options.pop("scaled", False)
     stochastic = "stochastic" in (options.get("rounding"), options.get("accumulate_rounding"))
-    full = {
-        "lhs": None, "rhs": None, "accumulate": "fp32", "out": None, "accumulate_every": None,
-        "rounding": "nearest_even", "accumulate_rounding": None, "saturate": False,
-        "key": jax.random.key(0) if stochastic else None, "lhs_scale": None, "rhs_scale": None,
-        "preferred_element_type": None, **options,
-    }  # fmt: skip
+    key = jax.random.key(0) if stochastic else None
     fp32 = fpemu.get_format("fp32")
-    cfg = _config(fp32, fp32, **full)
+    cfg = matmul_config(fp32, fp32, MatmulOptions(key=key, **options))
     a, b = jnp.ones((40, 70)), jnp.ones((70, 24))  # ragged against 16-wide tiles
     scale = jnp.float32(2.0) if scaled else None
     for blocks in (MatmulBlockSizes(block_m=16, block_n=16, block_k=16), MatmulBlockSizes(block_m=32, block_n=16, block_k=64)):
         text = _lowered_text(
-            _quantized_matmul_pallas, a, b, scale, scale, full["key"], cfg=cfg, block_sizes=blocks, interpret=False
+            matmul_pallas, a, b, scale, scale, key, cfg=cfg, block_sizes=blocks, interpret=False
         )
         assert TRITON_CALL in text, name
 
@@ -100,6 +96,6 @@ def test_quantize_kernel_lowers_to_triton_for_float64(x64, rounding):
     spec = _quantize.rounding_spec("e4m3fn", rounding, False, True, key, None)
     x = jnp.ones((5000,), jnp.float64)
     text = _lowered_text(
-        _quantize_pallas, x, jnp.zeros((2,), jnp.uint32), spec=spec, block_sizes=BlockSizes(block=1024), interpret=False
+        quantize_pallas, x, jnp.zeros((2,), jnp.uint32), spec=spec, block_sizes=BlockSizes(block=1024), interpret=False
     )
     assert TRITON_CALL in text

@@ -18,7 +18,7 @@ E8M0_NAN = fpemu.get_format("e8m0fnu").nan_code
 
 
 def _q(x, recipe, **kw):
-    return scaled.quantize(jnp.asarray(np.asarray(x, np.float32)), recipe, **kw)
+    return scaled.ScaledArray.from_array(jnp.asarray(np.asarray(x, np.float32)), recipe, **kw)
 
 
 # -- all-zero blocks and tensors ---------------------------------------------------------------------
@@ -169,8 +169,8 @@ def test_denormal_block_beside_a_normal_block():
 def test_block_size_must_divide_the_axis_unless_pad():
     x = jnp.ones((2, 40))
     with pytest.raises(ValueError, match=r"x.shape\[1\]=40 is not a multiple of block_size=32.*pad=True"):
-        scaled.quantize(x, "mxfp4")
-    sa = scaled.quantize(x, "mxfp4", pad=True)
+        scaled.ScaledArray.from_array(x, "mxfp4")
+    sa = scaled.ScaledArray.from_array(x, "mxfp4", pad=True)
     assert sa.scale.shape == (2, 2)
     assert sa.dequantize().shape == (2, 40)
 
@@ -193,7 +193,7 @@ def test_negative_and_positive_axes_agree(axis):
 @pytest.mark.parametrize("recipe", ["mxfp4", "nvfp4"])
 def test_half_precision_inputs_keep_their_dtype(dtype, recipe):
     x = jnp.asarray(np.random.default_rng(2).standard_normal((4, 64)), dtype)
-    sa = scaled.quantize(x, recipe)
+    sa = scaled.ScaledArray.from_array(x, recipe)
     assert sa.dtype == np.dtype(dtype)
     assert sa.values.dtype == jnp.float32
     y = sa.dequantize()
@@ -217,7 +217,7 @@ def test_half_precision_mx_output_is_exact():
 )
 def test_size_zero_arrays(recipe, shape):
     x = jnp.zeros(shape, jnp.float32)
-    sa = scaled.quantize(x, recipe, pad=True)
+    sa = scaled.ScaledArray.from_array(x, recipe, pad=True)
     assert sa.shape == shape
     assert sa.dequantize().shape == shape
     assert scaled.quantize_dequantize(x, recipe, pad=True).shape == shape
@@ -225,7 +225,7 @@ def test_size_zero_arrays(recipe, shape):
 
 
 def test_scalar_input_per_tensor():
-    sa = scaled.quantize(jnp.float32(300.0), "fp8_e4m3")
+    sa = scaled.ScaledArray.from_array(jnp.float32(300.0), "fp8_e4m3")
     assert sa.shape == () and sa.scale.shape == ()
     assert float(sa.dequantize()) == 300.0
 
@@ -236,50 +236,50 @@ def test_scalar_input_per_tensor():
 def test_unknown_recipe_names_close_matches():
     match = r"unknown recipe 'mxfp9'; did you mean 'mxfp8'.*recipes: mxfp8_e4m3"
     with pytest.raises(scaled.UnknownRecipeError, match=match):
-        scaled.quantize(jnp.ones(32), "mxfp9")
+        scaled.ScaledArray.from_array(jnp.ones(32), "mxfp9")
 
 
 def test_float64_is_refused():
     with pytest.raises(TypeError, match="float64.*astype"):
-        scaled.quantize(np.ones(32), "mxfp4")
+        scaled.ScaledArray.from_array(np.ones(32), "mxfp4")
     with pytest.raises(TypeError, match="JAX or NumPy array"):
-        scaled.quantize([1.0] * 32, "mxfp4")
+        scaled.ScaledArray.from_array([1.0] * 32, "mxfp4")
     with pytest.raises(TypeError, match="int32"):
-        scaled.quantize(np.ones(32, np.int32), "mxfp4")
+        scaled.ScaledArray.from_array(np.ones(32, np.int32), "mxfp4")
 
 
 def test_axis_errors():
     with pytest.raises(ValueError, match=r"axis=2 is out of range for x of shape \(4, 32\) \(valid: -2..1\)"):
-        scaled.quantize(jnp.ones((4, 32)), "mxfp4", axis=2)
+        scaled.ScaledArray.from_array(jnp.ones((4, 32)), "mxfp4", axis=2)
     with pytest.raises(ValueError, match="axis must be an int, not None"):
-        scaled.quantize(jnp.ones((4, 32)), "mxfp4", axis=None)
-    with pytest.raises(TypeError, match="axis must be an int or None"):
-        scaled.quantize(jnp.ones((4, 32)), "fp8_e4m3", axis=1.0)
+        scaled.ScaledArray.from_array(jnp.ones((4, 32)), "mxfp4", axis=None)
+    with pytest.raises(TypeError, match="axis must be an int, got float 1.0"):
+        scaled.ScaledArray.from_array(jnp.ones((4, 32)), "fp8_e4m3", axis=1.0)
 
 
 def test_rounding_errors_list_the_allowed_modes():
     with pytest.raises(ValueError, match="rounding must be one of nearest_even, nearest_away, toward_zero, stochastic"):
-        scaled.quantize(jnp.ones(4), "fp8_e4m3", rounding="toward_positive")
+        scaled.ScaledArray.from_array(jnp.ones(4), "fp8_e4m3", rounding="toward_positive")
     with pytest.raises(ValueError, match="needs key"):
-        scaled.quantize(jnp.ones(32), "mxfp4", rounding="stochastic")
+        scaled.ScaledArray.from_array(jnp.ones(32), "mxfp4", rounding="stochastic")
     with pytest.raises(ValueError, match="rounding must be one of"):
-        scaled.quantize(jnp.ones(32), "mxfp4", rounding="nearest")
+        scaled.ScaledArray.from_array(jnp.ones(32), "mxfp4", rounding="nearest")
 
 
 def test_scale_argument_errors():
     with pytest.raises(ValueError, match="not supported for recipe nvfp4"):
-        scaled.quantize(jnp.ones(16), "nvfp4", scale=1.0)
+        scaled.ScaledArray.from_array(jnp.ones(16), "nvfp4", scale=1.0)
     with pytest.raises(ValueError, match="powers of two"):
-        scaled.quantize(jnp.ones(32), "mxfp4", scale=3.0)
+        scaled.ScaledArray.from_array(jnp.ones(32), "mxfp4", scale=3.0)
     with pytest.raises(ValueError, match="positive normal"):
-        scaled.quantize(jnp.ones(4), "fp8_e4m3", scale=0.0)
+        scaled.ScaledArray.from_array(jnp.ones(4), "fp8_e4m3", scale=0.0)
     with pytest.raises(ValueError, match="does not broadcast"):
-        scaled.quantize(jnp.ones((4, 32)), "mxfp4", scale=np.ones(3, np.float32))
+        scaled.ScaledArray.from_array(jnp.ones((4, 32)), "mxfp4", scale=np.ones(3, np.float32))
 
 
 def test_pad_must_be_bool():
     with pytest.raises(TypeError, match="pad must be a bool"):
-        scaled.quantize(jnp.ones(32), "mxfp4", pad="yes")
+        scaled.ScaledArray.from_array(jnp.ones(32), "mxfp4", pad="yes")
 
 
 def test_mxint8_has_no_negative_zero():
@@ -292,6 +292,6 @@ def test_mxint8_has_no_negative_zero():
 
 def test_bfloat16_input_is_scaled_exactly():
     x = np.array([[448.0, 2.0**-3 * 1.0625, 2.0**-133]], ml_dtypes.bfloat16)  # exact in bf16; one subnormal
-    sa = scaled.quantize(jnp.asarray(x), "mxfp8_e4m3", pad=True)  # scale 2**0
+    sa = scaled.ScaledArray.from_array(jnp.asarray(x), "mxfp8_e4m3", pad=True)  # scale 2**0
     assert sa.values.tolist() == [[448.0, 0.125, 0.0]]  # 0.1328125 ties down to even 0.125
     reference.assert_equal(sa, reference.quantize(x, "mxfp8_e4m3", pad=True))

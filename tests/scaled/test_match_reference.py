@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fpemu._engine import rng as _random
-from fpemu.scaled import MXINT8_ELEMENT, Recipe, get_recipe, quantize, quantize_dequantize, recipes, reference
+from fpemu.scaled import MXINT8_ELEMENT, Recipe, ScaledArray, get_recipe, quantize_dequantize, recipes, reference
 
 SHAPE = (4, 64)
 # a share of the hypothesis profile's examples (ci: 60, thorough: 5000): compilation dominates here
@@ -93,14 +93,14 @@ def test_every_recipe_half_precision_and_stochastic(recipe, x, stochastic):
 
 
 def _check(x, recipe, **kw):
-    """quantize / dequantize / quantize_dequantize against the reference."""
+    """ScaledArray.from_array / dequantize / quantize_dequantize against the reference."""
     fast_kw, ref_kw = dict(kw), dict(kw)
     if kw.get("rounding") == "stochastic":
         key = jax.random.key(7)
         fast_kw["key"] = key
         ref_kw["random"] = np.asarray(_random.random_uint32(_random.seeds_from_key(key), x.shape))
     expected = reference.quantize(x, recipe, **ref_kw)
-    sa = quantize(jnp.asarray(x), recipe, **fast_kw)
+    sa = ScaledArray.from_array(jnp.asarray(x), recipe, **fast_kw)
     reference.assert_equal(sa, expected, f"{getattr(recipe, 'name', recipe)} {kw}")
     reference.assert_equal(quantize_dequantize(jnp.asarray(x), recipe, **fast_kw), expected.dequantized, "fused")
 

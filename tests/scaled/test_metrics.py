@@ -1,4 +1,8 @@
-"""QSNR and relative errors against float64 NumPy."""
+"""QSNR and relative errors against float64 NumPy, and the QSNR table script (bench/qsnr_table.py)."""
+
+import importlib.util
+import math
+from pathlib import Path
 
 import jax.numpy as jnp
 import numpy as np
@@ -7,6 +11,17 @@ import pytest
 from fpemu import scaled
 
 RNG = np.random.default_rng(0)
+
+
+def _load_qsnr_table():
+    path = Path(__file__).resolve().parents[2] / "bench" / "qsnr_table.py"
+    spec = importlib.util.spec_from_file_location("bench_qsnr_table", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+qsnr_table = _load_qsnr_table()
 
 
 def test_qsnr_matches_float64():
@@ -47,16 +62,28 @@ def test_errors():
         scaled.relative_error(jnp.ones(3), jnp.ones(3), ord=3)
 
 
-def test_qsnr_table_rows_cover_every_recipe():
-    from fpemu.scaled import _qsnr_table
+def test_qsnr_from_relative_error():
+    assert scaled.qsnr_from_relative_error(0.01) == 40.0
+    assert scaled.qsnr_from_relative_error(0.0) == math.inf
+    assert scaled.qsnr_from_relative_error(math.inf) == -math.inf
+    assert math.isnan(scaled.qsnr_from_relative_error(math.nan))
+    with pytest.raises(ValueError, match="relative_error must be >= 0"):
+        scaled.qsnr_from_relative_error(-0.5)
 
-    names = {r.name for _, _, r, _ in _qsnr_table.rows()}
+
+def test_qsnr_is_qsnr_from_relative_error_of_relative_error():
+    x = RNG.standard_normal((64, 128)).astype(np.float32)
+    y = np.asarray(scaled.quantize_dequantize(jnp.asarray(x), "mxfp6_e2m3"))
+    from_rel = scaled.qsnr_from_relative_error(float(scaled.relative_error(x, y)))
+    assert float(scaled.qsnr(x, y)) == pytest.approx(from_rel, abs=1e-3)
+
+
+def test_qsnr_table_rows_cover_every_recipe():
+    names = {r.name for _, _, r, _ in qsnr_table.rows()}
     assert set(scaled.recipes()) <= names
 
 
 @pytest.mark.slow
 def test_qsnr_table_runs():
-    from fpemu.scaled import _qsnr_table
-
-    table = _qsnr_table.table(shape=(4, 64))
-    assert table.count("\n") == len(_qsnr_table.rows()) + 1 + 3
+    table = qsnr_table.table(shape=(4, 64))
+    assert table.count("\n") == len(qsnr_table.rows()) + 1 + 3

@@ -32,7 +32,7 @@ def test_error_within_half_an_element_ulp_times_the_scale(recipe, x):
     for every finite element that does not saturate (|x / s| <= max_elem)."""
     r = get_recipe(recipe)
     axis = -1 if r.block_size or recipe is VARIANTS[5] else None
-    sa = scaled.quantize(jnp.asarray(x), r, axis=axis)
+    sa = scaled.ScaledArray.from_array(jnp.asarray(x), r, axis=axis)
     s = np.broadcast_to(np.repeat(np.asarray(sa.scale_values(), np.float64), r.block_size or 1, axis=-1), x.shape)
     with np.errstate(all="ignore"):  # NaN (signalling ones too) and inf elements are masked out
         x64 = x.astype(np.float64)
@@ -49,7 +49,7 @@ def test_error_within_half_an_element_ulp_times_the_scale(recipe, x):
 def test_float_scale_error_bound(recipe, x):
     """Float scales round x * enc to float32 first: the bound gains a float32 rounding of x."""
     r = get_recipe(recipe)
-    sa = scaled.quantize(jnp.asarray(x), r)
+    sa = scaled.ScaledArray.from_array(jnp.asarray(x), r)
     s = np.asarray(sa.scale_values(), np.float64)
     if r.block_size:
         s = np.repeat(s, r.block_size, axis=-1) * float(np.asarray(sa.global_scale).ravel()[0])
@@ -72,8 +72,8 @@ def test_power_of_two_scaling_commutes_with_quantization(recipe, seed, j, heavy)
     x = x.astype(np.float32)
     assume(np.all(np.abs(x[x != 0]) > 2.0**-80))
     xj = (x.astype(np.float64) * 2.0**j).astype(np.float32)  # exact
-    a = scaled.quantize(jnp.asarray(x), recipe)
-    b = scaled.quantize(jnp.asarray(xj), recipe)
+    a = scaled.ScaledArray.from_array(jnp.asarray(x), recipe)
+    b = scaled.ScaledArray.from_array(jnp.asarray(xj), recipe)
     np.testing.assert_array_equal(np.asarray(a.values), np.asarray(b.values))
     r = a.recipe
     if r.scale_kind == "pow2":
@@ -104,11 +104,11 @@ def test_scale_exponent_rules_by_hand():
     x[0, 0] = 5.0
     codes = {}
     for rule in ("ocp", "ceil", "even", "ceil_log2"):
-        codes[rule] = int(scaled.quantize(jnp.asarray(x), "mxfp4", scale_rule=rule).scale[0, 0]) - 127
+        codes[rule] = int(scaled.ScaledArray.from_array(jnp.asarray(x), "mxfp4", scale_rule=rule).scale[0, 0]) - 127
     # ocp: floor(log2 5) - 2 = 0; ceil: ceil(log2(5/6)) = 0; even: 5 rounds to 2 bits -> 6 (ties away
     # at 5), floor(log2 6) - 2 = 0; ceil_log2: ceil(log2 5) - 2 = 1
     assert codes == {"ocp": 0, "ceil": 0, "even": 0, "ceil_log2": 1}
     x[0, 0] = 7.0  # 7 > 6: ceil gives 1; 7 rounds to 8 -> even gives 1
-    codes = {rule: int(scaled.quantize(jnp.asarray(x), "mxfp4", scale_rule=rule).scale[0, 0]) - 127 for rule in codes}
+    codes = {rule: int(scaled.ScaledArray.from_array(jnp.asarray(x), "mxfp4", scale_rule=rule).scale[0, 0]) - 127 for rule in codes}
     assert codes == {"ocp": 0, "ceil": 1, "even": 1, "ceil_log2": 1}
     assert math.isclose(6 * 2.0 ** codes["ceil"], 12.0)

@@ -93,9 +93,9 @@ def test_recipes_are_hashable_and_frozen():
     ("kwargs", "match"),
     [
         ({"element": "e9m9"}, "element: unknown format 'e9m9'"),
-        ({"scale_rule": "nearest"}, "scale_rule must be one of ocp, ceil, even, ceil_log2, float"),
-        ({"block_size": 0}, "block_size must be None or an int >= 1"),
-        ({"block_size": 3.0}, "block_size must be None or an int >= 1"),
+        ({"scale_rule": "nearest"}, "scale_rule must be one of 'ocp', 'ceil', 'even', 'ceil_log2', 'float'"),
+        ({"block_size": 0}, "block_size must be an int >= 1, got 0"),
+        ({"block_size": 3.0}, "block_size must be an int, got float 3.0"),
         ({"scale_format": "e8m0fnu", "scale_rule": "float"}, "holds only powers of two"),
         ({"scale_format": "e4m3fn", "scale_rule": "ocp"}, "narrow float: scale_rule must be 'float'"),
         ({"scale_format": "e2m1fn", "scale_rule": "float"}, "NaN code"),
@@ -115,10 +115,10 @@ def test_invalid_recipes_name_the_field(kwargs, match):
 
 
 def test_overrides_in_quantize_rename_the_recipe():
-    sa = scaled.quantize(jnp.ones((1, 32)), "mxfp4", scale_rule="ceil", margin=1)
+    sa = scaled.ScaledArray.from_array(jnp.ones((1, 32)), "mxfp4", scale_rule="ceil", margin=1)
     assert sa.recipe.name == "mxfp4[scale_rule=ceil,margin=1]"
     assert sa.recipe.scale_rule == "ceil" and sa.recipe.margin == 1
-    sa = scaled.quantize(jnp.ones((1, 32)), "mxfp4", block_size=16)
+    sa = scaled.ScaledArray.from_array(jnp.ones((1, 32)), "mxfp4", block_size=16)
     assert sa.scale.shape == (1, 2)
 
 

@@ -210,25 +210,26 @@ def bf16_patterns() -> np.ndarray:
 def test_representable_agrees_with_the_oracle(fmt, bf16_patterns):
     """x is representable iff the exact oracle rounds it to itself, bit for bit (NaN: iff the
     format has a NaN code); checked on all 65536 bf16 patterns and every flush option."""
-    from fpemu.testing._assertions import _representable, _widen
+    from fpemu.testing._bits import widen
+    from fpemu.testing._grid import representable
 
     x = bf16_patterns
     for subnormals in (True, False):
         rounded = reference.round_array(x, fmt, subnormals=subnormals).astype(np.float32)
         keeps = np.where(np.isnan(x), fmt.has_nan, rounded.view(np.uint32) == x.view(np.uint32))
-        got = _representable(_widen(x), fmt, subnormals=subnormals)
+        got = representable(widen(x), fmt, subnormals=subnormals)
         np.testing.assert_array_equal(got, keeps, err_msg=f"{fmt.name} subnormals={subnormals}")
 
 
 @given(fmt=formats(), data=st.data())
 def test_representable_custom_formats(fmt, data):
-    from fpemu.testing._assertions import _representable
+    from fpemu.testing._grid import representable
 
     x = data.draw(st.one_of(values(fmt), st.floats()), label="x")
     expected = fmt.has_nan if math.isnan(x) else (
         lambda y: y == x and math.copysign(1, y) == math.copysign(1, x)
     )(reference.round_scalar(x, fmt))  # fmt: skip
-    assert bool(_representable(np.float64(x), fmt)) == expected
+    assert bool(representable(np.float64(x), fmt)) == expected
 
 
 def test_assert_representable_messages():

@@ -31,8 +31,12 @@ def test_profile():
 
 @pytest.fixture(autouse=True)
 def keep_profile(monkeypatch):
-    """The inner sessions run in this process and may load a profile: restore ours afterwards."""
+    """The inner sessions run in this process and may load a profile: restore ours afterwards.
+
+    ``CI`` is removed too (a CI run sets it), so that each test chooses whether its session runs "in CI".
+    """
     monkeypatch.delenv(plugin.ENV_PROFILE, raising=False)
+    monkeypatch.delenv("CI", raising=False)
     before = settings.get_current_profile_name()
     yield
     settings.load_profile(before)
@@ -83,6 +87,39 @@ def test_command_line_wins_over_the_environment(pytester, monkeypatch):
     result.stdout.fnmatch_lines(["*PROFILE dev 200 None*"])
 
 
+DERANDOMIZED_PROBE = """
+from hypothesis import settings
+
+def test_profile():
+    print("PROFILE", settings.get_current_profile_name(), settings.default.derandomize, settings.default.database)
+"""
+
+
+def test_ci_loads_the_derandomized_ci_profile(pytester, monkeypatch):
+    """Under CI, with no profile chosen, examples are the same on every run: CI cannot fail by chance."""
+    pytester.makepyfile(DERANDOMIZED_PROBE)
+    monkeypatch.setenv("CI", "true")
+    result = pytester.runpytest("-s")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*PROFILE ci True None*"])
+
+
+def test_the_environment_wins_over_ci(pytester, monkeypatch):
+    pytester.makepyfile(PROFILE_PROBE)
+    monkeypatch.setenv("CI", "true")
+    monkeypatch.setenv(plugin.ENV_PROFILE, "dev")
+    result = pytester.runpytest("-s")
+    result.stdout.fnmatch_lines(["*PROFILE dev 200 None*"])
+
+
+def test_unknown_command_line_profile_is_a_usage_error(pytester):
+    pytester.makepyfile(PROFILE_PROBE)
+    result = pytester.runpytest("--hypothesis-profile", "nope")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--hypothesis-profile 'nope' is not a registered hypothesis profile*ci, dev, thorough*"])
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+
+
 def test_no_choice_changes_nothing(pytester):
     """Projects that choose no profile keep whatever hypothesis has (the plugin loads nothing)."""
     settings.load_profile("default")
@@ -104,4 +141,6 @@ def test_profiles_are_registered_on_import():
     for name, options in plugin.PROFILES.items():
         profile = settings.get_profile(name)
         assert profile.max_examples == options["max_examples"] and profile.deadline is None
+    ci = settings.get_profile("ci")
+    assert ci.derandomize and ci.database is None  # what hypothesis' own ci profile promises
     assert plugin.PROFILES["thorough"]["max_examples"] >= 1000 > plugin.PROFILES["ci"]["max_examples"]

@@ -551,3 +551,195 @@ def test_errors():
         reference.round_array(np.ones(2, np.int32), "e4m3fn")
     with pytest.raises(fpemu.UnknownFormatError):
         reference.round_scalar(1.0, "e4m3fm")
+
+
+# -- the corner cases of tests/corner_cases.py, on the reference (the engine is checked in test_quantize) ---
+
+from tests.corner_cases import CASES, F64, case_id  # noqa: E402
+
+
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_reference_agrees_with_every_corner_case(case):
+    fmt, x, options, code = case
+    x = float(x) if isinstance(x, F64) else np.float32(x)
+    assert reference.encode_scalar(x, fmt, **options) == code
+    if isinstance(x, np.float32):
+        assert reference.encode_array(np.array([x]), fmt, **options).tolist() == [code]
+
+
+# -- stochastic variants ---------------------------------------------------------------------------
+
+
+def _threshold(f: Fraction, k: int, variant: str) -> int:
+    """2**k f rounded to an integer, written out case by case (gfloat's _rnite/_rnito and floors)."""
+    scaled = f * (1 << k)
+    n = math.floor(scaled)
+    if variant == "floor":
+        return n
+    if variant == "nearest_away":  # gfloat StochasticFast: floor(2**(k+1) f) + 2r + 1 >= 2**(k+1)
+        return math.floor(scaled + Fraction(1, 2))
+    if scaled - n != Fraction(1, 2):
+        return round(scaled)
+    return n + (n % 2 == 1) if variant == "nearest_even" else n + (n % 2 == 0)
+
+
+@pytest.mark.parametrize("variant", ["floor", "nearest_even", "nearest_odd", "nearest_away"])
+@pytest.mark.parametrize("k", [1, 2, 3, 5])
+def test_stochastic_variants_round_up_for_exactly_their_threshold_of_draws(variant, k):
+    for fmt in ("e5m2", "e2m1fn", "p3109_k8p1ue"):
+        for x in (277.0, 276.0, 0.3, 1.1, 5.0, 0.7):
+            lo = reference.round_scalar(x, fmt, rounding="toward_zero")
+            hi = reference.round_scalar(x, fmt, rounding="toward_positive")
+            ups = [reference.round_scalar(x, fmt, "stochastic", random=r, random_bits=k, stochastic_variant=variant)
+                   for r in range(1 << k)]  # fmt: skip
+            if lo == hi:
+                assert set(ups) == {lo}
+                continue
+            f = (Fraction(x) - Fraction(lo)) / (Fraction(hi) - Fraction(lo))
+            assert ups.count(hi) == _threshold(f, k, variant), (fmt, x, variant, k)
+            assert ups.count(hi) + ups.count(lo) == 1 << k
+
+
+def test_stochastic_variants_issue_numbers():
+    """277 in e5m2 (neighbours 256 and 320, f = 21/64) with 3 random bits: floor gives 0.25, gfloat's
+    Stochastic (remainder to nearest even) 0.375; 276 (f = 5/16, 2**3 f = 2.5, a tie) splits the variants."""
+
+    def p_up(x, variant):
+        ups = [reference.round_scalar(x, "e5m2", "stochastic", random=r, random_bits=3, stochastic_variant=variant)
+               for r in range(8)]  # fmt: skip
+        return ups.count(320.0) / 8
+
+    assert [p_up(277.0, v) for v in ("floor", "nearest_even", "nearest_odd", "nearest_away")] == [0.25, 0.375, 0.375, 0.375]
+    assert [p_up(276.0, v) for v in ("floor", "nearest_even", "nearest_odd", "nearest_away")] == [0.25, 0.25, 0.375, 0.375]
+
+
+def test_stochastic_variants_array_path_equals_scalar_path():
+    rng = np.random.default_rng(3)
+    x = np.concatenate([rng.standard_normal(400) * 50, rng.uniform(0, 4, 100) * 2.0**-17]).astype(np.float32)
+    for variant in ("nearest_even", "nearest_odd", "nearest_away"):
+        for k in (2, 9):
+            r = rng.integers(0, 1 << k, x.shape).astype(np.uint64)
+            got = reference.encode_array(x, "e5m2", "stochastic", random=r, random_bits=k, stochastic_variant=variant)
+            expected = [reference.encode_scalar(float(v), "e5m2", "stochastic", random=int(ri), random_bits=k,
+                                                stochastic_variant=variant) for v, ri in zip(x, r)]  # fmt: skip
+            assert got.tolist() == expected
+
+
+def test_unknown_variant_saturation_and_ties_are_errors():
+    with pytest.raises(ValueError, match="stochastic_variant must be one of floor"):
+        reference.round_scalar(1.0, "e5m2", "stochastic", random=0, stochastic_variant="fast")
+    with pytest.raises(ValueError, match="saturate must be a bool or one of sat_finite"):
+        reference.round_scalar(1.0, "e5m2", saturate="clamp")
+    with pytest.raises(ValueError, match="exponent_ties must be one of away, even"):
+        reference.round_scalar(1.0, "e5m2", exponent_ties="odd")
+
+
+# -- IEEE P3109 and OCP INT8 -------------------------------------------------------------------------
+
+
+def _p3109_decode(k: int, p: int, signed: bool, extended: bool, x: int) -> float:
+    """P3109's Decode, transcribed from the draft standard (imandra-ai/ieee-p3109's wDecode), not Format."""
+    bias = ((1 << (k - p - 1)) if k > p else 0) if signed else 1 << (k - p)
+    if (signed and x == 1 << (k - 1)) or (not signed and x == (1 << k) - 1):
+        return math.nan
+    if extended and signed and x == (1 << (k - 1)) - 1:
+        return math.inf
+    if extended and signed and x == (1 << k) - 1:
+        return -math.inf
+    if extended and not signed and x == (1 << k) - 2:
+        return math.inf
+    if signed and x > 1 << (k - 1):
+        return -_p3109_decode(k, p, signed, extended, x - (1 << (k - 1)))
+    t, e = x % (1 << (p - 1)), x // (1 << (p - 1))
+    if e == 0:
+        return float(Fraction(t, 1 << (p - 1)) * Fraction(2) ** (1 - bias))
+    return float((1 + Fraction(t, 1 << (p - 1))) * Fraction(2) ** (e - bias))
+
+
+def _p3109_formats(widths):
+    from fpemu._core.registry import p3109_format
+
+    for k in widths:
+        for p in range(1, k + 1):
+            for signed in (True, False):
+                for extended in (True, False):
+                    if signed and p == k:
+                        continue  # outside P3109 (see test_p3109_signed_formats_without_exponent_field)
+                    try:
+                        yield k, p, signed, extended, p3109_format(k, p, signed=signed, extended=extended)
+                    except ValueError:  # values beyond float64: signed K - P > 11, unsigned K - P > 10
+                        assert k - p > (11 if signed else 10)
+
+
+def _check_p3109_codes(widths):
+    count = 0
+    for k, p, signed, extended, fmt in _p3109_formats(widths):
+        for code in range(1 << k):
+            expected = _p3109_decode(k, p, signed, extended, code)
+            got = reference.decode_scalar(code, fmt)
+            assert _same_float(got, expected) or (math.isnan(got) and math.isnan(expected)), (fmt.name, code)
+        count += 1
+    return count
+
+
+def test_every_code_of_every_p3109_format_up_to_10_bits():
+    assert _check_p3109_codes(range(3, 11)) == sum(4 * k - 2 for k in range(3, 11))
+
+
+@pytest.mark.slow
+def test_every_code_of_every_p3109_format_from_11_to_16_bits():
+    assert _check_p3109_codes(range(11, 17)) > 0
+
+
+def test_p3109_signed_formats_without_exponent_field():
+    """P = K signed: P3109 leaves it undefined; gfloat's bias is floor(2**-1) = 0, every value a subnormal."""
+    from fpemu._core.registry import p3109_format
+
+    fmt = p3109_format(8, 8, extended=False)
+    assert [reference.decode_scalar(c, fmt) for c in (0x01, 0x7F, 0x81, 0xFF)] == [1 / 64, 127 / 64, -1 / 64, -127 / 64]
+    assert math.isnan(reference.decode_scalar(0x80, fmt))
+    assert reference.round_scalar(3.0, fmt) == 127 / 64 or math.isnan(reference.round_scalar(3.0, fmt))
+
+
+def test_p3109_ovf_inf_lets_to_odd_overflow_and_nothing_else_changes():
+    for x in (1e6, -1e6, 49153.0, 1.3):
+        for rounding in reference.ROUNDING_MODES:
+            if rounding == "stochastic":
+                continue
+            base = reference.round_scalar(x, "p3109_k8p3se", rounding)
+            p3109 = reference.round_scalar(x, "p3109_k8p3se", rounding, saturate="ovf_inf")
+            if rounding == "to_odd" and abs(x) > 49152:
+                assert abs(base) == 49152.0 and math.isinf(p3109)
+            else:
+                assert _same_float(base, p3109)
+
+
+def test_ocp_int8_values():
+    fmt = fpemu.get_format("int8_ocp")
+    assert [reference.decode_scalar(c, fmt) for c in (0x00, 0x01, 0x7F, 0x80, 0x81, 0xFF)] == [
+        0.0, 1 / 64, 127 / 64, -2.0, -127 / 64, -1 / 64,
+    ]  # fmt: skip
+    assert reference.values(fmt)[-1] == Fraction(127, 64)
+    assert reference.round_scalar(-5.0, fmt) == -2.0 and reference.round_scalar(5.0, fmt) == 127 / 64
+    assert reference.round_scalar(-2.0 - 1 / 64, fmt, "to_odd") == -2.0  # to_odd does not overflow
+
+
+@pytest.mark.parametrize("fmt", ["p3109_k8p1se", "p3109_k8p3ue", "p3109_k8p8uf", "int8_ocp"])
+def test_vectorised_matches_scalar_new_layouts_and_options(fmt):
+    """The array path against the scalar oracle for P3109's layouts, two's complement, P3109's
+    saturation modes and the exponent tie rule."""
+    fmt = fpemu.get_format(fmt)
+    x = _cross_inputs(fmt, n_random=60)
+    rand = np.random.default_rng(2).integers(0, 8, x.size).astype(np.uint64)
+    for i, (rounding, saturate) in enumerate(
+        (r, s) for r in MODES for s in (False, True, "sat_finite", "sat_propagate", "ovf_inf")
+    ):
+        options = dict(rounding=rounding, saturate=saturate, subnormals=i % 3 != 0, exponent_ties="even")
+        if rounding == "stochastic":
+            options.update(random=rand, random_bits=3, stochastic_variant=("nearest_even", "nearest_away")[i % 2])
+        codes = reference.encode_array(x, fmt, **options)
+        scalar_options = dict(options)
+        for j, v in enumerate(x):
+            if rounding == "stochastic":
+                scalar_options["random"] = int(rand[j])
+            assert codes[j] == reference.encode_scalar(v, fmt, **scalar_options), (float(v), options)

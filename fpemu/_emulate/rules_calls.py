@@ -1,0 +1,148 @@
+"""Rules of function calls: inlined calls, nested ``jit``, and functions with custom derivatives
+(``custom_jvp_call``, ``custom_vjp_call``, ``custom_linear_solve``).
+
+The body of each is emulated through the context (`Context.interpret` in place, or
+`Context.subfunction` as a function for ``jax.jit`` / ``jax.custom_jvp`` / ``jax.custom_vjp`` to
+trace); derivatives stay the original rule's, evaluated at the rounded inputs.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+
+from fpemu._emulate.interpreter import Context
+from fpemu._emulate.jax_compat import open_jaxpr, stack_key
+from fpemu._emulate.registry import register
+
+
+@register("closed_call", "core_call", kind="inline")
+def inline(ctx: Context, eqn: Any, invals: list) -> list:
+    """Interpret the body in place."""
+    jaxpr, consts = open_jaxpr(eqn.params["call_jaxpr"])
+    return ctx.interpret(jaxpr, consts, invals)
+
+
+# ClosedJaxpr of a nested jit (JAX reuses the object while its trace is cached) -> {configuration: jitted}
+_JIT_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+@register("jit", "pjit", kind="call")
+def nested_jit(ctx: Context, eqn: Any, invals: list) -> list:
+    """``jax.jit`` (same ``inline``) around the emulated body, so that the program keeps its jit
+    boundaries: eagerly, nested jit functions still run compiled, as they do in ``fn``. The jitted
+    body is cached per jaxpr and configuration. Shardings and donation of the inner jit's arguments
+    are not re-imposed."""
+    closed = eqn.params["jaxpr"]
+    inline_flag = bool(eqn.params.get("inline", False))
+    key = ctx.site_key()
+    config = (ctx.policy, ctx.stats_enabled, key is None, stack_key(ctx.stack), inline_flag)
+    cached = _JIT_CACHE.setdefault(closed, {})
+    jitted = cached.get(config)
+    if jitted is None:
+        body = ctx.subfunction(closed.jaxpr)
+        consts = list(closed.consts)
+
+        def call(key, *args):
+            return body(key, consts, *args)
+
+        call.__name__ = call.__qualname__ = str(eqn.params.get("name", "jit"))
+        jitted = cached[config] = jax.jit(call, inline=inline_flag)
+    outs, stats = jitted(key, *invals)
+    ctx.merge_stats(stats)
+    return list(outs)
+
+
+# -- custom derivatives --------------------------------------------------------------------------------
+
+
+def _float0_zeros(tree: Any) -> Any:
+    return jax.tree_util.tree_map(lambda v: np.zeros(np.shape(v), jax.dtypes.float0), tree)
+
+
+def _emulated_primal_original_tangent(ctx: Context, eqn: Any, invals: list, primal: Callable) -> list:
+    """A ``jax.custom_jvp`` whose primal is ``primal(key, *invals) -> (outs, stats)`` (emulated) and
+    whose tangent is the original primitive's (``jax.jvp`` of it) at the rounded primal inputs."""
+    key = ctx.site_key()
+
+    def original(*args):
+        return ctx.bind(eqn, list(args))
+
+    @jax.custom_jvp
+    def emulated(key, *args):
+        return primal(key, *args)
+
+    @emulated.defjvp
+    def emulated_jvp(primals, tangents):
+        key, *args = primals
+        _, *arg_tangents = tangents
+        outs, stats = emulated(key, *args)
+        _, out_tangents = jax.jvp(original, tuple(args), tuple(arg_tangents))
+        return (outs, stats), (list(out_tangents), _float0_zeros(stats))
+
+    outs, stats = emulated(key, *invals)
+    ctx.merge_stats(stats)
+    return list(outs)
+
+
+@register("custom_jvp_call", kind="control")
+def custom_jvp_call(ctx: Context, eqn: Any, invals: list) -> list:
+    """A ``jax.custom_jvp`` whose primal is the emulated function and whose tangent is the original
+    rule's tangent, evaluated at the (rounded) primal inputs: so ``jax.grad(emulate(f))`` keeps f's
+    custom derivatives (relu, gelu, logsumexp...) and its primal values are the emulated ones."""
+    closed = eqn.params["call_jaxpr"]
+    fn = ctx.subfunction(closed.jaxpr)
+    consts = list(closed.consts)
+    return _emulated_primal_original_tangent(ctx, eqn, invals, lambda key, *args: fn(key, consts, *args))
+
+
+@register("custom_linear_solve", kind="control")
+def custom_linear_solve(ctx: Context, eqn: Any, invals: list) -> list:
+    """``lax.custom_linear_solve`` (``jnp.linalg.solve``, ``inv``, ``jax.scipy.sparse.linalg.cg``...):
+    the emulated ``solve`` function gives the value; derivatives are the original primitive's
+    (implicit differentiation through the unemulated matvec and solves) at the rounded inputs."""
+    lengths = list(eqn.params["const_lengths"])
+    solve = eqn.params["jaxprs"].solve
+    offset = sum(lengths[:2])  # operands: matvec consts, vecmat consts, solve consts, transpose_solve consts, b
+    fn = ctx.subfunction(solve.jaxpr)
+
+    def primal(key, *args):
+        solve_consts, b = args[offset : offset + lengths[2]], args[sum(lengths) :]
+        return fn(key, solve.consts, *solve_consts, *b)
+
+    return _emulated_primal_original_tangent(ctx, eqn, invals, primal)
+
+
+@register("custom_vjp_call", kind="control")
+def custom_vjp_call(ctx: Context, eqn: Any, invals: list) -> list:
+    """A ``jax.custom_vjp`` whose primal is the emulated function and whose backward pass is the
+    original rule (its forward re-run, unemulated, on the rounded inputs to get its residuals)."""
+    closed = eqn.params["call_jaxpr"]
+    fn = ctx.subfunction(closed.jaxpr)
+    consts = list(closed.consts)
+    key = ctx.site_key()
+
+    def original(*args):
+        return ctx.bind(eqn, list(args))
+
+    @jax.custom_vjp
+    def emulated(key, consts, *args):
+        return fn(key, consts, *args)
+
+    def fwd(key, consts, *args):
+        return emulated(key, consts, *args), (key, consts, args)
+
+    def bwd(residuals, cotangents):
+        key, consts, args = residuals
+        out_cotangents, _ = cotangents
+        _, vjp = jax.vjp(original, *args)
+        return (None, [None] * len(consts), *vjp(list(out_cotangents)))
+
+    emulated.defvjp(fwd, bwd)
+    outs, stats = emulated(key, consts, *invals)
+    ctx.merge_stats(stats)
+    return list(outs)

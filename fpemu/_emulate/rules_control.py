@@ -1,0 +1,188 @@
+"""Rules of control flow: ``cond``, ``while``, ``scan``, ``remat2`` (``jax.checkpoint``), ``shard_map``.
+
+Each is rebuilt with the public combinator around the emulated body (`Context.subfunction`), with
+the statistics carried out of the combinator and a key per branch, iteration or device for
+stochastic rounding. docs/emulate.md has the table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from fpemu._emulate import stats as _stats
+from fpemu._emulate.interpreter import Context
+from fpemu._emulate.jax_compat import jaxpr_as_fun, mark_varying, open_jaxpr, scan_options
+from fpemu._emulate.registry import register
+from fpemu._emulate.rounding import fold_key
+
+
+def _staged(fn: Callable, *args: Any) -> tuple[Callable, Any]:
+    """Trace ``fn(*args)`` once; return a replay of the traced jaxpr (cheap to re-trace) and the output
+    shapes. Used where a combinator needs the statistics' structure before it traces the body."""
+    closed, shapes = jax.make_jaxpr(fn, return_shape=True)(*args)
+    tree = jax.tree_util.tree_structure(shapes)
+
+    def replay(*call_args):
+        flat = jax.tree_util.tree_leaves(call_args)
+        return jax.tree_util.tree_unflatten(tree, jaxpr_as_fun(closed)(*flat))
+
+    return replay, shapes
+
+
+def _pad(stats: dict, sites: list[str]) -> dict:
+    return {site: stats[site] if site in stats else _stats.zeros() for site in sites}
+
+
+@register("cond", kind="control")
+def cond(ctx: Context, eqn: Any, invals: list) -> list:
+    """``lax.switch`` over the emulated branches; the statistics of the branch taken are counted."""
+    index, *ops = invals
+    branches = eqn.params["branches"]
+    key = ctx.site_key()
+    staged, sites = [], []
+    for branch in branches:
+        consts = list(branch.consts)
+        replay, shapes = _staged(ctx.subfunction(branch.jaxpr), key, consts, *ops)
+        staged.append((replay, consts))
+        sites += [site for site in shapes[1] if site not in sites]
+
+    def make(replay, consts):
+        def branch(key, *ops):
+            outs, stats = replay(key, consts, *ops)
+            return outs, _pad(stats, sites)
+
+        return branch
+
+    outs, stats = lax.switch(index, [make(r, c) for r, c in staged], key, *ops)
+    ctx.merge_stats(stats)
+    return list(outs)
+
+
+@register("while", kind="control")
+def while_loop(ctx: Context, eqn: Any, invals: list) -> list:
+    """``lax.while_loop`` over the emulated condition and body. With statistics (or stochastic
+    rounding) the loop also carries an iteration counter; with statistics the condition is evaluated
+    at the end of each body step and its predicate carried, so that the condition's counts are kept."""
+    p = eqn.params
+    cond_consts = invals[: p["cond_nconsts"]]
+    body_consts = invals[p["cond_nconsts"] : p["cond_nconsts"] + p["body_nconsts"]]
+    init = invals[p["cond_nconsts"] + p["body_nconsts"] :]
+    cond_jaxpr, body_jaxpr = p["cond_jaxpr"], p["body_jaxpr"]
+    cond_sub, body_sub = ctx.subfunction(cond_jaxpr.jaxpr), ctx.subfunction(body_jaxpr.jaxpr)
+    # the closed jaxprs' own consts feed their constvars; the operand consts are leading arguments
+    cond_fn = lambda key, consts, *carry: cond_sub(key, cond_jaxpr.consts, *consts, *carry)
+    body_fn = lambda key, consts, *carry: body_sub(key, body_jaxpr.consts, *consts, *carry)
+    cond_all, body_all = list(cond_consts), list(body_consts)
+    key = ctx.site_key()
+    cond_key = lambda i: fold_key(key, 0, i)
+    body_key = lambda i: fold_key(key, 1, i)
+    zero = jnp.zeros((), jnp.int32)
+
+    if not ctx.stats_enabled:
+
+        def cond_plain(state):
+            i, carry = state
+            return cond_fn(cond_key(i), cond_all, *carry)[0][0]
+
+        def body_plain(state):
+            i, carry = state
+            return i + 1, body_fn(body_key(i), body_all, *carry)[0]
+
+        return list(lax.while_loop(cond_plain, body_plain, (zero, list(init)))[1])
+
+    cond_replay, cond_shapes = _staged(cond_fn, cond_key(zero), cond_all, *init)
+    body_replay, body_shapes = _staged(body_fn, body_key(zero), body_all, *init)
+    sites = list(dict.fromkeys([*cond_shapes[1], *body_shapes[1]]))
+    (pred0,), cond_stats0 = cond_replay(cond_key(zero), cond_all, *init)
+
+    def body(state):
+        i, carry, _, acc = state
+        carry, body_stats = body_replay(body_key(i), body_all, *carry)
+        (pred,), cond_stats = cond_replay(cond_key(i + 1), cond_all, *carry)
+        acc = dict(acc)
+        _stats.merge(acc, body_stats)
+        _stats.merge(acc, cond_stats)
+        return i + 1, list(carry), pred, acc
+
+    _, out, _, stats = lax.while_loop(lambda s: s[2], body, (zero, list(init), pred0, _pad(cond_stats0, sites)))
+    ctx.merge_stats(stats)
+    return list(out)
+
+
+@register("scan", kind="control")
+def scan(ctx: Context, eqn: Any, invals: list) -> list:
+    """``lax.scan`` over the emulated body (same length, direction and unroll). Per-iteration counts
+    leave the loop as stacked outputs and are summed."""
+    p = eqn.params
+    n_consts, n_carry = p["num_consts"], p["num_carry"]
+    consts, init, xs = invals[:n_consts], invals[n_consts : n_consts + n_carry], invals[n_consts + n_carry :]
+    closed = p["jaxpr"]
+    body_fn = ctx.subfunction(closed.jaxpr)
+    key = ctx.site_key()
+    length = p["length"]
+
+    def step(carry, x):
+        i, x = x
+        outs, stats = body_fn(fold_key(key, i) if key is not None else None, closed.consts, *consts, *carry, *x)
+        return outs[:n_carry], (outs[n_carry:], stats)
+
+    index = jnp.arange(length, dtype=jnp.int32) if key is not None else None
+    carry, (ys, stats) = lax.scan(
+        step, list(init), (index, list(xs)), length=length, reverse=p["reverse"], unroll=p["unroll"], **scan_options(p)
+    )
+    ctx.merge_stats({site: jnp.sum(vector, axis=0, dtype=jnp.int32) for site, vector in stats.items()})
+    return [*carry, *ys]
+
+
+@register("remat2", "checkpoint", kind="control")
+def remat(ctx: Context, eqn: Any, invals: list) -> list:
+    """``jax.checkpoint`` (same ``prevent_cse`` and ``policy``) around the emulated body."""
+    jaxpr, consts = open_jaxpr(eqn.params["jaxpr"])
+    fn = ctx.subfunction(jaxpr)
+    key = ctx.site_key()
+    wrapped = jax.checkpoint(
+        lambda key, *args: fn(key, consts, *args), prevent_cse=eqn.params["prevent_cse"], policy=eqn.params["policy"]
+    )
+    outs, stats = wrapped(key, *invals)
+    ctx.merge_stats(stats)
+    return list(outs)
+
+
+@register("shard_map", kind="control")
+def shard_map(ctx: Context, eqn: Any, invals: list) -> list:
+    """``jax.shard_map`` (same mesh, specs, manual axes and ``check_vma``) around the emulated body.
+
+    Inside the body each device rounds its own shard; stochastic rounding folds the device's position
+    in the manual axes into the key, so shards draw different bits. Counts are summed over devices
+    (``psum``): work replicated over an axis is counted once per device."""
+    p = eqn.params
+    jaxpr, consts = open_jaxpr(p["jaxpr"])
+    fn = ctx.subfunction(jaxpr)
+    axes = tuple(name for name in p["mesh"].axis_names if name in p["newly_manual_axes"])
+    key = ctx.site_key()
+    has_key = key is not None
+
+    def body(*args):
+        key, args = (args[0], args[1:]) if has_key else (None, args)
+        for name in axes if key is not None else ():
+            key = fold_key(key, lax.axis_index(name))
+        outs, stats = fn(key, consts, *args)
+        return outs, {site: lax.psum(mark_varying(vector, axes), axes) for site, vector in stats.items()}
+
+    P = jax.sharding.PartitionSpec
+    mapped = jax.shard_map(
+        body,
+        mesh=p["mesh"],
+        in_specs=(*([P()] if has_key else []), *p["in_specs"]),
+        out_specs=(list(p["out_specs"]), P()),
+        axis_names=frozenset(p["newly_manual_axes"]),
+        check_vma=p["check_vma"],
+    )
+    outs, stats = mapped(*([key] if has_key else []), *invals)
+    ctx.merge_stats(stats)
+    return list(outs)

@@ -1,0 +1,123 @@
+"""Rules of ``dot_general`` and ``conv_general_dilated``: the ``dot`` and ``conv`` kinds.
+
+Under a `DotPolicy` the primitive is computed by `fpemu.dot_general` /
+`fpemu.conv_general_dilated` with its formats; without one, as the program says on operands
+rounded to the policy's format (`_implicit_dot`). docs/emulate.md has the contract.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+
+from fpemu._core.format import Format, fits
+from fpemu._core.registry import get_format
+from fpemu._emulate.interpreter import Context
+from fpemu._emulate.policy import DotPolicy
+from fpemu._emulate.registry import register
+from fpemu._emulate.rounding import is_float, is_identity
+from fpemu._ops.matmul import conv_general_dilated as emulated_conv
+from fpemu._ops.matmul import dot_general as emulated_dot
+
+Compute = Callable[[Any, Any, dict], Any]  # (lhs, rhs, options of fpemu.dot_general) -> result
+
+
+def _operands(ctx: Context, dot_policy: DotPolicy, a: Any, b: Any) -> tuple:
+    """Round the operands here when the counts are wanted or subnormals are flushed (the matmul
+    rounds them again, an exact no-op); otherwise the matmul rounds them itself."""
+    if ctx.stats_enabled or not ctx.policy.subnormals:
+        a = ctx.round_output(a, fmt=dot_policy.lhs, suffix=".lhs")
+        b = ctx.round_output(b, fmt=dot_policy.rhs, suffix=".rhs")
+    return a, b
+
+
+def _matmul_options(ctx: Context, dot_policy: DotPolicy, out_dtype: Any) -> dict:
+    # fpemu.dot_general needs a key whenever any of its roundings is stochastic (a narrow accumulator
+    # rounds after every product even without accumulate_every).
+    stochastic = "stochastic" in (ctx.policy.rounding, dot_policy.accumulate_rounding)
+    return dict(
+        lhs=dot_policy.lhs,
+        rhs=dot_policy.rhs,
+        accumulate=dot_policy.accumulate,
+        out=None,  # rounded by round_output below, which also counts
+        accumulate_every=dot_policy.accumulate_every,
+        rounding=ctx.policy.rounding,
+        accumulate_rounding=dot_policy.accumulate_rounding,
+        saturate=ctx.policy.saturate,
+        key=ctx.site_key() if stochastic else None,
+        preferred_element_type=out_dtype,
+    )
+
+
+def _implicit_format(ctx: Context, a: Any, b: Any) -> Format | None:
+    """Without ``Policy.dot``: the format F for the primitive (override, else default) if it rounds
+    the operands, else None (F at least as wide as their dtypes, or unable to hold their values)."""
+    fmt = ctx.format_for()
+    if fmt is None:
+        return None
+    containers = [get_format(a.dtype), get_format(b.dtype)]
+    if any(is_identity(c, fmt, ctx.policy) or not fits(fmt, c) for c in containers):
+        return None
+    return fmt
+
+
+def _implicit_dot(ctx: Context, eqn: Any, a: Any, b: Any, fmt: Format) -> list:
+    """A program whose values are F values: operands rounded to F (a no-op for the results of
+    rounded primitives), the primitive computed as the program says (exact products of F values,
+    accumulation in the result dtype), the result rounded to F. float32 operands of a format that
+    fits bfloat16 are cast to bfloat16 (exactly) with a float32 result: the same products and
+    accumulator, at bf16 matmul speed."""
+    a = ctx.round_operand(a, fmt)
+    b = ctx.round_operand(b, fmt)
+    overrides = {}
+    out_dtype = eqn.outvars[0].aval.dtype
+    if a.dtype == b.dtype == out_dtype == jnp.float32 and fits(fmt, get_format("bf16")):
+        a, b = a.astype(jnp.bfloat16), b.astype(jnp.bfloat16)
+        overrides["preferred_element_type"] = np.dtype(np.float32)
+    (y,) = ctx.bind(eqn, [a, b], **overrides)
+    return [ctx.round_output(y)]
+
+
+def _dot_like(ctx: Context, eqn: Any, invals: list, explicit: DotPolicy | None, compute: Compute) -> list:
+    a, b = invals
+    if not (is_float(a.dtype) and is_float(b.dtype)):
+        return ctx.bind_and_round(eqn, invals)
+    if explicit is None:
+        fmt = _implicit_format(ctx, a, b)
+        return ctx.bind_and_round(eqn, invals) if fmt is None else _implicit_dot(ctx, eqn, a, b, fmt)
+    a, b = _operands(ctx, explicit, a, b)
+    out_dtype = eqn.outvars[0].aval.dtype
+    y = compute(a, b, _matmul_options(ctx, explicit, out_dtype))
+    y = y.astype(out_dtype) if y.dtype != out_dtype else y
+    return [ctx.round_output(y, fmt=explicit.out or ctx.format_for())]
+
+
+@register("dot_general", kind="dot")
+def dot_general(ctx: Context, eqn: Any, invals: list) -> list:
+    """Under ``Policy.dot``: `fpemu.dot_general` with its formats, the result rounded to
+    ``DotPolicy.out``, else to the policy's format for ``dot_general``. Without it: `_implicit_dot`.
+    Integer dots, and formats that leave the operands alone: a rounded primitive."""
+    dimension_numbers = eqn.params["dimension_numbers"]
+
+    def compute(a: Any, b: Any, options: dict) -> Any:
+        return emulated_dot(a, b, dimension_numbers, **options)
+
+    return _dot_like(ctx, eqn, invals, ctx.policy.dot, compute)
+
+
+@register("conv_general_dilated", kind="conv")
+def conv_general_dilated(ctx: Context, eqn: Any, invals: list) -> list:
+    """As dot_general, with `fpemu.conv_general_dilated` and ``Policy.conv`` (else ``Policy.dot``)."""
+    p = eqn.params
+
+    def compute(a: Any, b: Any, options: dict) -> Any:
+        return emulated_conv(
+            a, b, p["window_strides"], p["padding"], lhs_dilation=p["lhs_dilation"],
+            rhs_dilation=p["rhs_dilation"], dimension_numbers=p["dimension_numbers"],
+            feature_group_count=p["feature_group_count"], batch_group_count=p["batch_group_count"], **options,
+        )  # fmt: skip
+
+    return _dot_like(ctx, eqn, invals, ctx.policy.conv_policy, compute)

@@ -1,0 +1,142 @@
+"""`fpemu.emulate`: run a JAX function with every floating-point result rounded as a `Policy` says.
+
+The transform is a jaxpr interpreter on documented APIs (``jax.make_jaxpr``, ``jax.extend.core``,
+``jax.tree_util``): ``fn`` is traced to a closed jaxpr, its equations are evaluated in order with an
+environment dict (`fpemu._emulate.interpreter`), and each primitive is handled by the rule
+registered for its name (`fpemu._emulate.registry`). This module imports the rule modules, which
+registers them: plain primitives (`rules_plain`), dots and convolutions (`rules_dot`), calls and
+custom derivatives (`rules_calls`), control flow (`rules_control`). Statistics are in
+`fpemu._emulate.stats`, the policy in `fpemu._emulate.policy`. The contract is docs/emulate.md.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fpemu._args import bool_arg, key_arg
+from fpemu._core.registry import FormatLike
+from fpemu._emulate import rules_calls, rules_control, rules_dot, rules_plain
+from fpemu._emulate import stats as _stats
+from fpemu._emulate.interpreter import Context, State, interpret
+from fpemu._emulate.policy import Policy, as_policy
+from fpemu._engine.rng import seeds_from_key
+
+__all__ = ["emulate"]
+
+# The rule modules register their rules when imported; nothing else of them is used here.
+RULE_MODULES = (rules_plain, rules_dot, rules_calls, rules_control)
+
+
+def _is_array(leaf: Any) -> bool:
+    return isinstance(leaf, (jax.Array, np.ndarray, np.generic))
+
+
+def emulate(
+    fn: Callable, policy: Policy | FormatLike, *, with_stats: bool = False, key: jax.Array | None = None
+) -> Callable:
+    """Return a function with ``fn``'s signature that runs ``fn`` with its floating-point results
+    rounded as ``policy`` says.
+
+    Every primitive that computes new floating-point values (arithmetic, transcendental functions,
+    reductions, ``dot_general``...) has its results rounded to the policy's format for it
+    (``overrides`` first, else ``default``); data movement and selection (reshape, slice, select,
+    max, neg...) is exact and left alone; ``dot_general`` / ``conv_general_dilated`` follow
+    ``Policy.dot`` / ``Policy.conv``; nested ``jit``, ``cond``, ``while``, ``scan``,
+    ``custom_jvp``/``custom_vjp``, ``jax.checkpoint`` and ``shard_map`` are emulated inside. The
+    function's floating-point array arguments (and arrays it closes over) are rounded to ``default``
+    on entry unless ``round_inputs=False``; Python scalar constants are always rounded. The rule
+    table and every choice are in docs/emulate.md.
+
+    Special values: NaN stays NaN; overflow gives infinity, NaN or ±max as `fpemu.quantize` says for
+    the format and mode (``saturate=True`` clamps). A format at least as wide as a result's dtype
+    leaves that result unchanged, so ``emulate(f, "fp32")`` on a float32 function is bit-identical
+    to ``f``.
+
+    Composition: ``jax.jit(emulate(f, p))`` compiles the emulated program (do this for speed: called
+    eagerly, it runs primitive by primitive as ``f`` would). ``jax.grad(emulate(f, p))``
+    differentiates the rounded forward pass with straight-through rounding (the backward pass runs
+    unrounded, in the dtype); ``emulate(jax.grad(f), p)`` rounds the backward computation too.
+    ``jax.vmap`` composes either way.
+
+    Args:
+      fn: the function. Array leaves of its arguments (JAX or NumPy arrays) are traced; other leaves
+        (Python numbers, strings, None) are treated as static and closed over.
+      policy: a `Policy`, or a format (name, dtype or `Format`) meaning ``Policy(default=fmt)``.
+      with_stats: also return a statistics pytree:
+        ``{site: {"elements", "overflow", "saturated", "underflow", "subnormal", "inf", "nan"}}`` of
+        int32 counts, where ``site`` is ``"scope/.../primitive"`` (named scopes from
+        ``jax.named_scope``), ``"inputs"`` for the arguments, and ``.lhs``/``.rhs`` suffixes for
+        dot operands.
+      key: a JAX PRNG key, for (and only for) ``Policy(rounding="stochastic")``. Every rounding site
+        folds its own index (and its loop iteration) into it.
+
+    Returns:
+      ``emulated(*args, **kwargs)``: ``fn``'s value, or ``(value, stats)`` with ``with_stats``.
+
+    Raises:
+      ValueError: a bad policy field, stochastic rounding without a key (or a key without it), a
+        key array of several keys, a format that a result's dtype cannot hold and that cannot hold
+        the dtype either (fp16 and a bfloat16 result).
+      TypeError: ``fn`` not callable, ``with_stats`` not a bool, ``key`` not a PRNG key.
+      NotImplementedError: a primitive without a rule (unless ``passthrough_unknown=True``).
+
+    Example:
+      >>> import jax, jax.numpy as jnp, fpemu
+      >>> def f(x):
+      ...     return jnp.exp(x) * 3.0
+      >>> x = jnp.array([0.1, 1.0, 5.0])
+      >>> fpemu.emulate(f, "e4m3fn")(x).tolist()
+      [3.5, 8.0, 448.0]
+      >>> q = lambda v: fpemu.quantize(v, "e4m3fn")           # the same, by hand
+      >>> q(q(jnp.exp(q(x))) * 3.0).tolist()
+      [3.5, 8.0, 448.0]
+      >>> bool((jax.jit(fpemu.emulate(f, "fp32"))(x) == jax.jit(f)(x)).all())
+      True
+      >>> _, stats = fpemu.emulate(lambda v: jnp.exp(v) * 100.0, "e4m3fn", with_stats=True)(x)
+      >>> {field: int(n) for field, n in stats["mul"].items()}  # e**5 * 100 overflows e4m3fn
+      {'elements': 3, 'overflow': 1, 'saturated': 0, 'underflow': 0, 'subnormal': 0, 'inf': 0, 'nan': 1}
+      >>> jax.grad(lambda v: fpemu.emulate(f, "bf16")(v).sum())(x).tolist()  # straight-through
+      [3.3158364295959473, 8.154845237731934, 445.239501953125]
+    """
+    policy = as_policy(policy)
+    with_stats = bool_arg(with_stats, "with_stats")
+    if policy.stochastic and key is None:
+        raise ValueError(
+            "stochastic rounding (Policy.rounding or a DotPolicy's accumulate_rounding) needs "
+            "emulate(..., key=jax.random.key(...))"
+        )
+    key = key_arg(key, policy.stochastic, "key", what=f"with {policy!r}")
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+
+    @functools.wraps(fn)
+    def emulated(*args, **kwargs):
+        leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
+        dynamic = [i for i, leaf in enumerate(leaves) if _is_array(leaf)]
+
+        def flat_fn(*values):
+            full = list(leaves)
+            for i, value in zip(dynamic, values):
+                full[i] = value
+            call_args, call_kwargs = jax.tree_util.tree_unflatten(treedef, full)
+            return fn(*call_args, **call_kwargs)
+
+        values = [jnp.asarray(leaves[i]) if not isinstance(leaves[i], jax.Array) else leaves[i] for i in dynamic]
+        closed, out_shapes = jax.make_jaxpr(flat_fn, return_shape=True)(*values)
+        root = None if key is None else seeds_from_key(key)  # uint32[2]; sites fold into it
+        state = State(policy, root, {} if with_stats else None)
+        ctx = Context(state)
+        inputs = [ctx.constant(value, "inputs") for value in values]
+        outs = interpret(ctx, closed.jaxpr, list(closed.consts), inputs)
+        value = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(out_shapes), outs)
+        if state.stats is not None:  # with_stats
+            return value, _stats.as_pytree(state.stats)
+        return value
+
+    return emulated

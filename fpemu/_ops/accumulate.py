@@ -1,0 +1,220 @@
+"""The computation of an emulated dot: rounded operands, exact products, the emulated accumulator, the output.
+
+`compute_dot` is the whole computation, jitted, for any geometry (`fpemu._ops.geometry`) and
+any checked configuration (`fpemu._ops.matmul_config`); docs/matmul.md is its contract:
+
+1. the operands, divided by their scales, are rounded in W (`fpemu.quantize`);
+2. the geometry maps them to (B, M, K) @ (B, K, N);
+3. the contraction is summed in chunks of ``accumulate_every`` products, each chunk by one W dot
+   (bfloat16 operands with W accumulation when both hold bfloat16 values: exact), and the running
+   sum is rounded once per chunk (`round_accumulator`: an exact addition, then one rounding);
+4. the sum times the scales is rounded to the output format and cast to the result dtype.
+
+The Pallas kernel (`fpemu.kernels.matmul`) runs the same accumulator step, `round_accumulator`,
+with its own rounding of tiles.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from fpemu._core.modes import Rounding
+from fpemu._ops.geometry import Geometry
+from fpemu._ops.matmul_config import (
+    KEY_ACC,
+    KEY_LHS,
+    KEY_OUT,
+    KEY_RHS,
+    MatmulCall,
+    MatmulConfig,
+    chunk_key_words,
+    key_streams,
+)
+from fpemu._ops.quantize import quantize
+
+__all__ = ["compute_dot", "device_operands", "positive_zero", "round_accumulator", "scale_product"]
+
+_HIGHEST = lax.Precision.HIGHEST
+_BATCHED = (((2,), (1,)), ((0,), (0,)))  # (B, M, k) @ (B, k, N)
+
+
+# -- the accumulator step ---------------------------------------------------------------------------
+
+
+def _add_to_odd(acc: jax.Array, s: jax.Array) -> jax.Array:
+    """``acc + s`` exactly rounded to W with round-to-odd: TwoSum, then an odd last bit if inexact.
+
+    Round-to-odd to p bits followed by any rounding to at most p - 2 bits equals that rounding of the
+    exact sum, so the running sum is rounded once.
+    """
+    t = acc + s
+    virtual = t - acc
+    err = (acc - (t - virtual)) + (s - virtual)  # exact: acc + s == t + err (no overflow)
+    uint = jnp.uint32 if t.dtype == jnp.float32 else jnp.uint64
+    bits = lax.bitcast_convert_type(t, uint)
+    one = jnp.ones((), uint)
+    inexact_even = (err != 0) & ((bits & one) == 0) & jnp.isfinite(t)
+    outward = (err > 0) == (t > 0)  # err moves |acc + s| above |t|
+    bits = jnp.where(inexact_even, jnp.where(outward, bits + one, bits - one), bits)
+    return lax.bitcast_convert_type(bits, t.dtype)
+
+
+def positive_zero(x: jax.Array) -> jax.Array:
+    """An exactly zero sum is +0 (XLA folds ``+0 + x`` into ``x``, which keeps a -0 ``x``)."""
+    return jnp.where(x == 0, jnp.zeros_like(x), x)
+
+
+def round_accumulator(
+    acc: jax.Array, s: jax.Array, cfg: MatmulConfig, round_to: Callable[[jax.Array, Rounding, bool], jax.Array]
+) -> jax.Array:
+    """The running sum after a chunk whose W sum is ``s``: ``round(acc + s)`` to ``cfg.accumulate``.
+
+    ``round_to(total, rounding, saturate)`` rounds W values to ``cfg.accumulate`` (`fpemu.quantize`
+    here, the kernel's own rounding of a tile there). A W accumulator adds in W (round to nearest
+    even), clamped to ±max with ``saturate``; a narrower one adds exactly (`_add_to_odd`) and
+    rounds once, in ``cfg.accumulate_rounding``.
+    """
+    if cfg.direct:
+        total = positive_zero(acc + s)  # a W addition: round to nearest even
+        return round_to(total, "nearest_even", True) if cfg.saturate else total
+    return round_to(positive_zero(_add_to_odd(acc, s)), cfg.accumulate_rounding, cfg.saturate)
+
+
+# -- the contraction --------------------------------------------------------------------------------
+
+
+def _dot3(a: jax.Array, b: jax.Array, cfg: MatmulConfig) -> jax.Array:
+    """Batched (B, M, k) @ (B, k, N) with W accumulation; bfloat16 operands when they hold bf16 values."""
+    if a.shape[2] == 1:  # one product per output: a product, not a sum
+        return a * b
+    if cfg.bf16_operands:
+        a, b = a.astype(jnp.bfloat16), b.astype(jnp.bfloat16)  # exact: the values are bfloat16 values
+        # XLA:CPU's dot runtime rejects BF16 x BF16 = F32 when the conversions are fused into the dot
+        # ("Unsupported element type for DotThunk::Execute"); the barrier keeps them as plain operands.
+        a, b = lax.optimization_barrier((a, b))
+    return lax.dot_general(a, b, _BATCHED, precision=_HIGHEST, preferred_element_type=cfg.work)
+
+
+def _accumulate_impl(a3: jax.Array, b3: jax.Array, key_words: jax.Array, cfg: MatmulConfig) -> jax.Array:
+    if cfg.accumulate_every is None:
+        return positive_zero(_dot3(a3, b3, cfg))
+    batch, m, k_total = a3.shape
+    n = b3.shape[2]
+    k = cfg.accumulate_every
+    chunks = -(-k_total // k)
+    pad = chunks * k - k_total  # zero products: +0 changes no sum
+    a3 = jnp.pad(a3, ((0, 0), (0, 0), (0, pad)))
+    b3 = jnp.pad(b3, ((0, 0), (0, pad), (0, 0)))
+    a4 = a3.reshape(batch, m, chunks, k).transpose(2, 0, 1, 3)  # (chunk, B, M, k)
+    b4 = b3.reshape(batch, chunks, k, n).transpose(1, 0, 2, 3)  # (chunk, B, k, N)
+
+    def step(acc, xs):
+        a_chunk, b_chunk, words = xs
+
+        def round_to(total, rounding, saturate):
+            key = words if rounding == "stochastic" else None
+            return quantize(total, cfg.accumulate, rounding=rounding, saturate=saturate, key=key)
+
+        return round_accumulator(acc, _dot3(a_chunk, b_chunk, cfg), cfg, round_to), None
+
+    acc0 = jnp.zeros((batch, m, n), cfg.work)
+    acc, _ = lax.scan(step, acc0, (a4, b4, key_words))
+    return acc
+
+
+_accumulate = jax.custom_jvp(_accumulate_impl, nondiff_argnums=(3,))
+
+
+@_accumulate.defjvp
+def _accumulate_jvp(cfg, primals, tangents):
+    """The tangent of the exact product: a plain W dot of the tangents (no rounding, no chunks)."""
+    a3, b3, key_words = primals
+    da, db, _ = tangents
+    dot = lambda x, y: lax.dot_general(x, y, _BATCHED, precision=_HIGHEST, preferred_element_type=cfg.work)
+    return _accumulate(a3, b3, key_words, cfg), dot(da, b3) + dot(a3, db)
+
+
+# -- the whole computation --------------------------------------------------------------------------
+
+
+def _round_operand(x, fmt, scale, cfg: MatmulConfig, key) -> jax.Array:
+    x = x.astype(cfg.work)
+    if scale is not None:
+        x = x / scale
+    if fmt is None:
+        return x
+    return quantize(x, fmt, rounding=cfg.rounding, saturate=cfg.saturate, key=key if cfg.operands_stochastic else None)
+
+
+def _gather(x: jax.Array, dims: tuple[int, ...]) -> jax.Array:
+    """Reshard explicitly sharded ``dims`` (JAX's sharding in types) to whole: one device sums each output.
+
+    With ``AxisType.Explicit`` mesh axes, a sharded contraction is ambiguous for `lax.dot_general`
+    and for the chunked scan. Auto (GSPMD) shardings carry no spec here and are left to XLA.
+    """
+    typeof = getattr(jax, "typeof", None)  # JAX versions without it have no Explicit axes either
+    sharding = getattr(typeof(x), "sharding", None) if typeof is not None else None
+    spec = getattr(sharding, "spec", None)
+    if sharding is None or spec is None:
+        return x
+    spec = tuple(spec) + (None,) * (x.ndim - len(spec))
+    if all(spec[d] is None for d in dims):
+        return x
+    whole = jax.sharding.PartitionSpec(*(None if d in dims else s for d, s in enumerate(spec)))
+    return jax.sharding.reshard(x, jax.sharding.NamedSharding(sharding.mesh, whole))
+
+
+def scale_product(lhs_scale: jax.Array | None, rhs_scale: jax.Array | None) -> jax.Array | None:
+    """``lhs_scale * rhs_scale`` in W, the one of them given, or None."""
+    if lhs_scale is None or rhs_scale is None:
+        return rhs_scale if lhs_scale is None else lhs_scale
+    return lhs_scale * rhs_scale
+
+
+def _compute_dot(a, b, lhs_scale, rhs_scale, key, cfg: MatmulConfig, geometry: Geometry) -> jax.Array:
+    """The emulated dot of the W operands ``a`` and ``b`` (`device_operands`); jitted as `compute_dot`,
+    with ``cfg`` and ``geometry`` static. The gradient is straight-through."""
+    keys = key_streams(key)
+    a = _round_operand(a, cfg.lhs, lhs_scale, cfg, keys[KEY_LHS])
+    b = _round_operand(b, cfg.rhs, rhs_scale, cfg, keys[KEY_RHS])
+    lhs_dims, rhs_dims = geometry.gathered
+    a3, b3 = geometry.to3d(_gather(a, lhs_dims), _gather(b, rhs_dims))
+    chunks = 1 if cfg.accumulate_every is None else -(-a3.shape[2] // cfg.accumulate_every)
+    if cfg.accumulate_stochastic:
+        words = chunk_key_words(keys[KEY_ACC], chunks)
+    else:
+        words = jnp.zeros((chunks, 0), jnp.uint32)
+    y = geometry.from3d(_accumulate(a3, b3, words, cfg))
+    scale = scale_product(lhs_scale, rhs_scale)
+    if scale is not None:
+        y = y * scale
+    if cfg.out is not None:
+        out_key = keys[KEY_OUT] if cfg.operands_stochastic else None
+        y = quantize(y, cfg.out, rounding=cfg.rounding, saturate=cfg.saturate, key=out_key)
+    return y.astype(cfg.result)
+
+
+compute_dot = jax.jit(_compute_dot, static_argnames=("cfg", "geometry"))
+
+
+def device_operands(call: MatmulCall) -> tuple[jax.Array, jax.Array]:
+    """The call's operands as device arrays. A host float64 operand (x64 disabled) with a format and
+    no scale is rounded here, once from its float64 value, as `quantize` does (the later rounding of
+    the float32 result is then the identity)."""
+    cfg = call.cfg
+    work = np.dtype(cfg.work)
+    keys = key_streams(call.key if cfg.operands_stochastic else None)
+    operands = []
+    sides = ((call.a, cfg.lhs, call.lhs_scale, keys[KEY_LHS]), (call.b, cfg.rhs, call.rhs_scale, keys[KEY_RHS]))
+    for x, fmt, scale, k in sides:
+        if isinstance(x, np.ndarray):  # host float64 with x64 disabled
+            if fmt is not None and scale is None:
+                x = quantize(x, fmt, rounding=cfg.rounding, saturate=cfg.saturate, key=k)
+            x = jnp.asarray(x, work)
+        operands.append(x)
+    return operands[0], operands[1]

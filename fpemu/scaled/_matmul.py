@@ -1,0 +1,109 @@
+"""`matmul`: the product of two float32 matrices as a recipe computes it (the accuracy benchmark's recipes)."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Literal, get_args
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fpemu._args import choice_arg
+from fpemu._ops.matmul import matmul as _element_matmul
+from fpemu.scaled._quantize import quantize_dequantize
+from fpemu.scaled._recipes import get_recipe
+
+MatmulRecipe = Literal[
+    "fp32",
+    "bf16",
+    "fp16",
+    "fp8_e4m3",
+    "fp8_e5m2",
+    "mxfp8_e4m3",
+    "mxfp8_e5m2",
+    "mxfp6_e3m2",
+    "mxfp6_e2m3",
+    "mxfp4",
+    "nvfp4",
+    "mxint8",
+]
+#: The recipes of `matmul`, in table order: the fp32 baseline, the unscaled 16-bit formats, per-tensor
+#: FP8, then the block-scaled recipes. ``mxint8`` (OCP MXINT8) comes last.
+MATMUL_RECIPES: tuple[str, ...] = get_args(MatmulRecipe)
+
+_UNSCALED = {"fp32": None, "bf16": "bf16", "fp16": "fp16"}  # recipe -> operand format of the element matmul
+
+
+def _check_operands(a: Any, b: Any) -> tuple[jax.Array, jax.Array]:
+    for name, x in (("a", a), ("b", b)):
+        if not isinstance(x, (np.ndarray, jax.Array)):
+            raise TypeError(f"{name} must be a float32 NumPy or JAX array, got {type(x).__name__}")
+        if x.dtype != np.float32:
+            raise TypeError(f"{name} must be float32 (the recipes quantize float32 operands), got {x.dtype}")
+        if x.ndim != 2:
+            raise ValueError(f"{name} must be a matrix (2-D), got shape {x.shape}")
+    if a.shape[1] != b.shape[0]:
+        raise ValueError(f"the contraction dimensions differ: a has shape {a.shape}, b has shape {b.shape}")
+    return jnp.asarray(a), jnp.asarray(b)
+
+
+@functools.partial(jax.jit, static_argnames="recipe")
+def _product(a: jax.Array, b: jax.Array, recipe: str) -> jax.Array:
+    if recipe in _UNSCALED:
+        fmt = _UNSCALED[recipe]
+        return _element_matmul(a, b, lhs=fmt, rhs=fmt)
+    r = get_recipe(recipe)
+    if r.block_size is None:  # per-tensor scaling: one float32 scale per operand
+        a_q = quantize_dequantize(a, r, axis=None)
+        b_q = quantize_dequantize(b, r, axis=None)
+    else:  # blocks along the contraction dimension K; a shorter last block if K is not a multiple
+        a_q = quantize_dequantize(a, r, axis=-1, pad=True)
+        b_q = quantize_dequantize(b, r, axis=0, pad=True)
+    # Power-of-two scales times elements of at most 8 significant bits are bfloat16 values: rounding
+    # them to bf16 is exact and lets the element matmul take its bf16 x bf16 -> f32 fast path. Float
+    # scales (per-tensor FP8, NVFP4) give arbitrary float32 values: multiplied as they are.
+    fmt = "bf16" if r.is_pow2 else None
+    return _element_matmul(a_q, b_q, lhs=fmt, rhs=fmt)
+
+
+def matmul(a: jax.Array | np.ndarray, b: jax.Array | np.ndarray, recipe: MatmulRecipe) -> jax.Array:
+    """The recipe's emulated product of the float32 matrices ``a`` (M x K) and ``b`` (K x N), float32.
+
+    Special values first: with a scaled recipe, a block (or, per tensor, an operand) holding NaN or
+    ±inf has the NaN scale, so every product that reads it is NaN; ``"bf16"``/``"fp16"`` round an
+    operand beyond the format's range to ±inf (fp16: beyond 65504), and inf or NaN propagate through
+    the float32 accumulation as IEEE arithmetic has them.
+
+    The recipes (`MATMUL_RECIPES`): ``"fp32"`` is the plain float32 product (float32 accumulation at
+    ``Precision.HIGHEST``); ``"bf16"``/``"fp16"`` round both operands to that format (nearest even)
+    and accumulate in float32 (``fpemu.matmul(a, b, lhs=fmt, rhs=fmt)``); the scaled recipes quantize
+    ``a`` along K (``axis=-1``) and ``b`` along K (``axis=0``) with `quantize_dequantize`, so that
+    blocks run along the contraction dimension as OCP MX prescribes (a shorter last block where K
+    is not a multiple of the block size), per tensor for ``"fp8_e4m3"``/``"fp8_e5m2"``, and multiply
+    the dequantized operands with float32 accumulation. Jitted once per recipe and shape.
+
+    Args:
+      a: float32 matrix (NumPy or JAX), M x K.
+      b: float32 matrix (NumPy or JAX), K x N.
+      recipe: a name from `MATMUL_RECIPES`.
+
+    Returns:
+      The float32 M x N product.
+
+    Raises:
+      ValueError: for an unknown recipe (listing `MATMUL_RECIPES`), or shapes that do not multiply.
+      TypeError: for operands that are not float32 arrays.
+
+    Example:
+      >>> import numpy as np
+      >>> from fpemu import scaled
+      >>> a = np.full((1, 32), 0.3, np.float32); b = np.ones((32, 1), np.float32)
+      >>> scaled.matmul(a, b, "bf16").tolist()    # 0.3 -> 0.30078125, times 32
+      [[9.625]]
+      >>> scaled.matmul(a, b, "mxfp4").tolist()   # scale 2**-4: 0.3 / 2**-4 = 4.8 -> 4, i.e. 0.25
+      [[8.0]]
+    """
+    recipe_name = choice_arg(recipe, MATMUL_RECIPES, "recipe")
+    a, b = _check_operands(a, b)
+    return _product(a, b, recipe_name)

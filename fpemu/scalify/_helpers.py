@@ -1,0 +1,111 @@
+"""Small functions the scale rules share: scale dtypes, safe division, re-scaling to a common scale."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from fpemu.scalify._array import ScaledArray, is_static_anyscale
+from fpemu.scalify._pow2 import is_numpy
+
+_FLOAT_ORDER = ("float8", "bfloat16", "float16", "float32", "float64")
+
+
+def is_float(dtype: Any) -> bool:
+    return jnp.issubdtype(dtype, jnp.floating)
+
+
+def scale_dtype_of(*values: Any) -> np.dtype | None:
+    """The widest scale dtype among the `ScaledArray` values (float32 for float16 with bfloat16)."""
+    dtypes = {np.dtype(v.scale.dtype) for v in values if isinstance(v, ScaledArray)}
+    if not dtypes:
+        return None
+    if len(dtypes) == 1:
+        return dtypes.pop()
+    if np.dtype(np.float64) in dtypes:
+        return np.dtype(np.float64)
+    return np.dtype(np.float32)
+
+
+def with_scale_dtype(value: Any, dtype: Any) -> Any:
+    if not isinstance(value, ScaledArray) or value.scale.dtype == dtype:
+        return value
+    return ScaledArray(value.data, value.scale.astype(dtype))
+
+
+def promote_scales(*values: Any) -> list[Any]:
+    """The values with their scales cast to one common dtype (`scale_dtype_of`)."""
+    dtype = scale_dtype_of(*values)
+    return [with_scale_dtype(v, dtype) for v in values]
+
+
+def api(*values: Any) -> Any:
+    return np if all(is_numpy(v) for v in values) else jnp
+
+
+def safe_div(lhs: Any, rhs: Any) -> Any:
+    """``lhs / rhs``, and 0 where ``rhs`` is 0 (scales: a zero scale never makes a NaN)."""
+    if is_numpy(lhs) and is_numpy(rhs):
+        lhs, rhs = np.asarray(lhs), np.asarray(rhs)
+        return np.divide(lhs, rhs, out=np.zeros(np.broadcast_shapes(lhs.shape, rhs.shape), rhs.dtype), where=rhs != 0)
+    rhs = jnp.asarray(rhs)
+    lhs, rhs = jnp.broadcast_arrays(jnp.asarray(lhs).astype(rhs.dtype), rhs)
+    zero = lax.eq(rhs, lax.full_like(rhs, 0))
+    return lax.select(zero, lax.full_like(rhs, 0), lax.div(lhs, lax.select(zero, lax.full_like(rhs, 1), rhs)))
+
+
+def maximum(a: Any, b: Any) -> Any:
+    return np.maximum(a, b) if is_numpy(a) and is_numpy(b) else lax.max(jnp.asarray(a), jnp.asarray(b))
+
+
+def minimum(a: Any, b: Any) -> Any:
+    return np.minimum(a, b) if is_numpy(a) and is_numpy(b) else lax.min(jnp.asarray(a), jnp.asarray(b))
+
+
+def rescaled(value: ScaledArray, scale: Any, dtype: Any = None) -> Any:
+    """``value``'s data expressed in ``scale``: ``data * (value.scale / scale)`` (0 for a zero
+    ``scale``), in ``dtype`` (default: the data's). A static ratio of 1 leaves the data alone."""
+    dtype = np.dtype(value.dtype if dtype is None else dtype)
+    data = value.data if value.dtype == dtype else value.data.astype(dtype)
+    ratio = safe_div(value.scale, scale)
+    if is_numpy(ratio) and np.all(ratio == 1):
+        return data
+    return data * api(ratio).asarray(ratio).astype(dtype)
+
+
+def max_scale(values: Sequence[ScaledArray]) -> Any:
+    """The largest scale of ``values``, ignoring those known to be 0 or ±inf (the ``0`` of
+    ``max(x, 0)``: a static zero or infinity has any scale), unless all are."""
+    candidates = [v for v in values if not np.all(is_static_anyscale(v))] or list(values)
+    out = candidates[0].scale
+    for v in candidates[1:]:
+        out = maximum(out, v.scale)
+    return out
+
+
+def common(values: Sequence[ScaledArray], dtype: Any = None) -> tuple[Any, list[Any]]:
+    """``(scale, datas)``: the values re-expressed in their largest scale (`max_scale`)."""
+    values = promote_scales(*values)
+    scale = max_scale(values)
+    return scale, [rescaled(v, scale, dtype) for v in values]
+
+
+def ones_scale(dtype: Any) -> np.ndarray:
+    return np.ones((), dtype)
+
+
+def unscale(value: Any, dtype: Any = None) -> Any:
+    """A `ScaledArray` as a plain array (``data * scale`` computed wide, rounded to ``dtype``,
+    default the data's); other values unchanged."""
+    return value.to_array(dtype) if isinstance(value, ScaledArray) else value
+
+
+def static_size(shape: Sequence[int], axes: Sequence[int]) -> int:
+    return int(np.prod([shape[a] for a in axes], dtype=np.int64))
+
+
+def data_of(value: Any) -> Any:
+    return value.data if isinstance(value, ScaledArray) else value

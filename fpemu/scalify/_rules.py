@@ -1,0 +1,210 @@
+"""Scale rules of arithmetic, matmuls and reductions (the unit-scaling rules of jax-scalify).
+
+Each rule is written once against its formula (docs/scalify.md lists them); ``round_scale`` rounds
+a computed scale as the current `ScalifyConfig` says, ``round_static`` a static factor.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from jax import lax
+
+from fpemu.scalify._array import ScaledArray
+from fpemu.scalify._helpers import (
+    api,
+    maximum,
+    minimum,
+    promote_scales,
+    rescaled,
+    safe_div,
+    static_size,
+)
+from fpemu.scalify._registry import register_rule, round_scale, round_static
+
+# -- add, sub: sqrt(sa**2 + sb**2), rounded -----------------------------------------------------------
+
+
+def add_scale(sa: Any, sb: Any) -> Any:
+    """``sqrt(sa**2 + sb**2)`` computed as ``max * sqrt(1 + (min/max)**2)`` (no overflow), rounded."""
+    high, low = maximum(sa, sb), minimum(sa, sb)
+    ratio = safe_div(low, high)
+    return round_scale(high * api(ratio).sqrt(ratio * ratio + ratio.dtype.type(1)))
+
+
+def _add_sub(op, a: ScaledArray, b: ScaledArray) -> ScaledArray:
+    a, b = promote_scales(a, b)
+    scale = add_scale(a.scale, b.scale)
+    return ScaledArray(op(rescaled(a, scale), rescaled(b, scale)), scale)
+
+
+@register_rule("add", "add_any", kind="rule")
+def scaled_add(A: ScaledArray, B: ScaledArray, **params: Any) -> ScaledArray:
+    """``s = pow2(sqrt(sa**2 + sb**2))``, ``data = da * sa/s + db * sb/s``."""
+    return _add_sub(lax.add, A, B)
+
+
+@register_rule("sub", kind="rule")
+def scaled_sub(A: ScaledArray, B: ScaledArray, **params: Any) -> ScaledArray:
+    """As `scaled_add`, with ``-``."""
+    return _add_sub(lax.sub, A, B)
+
+
+# -- products -----------------------------------------------------------------------------------------
+
+
+@register_rule("mul", kind="rule")
+def scaled_mul(lhs: ScaledArray, rhs: ScaledArray, **params: Any) -> ScaledArray:
+    """``s = sa * sb``, ``data = da * db``."""
+    lhs, rhs = promote_scales(lhs, rhs)
+    return ScaledArray(lax.mul(lhs.data, rhs.data), lhs.scale * rhs.scale)
+
+
+@register_rule("div", kind="rule")
+def scaled_div(lhs: ScaledArray, rhs: ScaledArray, **params: Any) -> ScaledArray:
+    """``s = sa / sb``, ``data = da / db``."""
+    lhs, rhs = promote_scales(lhs, rhs)
+    return ScaledArray(lax.div(lhs.data, rhs.data), lhs.scale / rhs.scale)
+
+
+def _power(scale: Any, y: int) -> Any:
+    if isinstance(scale, (np.ndarray, np.generic)):
+        return np.asarray(np.power(scale, y, dtype=scale.dtype))
+    return lax.integer_pow(scale, y)
+
+
+@register_rule("integer_pow", kind="rule")
+def scaled_integer_pow(A: ScaledArray, y: int, **params: Any) -> ScaledArray:
+    """``s = sa ** y``, ``data = da ** y``."""
+    return ScaledArray(lax.integer_pow(A.data, y), _power(A.scale, y))
+
+
+@register_rule("square", kind="rule")
+def scaled_square(A: ScaledArray, **params: Any) -> ScaledArray:
+    """``s = sa ** 2``, ``data = da ** 2``."""
+    return ScaledArray(lax.square(A.data), _power(A.scale, 2))
+
+
+@register_rule("sqrt", kind="rule")
+def scaled_sqrt(A: ScaledArray, **params: Any) -> ScaledArray:
+    """``s = sqrt(sa)``, ``data = sqrt(da)``."""
+    return ScaledArray(lax.sqrt(A.data), api(A.scale).sqrt(A.scale))
+
+
+@register_rule("rsqrt", kind="rule")
+def scaled_rsqrt(A: ScaledArray, **params: Any) -> ScaledArray:
+    """``s = 1 / sqrt(sa)``, ``data = rsqrt(da)``."""
+    xp = api(A.scale)
+    return ScaledArray(lax.rsqrt(A.data), A.scale.dtype.type(1) / xp.sqrt(A.scale))
+
+
+# -- matmuls: s = sa * sb * pow2(sqrt(K)), data divided by the same factor ------------------------------
+
+
+def _unit_factor(size: int, dtype: Any) -> np.ndarray:
+    """``pow2(sqrt(size))`` as a static scalar of ``dtype``."""
+    return np.asarray(round_static(np.asarray(np.sqrt(np.float64(size)), np.float32))).astype(dtype)
+
+
+def _matmul(lhs: ScaledArray, rhs: ScaledArray, size: int, compute) -> ScaledArray:
+    lhs, rhs = promote_scales(lhs, rhs)
+    factor = _unit_factor(size, lhs.scale.dtype)
+    data = compute(lhs.data, rhs.data)
+    if factor != 1:
+        data = data / factor.astype(data.dtype)
+    return ScaledArray(data, lhs.scale * rhs.scale * factor)
+
+
+@register_rule("dot_general", kind="rule")
+def scaled_dot_general(lhs: ScaledArray, rhs: ScaledArray, dimension_numbers: Any, **params: Any) -> ScaledArray:
+    """``s = sa * sb * pow2(sqrt(K))`` with ``K`` the product of the contracting dimensions (any
+    number of them, batch dimensions allowed), ``data = dot(da, db) / pow2(sqrt(K))``. Every other
+    parameter (``precision``, ``preferred_element_type``, ``out_sharding``...) is passed on."""
+    (contract, _), _ = dimension_numbers
+    size = static_size(lhs.shape, contract)
+
+    def compute(a, b):
+        return lax.dot_general_p.bind(a, b, dimension_numbers=dimension_numbers, **params)
+
+    return _matmul(lhs, rhs, size, compute)
+
+
+@register_rule("conv_general_dilated", kind="rule")
+def scaled_conv_general_dilated(lhs: ScaledArray, rhs: ScaledArray, **params: Any) -> ScaledArray:
+    """As `scaled_dot_general`, with ``K`` the kernel's size per output feature (input features
+    per group times the window) (jax-scalify keeps ``sa * sb``)."""
+    out_feature = params["dimension_numbers"].rhs_spec[0]
+    size = rhs.size // max(rhs.shape[out_feature], 1)
+
+    def compute(a, b):
+        return lax.conv_general_dilated_p.bind(a, b, **params)
+
+    return _matmul(lhs, rhs, size, compute)
+
+
+# -- reductions -----------------------------------------------------------------------------------
+
+
+@register_rule("reduce_sum", kind="rule")
+def scaled_reduce_sum(val: ScaledArray, axes: Any, **params: Any) -> ScaledArray:
+    """``s = sa * pow2(sqrt(N))`` with ``N`` the number of elements summed, ``data = sum(da) / pow2(sqrt(N))``."""
+    factor = _unit_factor(static_size(val.shape, axes), val.scale.dtype)
+    data = lax.reduce_sum_p.bind(val.data, axes=axes, **params)
+    if factor != 1:
+        data = data / factor.astype(data.dtype)
+    return ScaledArray(data, val.scale * factor)
+
+
+@register_rule("cumsum", kind="rule")
+def scaled_cumsum(val: ScaledArray, axis: int, **params: Any) -> ScaledArray:
+    """As `scaled_reduce_sum` along ``axis`` (the last partial sum is the whole sum)."""
+    factor = _unit_factor(val.shape[axis], val.scale.dtype)
+    data = lax.cumsum_p.bind(val.data, axis=axis, **params)
+    if factor != 1:
+        data = data / factor.astype(data.dtype)
+    return ScaledArray(data, val.scale * factor)
+
+
+@register_rule("reduce_prod", kind="rule")
+def scaled_reduce_prod(val: ScaledArray, axes: Any, **params: Any) -> ScaledArray:
+    """``s = sa ** N``, ``data = prod(da)``."""
+    data = lax.reduce_prod_p.bind(val.data, axes=axes, **params)
+    return ScaledArray(data, _power(val.scale, static_size(val.shape, axes)))
+
+
+def _same_scale(prim):
+    def rule(val: ScaledArray, **params: Any) -> ScaledArray:
+        return ScaledArray(prim.bind(val.data, **params), val.scale)
+
+    rule.__name__ = f"scaled_{prim.name}"
+    rule.__doc__ = f"``s = sa``, ``data = {prim.name}(da)``."
+    return rule
+
+
+for _prim in (
+    lax.reduce_max_p, lax.reduce_min_p, lax.reduce_window_max_p, lax.reduce_window_min_p,
+    lax.reduce_window_sum_p, lax.cummax_p, lax.cummin_p, lax.neg_p, lax.abs_p, lax.reduce_precision_p,
+    lax.reshape_p, lax.broadcast_in_dim_p, lax.transpose_p, lax.squeeze_p, lax.slice_p, lax.rev_p,
+    lax.copy_p, lax.sharding_constraint_p,
+):  # fmt: skip
+    register_rule(_prim.name, kind="same scale")(_same_scale(_prim))
+
+
+def _data_only(prim):
+    def rule(val: ScaledArray, **params: Any) -> Any:
+        return prim.bind(val.data, **params)
+
+    rule.__name__ = f"scaled_{prim.name}"
+    rule.__doc__ = f"``{prim.name}(da)``, an unscaled result (the scale is positive: it changes no order)."
+    return rule
+
+
+for _prim in (lax.argmax_p, lax.argmin_p):
+    register_rule(_prim.name, kind="data")(_data_only(_prim))
+
+
+@register_rule("stop_gradient", kind="same scale")
+def scaled_stop_gradient(val: ScaledArray, **params: Any) -> ScaledArray:
+    """``s = sa``; no gradient through the data or the scale."""
+    return ScaledArray(lax.stop_gradient(val.data), lax.stop_gradient(val.scale))

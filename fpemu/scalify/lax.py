@@ -1,0 +1,76 @@
+"""Scale primitives (``set_scaling``, ``stop_scaling``, ``get_data_scale``, ``rebalance``:
+identities outside `fpemu.scalify.scalify`) and the scaled rules of ``jax.lax`` primitives
+(jax-scalify's ``jax_scalify.lax``)."""
+
+from fpemu.scalify import core as _core  # noqa: F401  (register every rule first)
+from fpemu.scalify._primitives import (
+    get_data_scale,
+    get_data_scale_p,
+    quantize_data,
+    rebalance,
+    set_scaling,
+    set_scaling_p,
+    stop_scaling,
+    stop_scaling_p,
+)
+from fpemu.scalify._rules import (
+    scaled_add,
+    scaled_conv_general_dilated,
+    scaled_cumsum,
+    scaled_div,
+    scaled_dot_general,
+    scaled_integer_pow,
+    scaled_mul,
+    scaled_reduce_prod,
+    scaled_reduce_sum,
+    scaled_rsqrt,
+    scaled_sqrt,
+    scaled_square,
+    scaled_sub,
+)
+from fpemu.scalify._rules_select import (
+    scaled_clamp,
+    scaled_concatenate,
+    scaled_convert_element_type,
+    scaled_is_finite,
+    scaled_log,
+    scaled_max,
+    scaled_min,
+    scaled_pad,
+    scaled_select_n,
+    scaled_sign,
+)
+
+__all__ = [
+    "get_data_scale",
+    "get_data_scale_p",
+    "quantize_data",
+    "rebalance",
+    "scaled_add",
+    "scaled_clamp",
+    "scaled_concatenate",
+    "scaled_conv_general_dilated",
+    "scaled_convert_element_type",
+    "scaled_cumsum",
+    "scaled_div",
+    "scaled_dot_general",
+    "scaled_integer_pow",
+    "scaled_is_finite",
+    "scaled_log",
+    "scaled_max",
+    "scaled_min",
+    "scaled_mul",
+    "scaled_pad",
+    "scaled_reduce_prod",
+    "scaled_reduce_sum",
+    "scaled_rsqrt",
+    "scaled_select_n",
+    "scaled_sign",
+    "scaled_sqrt",
+    "scaled_square",
+    "scaled_sub",
+    "set_scaling",
+    "set_scaling_p",
+    "stop_scaling",
+    "stop_scaling_p",
+]

@@ -1,0 +1,82 @@
+"""`fpemu.scaled.matmul`: the recipe-level quantized matmul (moved here from tests/test_accuracy.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fpemu
+from fpemu import scaled
+
+U32 = 2.0**-24
+
+
+def test_recipes_in_table_order():
+    assert scaled.MATMUL_RECIPES[:5] == ("fp32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2")
+    assert set(scaled.MATMUL_RECIPES) == {"fp32", "bf16", "fp16"} | set(scaled.recipes())
+    assert scaled.MATMUL_RECIPES[-1] == "mxint8"
+
+
+def test_blocks_run_along_the_contraction():
+    # One MXFP4 block of 32 along K holding 1000 and 31 ones: floor(log2(1000)) = 9, scale
+    # 2**(9 - 2) = 128, 1000 / 128 = 7.8 saturates to 6 (768) and 1 / 128 rounds to 0: the sum is 768.
+    # Blocks along the other axis would keep every element in its own block: 768 + 31.
+    row = np.ones((1, 32), np.float32)
+    row[0, 0] = 1000.0
+    assert scaled.matmul(row, np.ones((32, 1), np.float32), "mxfp4").tolist() == [[768.0]]
+    assert scaled.matmul(np.ones((1, 32), np.float32), row.T.copy(), "mxfp4").tolist() == [[768.0]]
+
+
+def test_short_last_block():
+    # K = 40 is not a multiple of 32: the last block has 8 elements (pad=True), here each a lone 1.
+    a = np.ones((1, 40), np.float32)
+    a[0, 0] = 1000.0
+    assert scaled.matmul(a, np.ones((40, 1), np.float32), "mxfp4").tolist() == [[768.0 + 8.0]]
+
+
+def test_small_products():
+    a = np.full((1, 32), 0.3, np.float32)
+    b = np.ones((32, 1), np.float32)
+    assert scaled.matmul(a, b, "bf16").tolist() == [[32 * 0.30078125]]  # 0.3 in bf16
+    assert scaled.matmul(a, b, "fp16").tolist() == [[32 * 1229 / 2**12]]  # 0.3 in fp16: 1228.8 ulps of 2**-12
+    # Per-tensor scaling maps the amax 0.3 to the E4M3 max 448, which is exact: 0.3 comes back
+    # (within the float32 roundings of the scale and its reciprocal).
+    assert scaled.matmul(a, b, "fp8_e4m3").item() == pytest.approx(9.6, rel=4 * U32)
+
+
+@pytest.mark.parametrize("recipe", ["mxfp8_e4m3", "mxint8"])
+def test_mx_dequantized_values_are_bfloat16(recipe):
+    # The premise of the bf16 fast path for power-of-two recipes: rounding the dequantized operand
+    # to bfloat16 changes nothing (checked for a 4-bit significand and for the widest element, MXINT8's
+    # 7 bits; bfloat16 has 8), on heavy-tailed data (Student's t, 3 degrees of freedom).
+    a = np.random.default_rng(0).standard_t(3, (64, 64)).astype(np.float32)
+    q = np.asarray(scaled.quantize_dequantize(a, recipe, axis=-1))
+    np.testing.assert_array_equal(np.asarray(fpemu.quantize(q, "bf16")), q)
+
+
+def test_special_values():
+    a = np.ones((2, 32), np.float32)
+    a[0, 3] = np.nan  # row 0's block gets the NaN scale: every product that reads it is NaN
+    b = np.ones((32, 2), np.float32)
+    c = np.asarray(scaled.matmul(a, b, "mxfp8_e4m3"))
+    assert np.isnan(c[0]).all() and c[1].tolist() == [32.0, 32.0]
+    big = np.full((1, 2), 1e5, np.float32)  # beyond float16's max 65504: the fp16 operand is inf
+    assert scaled.matmul(big, np.ones((2, 1), np.float32), "fp16").tolist() == [[np.inf]]
+
+
+def test_unknown_recipe_lists_the_recipes():
+    with pytest.raises(ValueError, match="recipe must be one of") as info:
+        scaled.matmul(np.ones((2, 2), np.float32), np.ones((2, 2), np.float32), "fp64")
+    assert all(name in str(info.value) for name in scaled.MATMUL_RECIPES)
+
+
+def test_bad_operands():
+    ok = np.ones((4, 4), np.float32)
+    with pytest.raises(TypeError, match="float32"):
+        scaled.matmul(ok.astype(np.float64), ok, "bf16")
+    with pytest.raises(TypeError, match="array"):
+        scaled.matmul([[1.0]], ok, "bf16")
+    with pytest.raises(ValueError, match="2-D"):
+        scaled.matmul(np.ones(4, np.float32), ok, "bf16")
+    with pytest.raises(ValueError, match="contraction"):
+        scaled.matmul(np.ones((4, 3), np.float32), ok, "bf16")

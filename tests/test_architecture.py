@@ -1,0 +1,277 @@
+"""The package's shape, checked: layers, no import cycles, no private names across packages, small modules.
+
+docs/architecture.md is the map these tests hold the code to. Every ``import`` statement of every
+module of ``fpemu`` (the ``kernels/`` folder read as ``fpemu.kernels``) is read with `ast`, inside
+functions too. An edge goes to the module an import names (``from a.b import c`` names ``a.b.c``
+when that is a module, else ``a.b``); the implicit import of parent packages is not an edge
+(every submodule would otherwise depend on ``fpemu/__init__``, the public facade on top).
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCES = {"fpemu": ROOT / "fpemu", "fpemu.kernels": ROOT / "kernels"}
+
+# The layers, lowest first (docs/architecture.md). A module may import its own layer or lower ones.
+LAYERS: tuple[tuple[str, int], ...] = (
+    ("fpemu._checkout", 0),
+    ("fpemu._text", 0),
+    ("fpemu._core", 1),
+    ("fpemu._args", 2),
+    ("fpemu._engine", 3),
+    ("fpemu._ops", 4),
+    ("fpemu._emulate", 5),
+    ("fpemu.scaled.reference", 8),  # the scaled formats' NumPy oracle belongs to the testing layer
+    ("fpemu.scaled", 6),
+    ("fpemu.kernels", 8),
+    ("fpemu.testing", 8),
+    ("fpemu.scalify", 8),
+    ("fpemu.tools", 9),
+    ("fpemu.__main__", 9),
+    ("fpemu", 7),  # the public facade, fpemu/__init__.py: the layers below, curated (the rest load lazily)
+)
+
+# A package is the unit of privacy: a module may use another package's non-underscore names only.
+PACKAGES = ("fpemu.scaled", "fpemu.kernels", "fpemu.testing", "fpemu.scalify", "fpemu.tools")
+# The tools use nothing but the public API.
+PUBLIC_ONLY = ("fpemu.tools", "fpemu.__main__")
+
+# Imports inside functions: optional dependencies, and these (importer, imported) pairs, each with its reason.
+OPTIONAL_DEPENDENCIES = ("matplotlib", "hypothesis", "gfloat", "sklearn", "torch", "flax", "PIL")
+LAZY_IMPORTS = {
+    ("fpemu._ops.quantize", "fpemu.kernels.quantize"): "backend='pallas': the one lazy backend lookup "
+    "(the kernels sit above the ops they accelerate, and load Pallas)",
+    ("fpemu.testing", "fpemu.testing._strategies"): "the strategies need hypothesis, an optional dependency",
+}
+
+MAX_LINES = 500
+LONG_MODULES: dict[str, str] = {
+    # module: why it is longer than MAX_LINES (tools and tests are exempt)
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Import:
+    importer: str
+    module: str  # the module the statement names
+    names: tuple[str, ...]  # the names taken from it (empty for `import a.b`)
+    line: int
+    in_function: bool
+
+
+def _module_name(package: str, root: Path, path: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join([package, *parts])
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for package, root in SOURCES.items():
+        for path in sorted(root.rglob("*.py")):
+            if "__pycache__" not in path.parts:
+                found[_module_name(package, root, path)] = path
+    return found
+
+
+MODULES = modules()
+
+
+def _resolve(name: str) -> str:
+    """``kernels.x`` (how a checkout may spell it) is ``fpemu.kernels.x``."""
+    return "fpemu." + name if name == "kernels" or name.startswith("kernels.") else name
+
+
+def _imports(module: str, path: Path) -> list[Import]:
+    tree = ast.parse(path.read_text(), str(path))
+    found: list[Import] = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            if isinstance(child, ast.Import):
+                for alias in child.names:
+                    found.append(Import(module, _resolve(alias.name), (), child.lineno, in_function))
+            elif isinstance(child, ast.ImportFrom):
+                if child.level:
+                    pytest.fail(f"{module}:{child.lineno}: relative import (fpemu uses absolute imports)")
+                base = _resolve(child.module or "")
+                for alias in child.names:
+                    sub = f"{base}.{alias.name}"
+                    if sub in MODULES:  # `from a import b` where a.b is a module
+                        found.append(Import(module, sub, (), child.lineno, in_function))
+                    else:
+                        found.append(Import(module, base, (alias.name,), child.lineno, in_function))
+            visit(child, inner)
+
+    visit(tree, False)
+    return found
+
+
+IMPORTS = [imp for module, path in MODULES.items() for imp in _imports(module, path)]
+INTERNAL = [imp for imp in IMPORTS if imp.module == "fpemu" or imp.module.startswith("fpemu.")]
+
+
+def layer(module: str) -> int:
+    for prefix, number in LAYERS:
+        if module == prefix or (prefix != "fpemu" and module.startswith(prefix + ".")):
+            return number
+    raise AssertionError(f"{module} is in no layer: add it to LAYERS and docs/architecture.md")
+
+
+def package(module: str) -> str:
+    for name in PACKAGES:
+        if module == name or module.startswith(name + "."):
+            return name
+    return "fpemu"
+
+
+def test_every_module_has_a_layer():
+    for module in MODULES:
+        layer(module)
+
+
+def test_imports_go_down_the_layers():
+    wrong = [
+        f"{imp.importer} (layer {layer(imp.importer)}) imports {imp.module} (layer {layer(imp.module)}), line {imp.line}"
+        for imp in INTERNAL
+        if layer(imp.module) > layer(imp.importer) and (imp.importer, imp.module) not in LAZY_IMPORTS
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_import_cycles():
+    graph: dict[str, set[str]] = {m: set() for m in MODULES}
+    for imp in INTERNAL:
+        # The one lazy backend lookup closes a loop by design (the kernel reuses the ops layer's
+        # rounding spec), which is why it is made inside a function: it is the listed exception.
+        if imp.module in MODULES and imp.module != imp.importer and (imp.importer, imp.module) not in LAZY_IMPORTS:
+            graph[imp.importer].add(imp.module)
+    # Tarjan's strongly connected components, iteratively.
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+    counter = 0
+    for start in graph:
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    cycles.append(sorted(component))
+    assert not cycles, f"import cycles: {cycles}"
+
+
+def test_imports_inside_functions_are_optional_dependencies_or_listed():
+    wrong = []
+    for imp in IMPORTS:
+        if not imp.in_function:
+            continue
+        top = imp.module.split(".")[0]
+        if top in OPTIONAL_DEPENDENCIES or (imp.importer, imp.module) in LAZY_IMPORTS:
+            continue
+        wrong.append(f"{imp.importer}:{imp.line} imports {imp.module} inside a function")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_private_names_across_packages():
+    wrong = []
+    for imp in INTERNAL:
+        source, target = package(imp.importer), package(imp.module)
+        if source == target:
+            continue
+        private_names = [n for n in imp.names if n.startswith("_") and n != "__version__"]
+        # Below another package's root, every module named must be public; core's private
+        # subpackages (fpemu._core, _engine, ...) are the library's internal API for its own packages.
+        below = imp.module[len(target) :].split(".")
+        private_module = any(part.startswith("_") for part in below if part)
+        if source in PUBLIC_ONLY or imp.importer in PUBLIC_ONLY:
+            private_module = any(part.startswith("_") for part in imp.module.split("."))
+        elif target == "fpemu":
+            private_module = False
+        if private_names or private_module:
+            wrong.append(f"{imp.importer}:{imp.line} imports {imp.module} {list(imp.names) or ''}")
+    assert not wrong, "private names across packages:\n" + "\n".join(wrong)
+
+
+def test_modules_are_small():
+    too_long = {}
+    for module, path in MODULES.items():
+        if module.startswith(("fpemu.tools", "fpemu.__main__")) or module in LONG_MODULES:
+            continue
+        lines = len(path.read_text().splitlines())
+        if lines > MAX_LINES:
+            too_long[module] = lines
+    assert not too_long, f"modules over {MAX_LINES} lines (split them, or list them with a reason): {too_long}"
+
+
+def test_long_module_list_is_current():
+    for module, reason in LONG_MODULES.items():
+        assert module in MODULES, f"{module} is listed in LONG_MODULES but does not exist"
+        assert reason.strip()
+
+
+def test_import_fpemu_loads_no_tools_kernels_or_testing():
+    """``import fpemu`` is the library: the command line, benchmarks, plots, Pallas and hypothesis load on use."""
+    import subprocess
+
+    code = (
+        "import sys, fpemu; "
+        "print(sorted(m for m in sys.modules if m.startswith(('fpemu.tools', 'fpemu.kernels', 'fpemu.testing', "
+        "'matplotlib', 'hypothesis', 'jax.experimental.pallas'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", out
+
+
+def test_kernels_import_from_a_plain_checkout(tmp_path):
+    """A checkout on PYTHONPATH (nothing installed) imports ``fpemu.kernels`` from its ``kernels/`` folder."""
+    import os
+    import subprocess
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    code = (
+        "import sys; sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in type(f).__module__]; "
+        "import fpemu.kernels, fpemu.kernels.quantize as q; print(fpemu.kernels.__file__, q.__name__)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env, cwd=tmp_path
+    ).stdout.split()
+    assert out == [str(ROOT / "kernels" / "__init__.py"), "fpemu.kernels.quantize"]
