@@ -93,9 +93,21 @@ TARGETS = [
     ("nearest_even faster than the jitted astype round trip", "fpemu-nearest_even", "astype_roundtrip", 1.0, True),
     ("stochastic <= 2x nearest_even", "fpemu-stochastic", "fpemu-nearest_even", 2.0, False),
     ("nearest_even >= 3x faster than ml_dtypes", "fpemu-nearest_even", "ml_dtypes_roundtrip", 1 / 3, False),
-    ("donated: nearest_even <= 1.2x reduce_precision", "fpemu-nearest_even-donated", "reduce_precision-donated", 1.2, False),
+    (
+        "donated: nearest_even <= 1.2x reduce_precision",
+        "fpemu-nearest_even-donated",
+        "reduce_precision-donated",
+        1.2,
+        False,
+    ),
     ("donated: nearest_even faster than astype", "fpemu-nearest_even-donated", "astype_roundtrip-donated", 1.0, True),
-    ("donated: nearest_even >= 3x faster than ml_dtypes", "fpemu-nearest_even-donated", "ml_dtypes_roundtrip", 1 / 3, False),
+    (
+        "donated: nearest_even >= 3x faster than ml_dtypes",
+        "fpemu-nearest_even-donated",
+        "ml_dtypes_roundtrip",
+        1 / 3,
+        False,
+    ),
 ]
 
 

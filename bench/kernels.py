@@ -64,7 +64,11 @@ def quantize_rows(n: int, repeats: int, interpret: bool) -> list[dict[str, Any]]
         ),
         (
             "pallas stochastic" + (" (interpret)" if interpret else ""),
-            jax.jit(lambda v, k: fpemu.kernels.quantize_kernel(v, "e4m3fn", rounding="stochastic", key=k, interpret=interpret)),
+            jax.jit(
+                lambda v, k: fpemu.kernels.quantize_kernel(
+                    v, "e4m3fn", rounding="stochastic", key=k, interpret=interpret
+                )
+            ),
             (x, key),
         ),
     ]
@@ -119,7 +123,9 @@ def _markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         lines += [f"quantize to e4m3fn, {quantize[0]['n']} float32 elements", ""]
         lines += ["| row | ns/element | GB/s | fraction of copy bandwidth |", "|---|---:|---:|---:|"]
         for r in quantize:
-            lines.append(f"| {r['row']} | {r['ns_per_element']:.4g} | {r['gb_per_s']:.4g} | {r['fraction_of_copy_bandwidth']:.3f} |")
+            lines.append(
+                f"| {r['row']} | {r['ns_per_element']:.4g} | {r['gb_per_s']:.4g} | {r['fraction_of_copy_bandwidth']:.3f} |"
+            )
         lines.append("")
     matmul = [r for r in rows if r["suite"] == "matmul"]
     if matmul:

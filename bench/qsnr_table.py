@@ -49,7 +49,7 @@ def rows() -> list[tuple[str, str, scaled.Recipe, dict]]:
             out.append((f"`{name}`", "per row", r, {"axis": -1}))
     for name, rule in (("mxfp8_e4m3", "ceil"), ("mxfp4", "ceil"), ("mxfp4", "even"), ("mxfp6_e2m3", "ceil")):
         r = scaled.get_recipe(name)
-        label = f"`{name}`, `scale_rule=\"{rule}\"`"
+        label = f'`{name}`, `scale_rule="{rule}"`'
         out.append((label, f"blocks of {r.block_size}", dataclasses.replace(r, scale_rule=rule), {}))
     r = scaled.get_recipe("nvfp4")
     out.append(("`nvfp4`, no tensor scale", "blocks of 16", dataclasses.replace(r, global_scale=False), {}))

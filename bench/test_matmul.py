@@ -59,25 +59,36 @@ GROUPS = {
             "fp32 matmul": (_fp32, "jnp.matmul(a, b), float32, Precision.HIGHEST", None),
             "bf16 x bf16 -> f32": (_bf16_peer, "lax.dot_general on bf16 casts, f32 accumulation (peer)", None),
             "native fp8 e4m3fn -> f32": (
-                _native_fp8, "lax.dot_general on float8_e4m3fn casts, f32 accumulation (peer)", ("e4m3fn", "e4m3fn"),
+                _native_fp8,
+                "lax.dot_general on float8_e4m3fn casts, f32 accumulation (peer)",
+                ("e4m3fn", "e4m3fn"),
             ),
             "fpemu e4m3fn": (
-                _fpemu(lhs="e4m3fn", rhs="e4m3fn"), "fpemu.matmul(lhs=rhs='e4m3fn'): fast path", ("e4m3fn", "e4m3fn"),
+                _fpemu(lhs="e4m3fn", rhs="e4m3fn"),
+                "fpemu.matmul(lhs=rhs='e4m3fn'): fast path",
+                ("e4m3fn", "e4m3fn"),
             ),
             "pallas kernel e4m3fn": (
-                _pallas_kernel, "fpemu.kernels.matmul_kernel(lhs=rhs='e4m3fn') (GPU only)", ("e4m3fn", "e4m3fn"),
+                _pallas_kernel,
+                "fpemu.kernels.matmul_kernel(lhs=rhs='e4m3fn') (GPU only)",
+                ("e4m3fn", "e4m3fn"),
             ),
             "fpemu e4m3fn x e5m2, out bf16": (
-                _fpemu(lhs="e4m3fn", rhs="e5m2", out="bf16"), "fast path, output rounded to bf16", None,
+                _fpemu(lhs="e4m3fn", rhs="e5m2", out="bf16"),
+                "fast path, output rounded to bf16",
+                None,
             ),
             "fpemu e2m1fn": (_fpemu(lhs="e2m1fn", rhs="e2m1fn"), "FP4 operands: fast path", ("e2m1fn", "e2m1fn")),
             "quantize + fp32 matmul": (_quantize_then_fp32, "quantize both to e4m3fn, then the float32 matmul", None),
             "fpemu fp16": (
-                _fpemu(lhs="fp16", rhs="fp16"), "fp16 operands: no fast path (float32 dot)", ("fp16", "fp16"),
+                _fpemu(lhs="fp16", rhs="fp16"),
+                "fp16 operands: no fast path (float32 dot)",
+                ("fp16", "fp16"),
             ),
             "fpemu e4m3fn, fp32 every 128": (
                 _fpemu(lhs="e4m3fn", rhs="e4m3fn", accumulate="fp32", accumulate_every=128),
-                "FP8 GEMM recipe: float32 chunks of 128, promoted", ("e4m3fn", "e4m3fn"),
+                "FP8 GEMM recipe: float32 chunks of 128, promoted",
+                ("e4m3fn", "e4m3fn"),
             ),
         },
     ),
@@ -92,7 +103,9 @@ GROUPS = {
                 None,
             ),
             "fpemu fp16, fp16 accumulator": (
-                _fpemu(lhs="fp16", rhs="fp16", accumulate="fp16"), "sequential fp16 running sum (every product)", None,
+                _fpemu(lhs="fp16", rhs="fp16", accumulate="fp16"),
+                "sequential fp16 running sum (every product)",
+                None,
             ),
             "fpemu fp32 every 1": (_fpemu(accumulate_every=1), "sequential float32 sum (a fixed order)", None),
             "fpemu e4m3fn, bf16 every 32": (

@@ -83,7 +83,7 @@ def _run_jax(benchmark, rounds_for, fmt: str, row: str, x: jax.Array) -> np.ndar
 
         try:
             call()  # compile and warm up
-        except Exception as e:  # noqa: BLE001 - only the astype peer may legitimately fail to compile
+        except Exception as e:
             if row.startswith("astype_roundtrip"):
                 pytest.skip(f"x.astype({fmt}) does not compile on {jax.default_backend()}: {type(e).__name__}: {e}")
             raise
@@ -100,7 +100,7 @@ def _run_jax(benchmark, rounds_for, fmt: str, row: str, x: jax.Array) -> np.ndar
     args, _ = setup()
     try:
         call(*args)  # compile and warm up
-    except Exception as e:  # noqa: BLE001 - see above
+    except Exception as e:
         if row.startswith("astype_roundtrip"):
             pytest.skip(f"x.astype({fmt}) does not compile on {jax.default_backend()}: {type(e).__name__}: {e}")
         raise

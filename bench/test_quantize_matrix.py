@@ -83,7 +83,11 @@ def summary_lines() -> list[str]:
         for mode in ROUNDING_MODES:
             cells = []
             for n in SIZES:
-                t, copy, ne = _TIMES.get((n, fmt, mode)), _TIMES.get((n, "-", "copy")), _TIMES.get((n, fmt, "nearest_even"))
+                t, copy, ne = (
+                    _TIMES.get((n, fmt, mode)),
+                    _TIMES.get((n, "-", "copy")),
+                    _TIMES.get((n, fmt, "nearest_even")),
+                )
                 if t is None:
                     cells.append("n/a")
                     continue
@@ -95,4 +99,6 @@ def summary_lines() -> list[str]:
 
 @pytest.fixture(autouse=True)
 def _summary(print_summary):
-    print_summary("fpemu quantize matrix summary (median ns/element; ratio to the NumPy copy, to nearest_even)", summary_lines)
+    print_summary(
+        "fpemu quantize matrix summary (median ns/element; ratio to the NumPy copy, to nearest_even)", summary_lines
+    )

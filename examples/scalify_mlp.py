@@ -107,7 +107,10 @@ def train(
             idx = order[i : i + batch]
             x, t = as_recipe((x_train[idx], targets[idx]), recipe)
             params = update(params, x, t)
-    finite = all(bool(np.isfinite(np.asarray(leaf, np.float32)).all()) for leaf in jax.tree_util.tree_leaves(jsa.asarray(params, np.float32)))
+    finite = all(
+        bool(np.isfinite(np.asarray(leaf, np.float32)).all())
+        for leaf in jax.tree_util.tree_leaves(jsa.asarray(params, np.float32))
+    )
     return {
         "recipe": recipe,
         "test_accuracy": accuracy(params, x_test, y_test),

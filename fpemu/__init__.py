@@ -10,19 +10,18 @@ them. docs/architecture.md maps the layers.
 
 import importlib as _importlib
 
-from fpemu import _checkout
+from fpemu import _checkout, scaled
 from fpemu._args import DEFAULT_RANDOM_BITS
 from fpemu._core.format import Format
 from fpemu._core.modes import ROUNDING_MODES, Rounding
 from fpemu._core.registry import FormatLike, UnknownFormatError, formats, get_format, register_format
 from fpemu._core.registry import aliases as format_aliases
-from fpemu._emulate.transform import emulate
 from fpemu._emulate.policy import DotPolicy, Policy
 from fpemu._emulate.stats import summary as stats_summary
+from fpemu._emulate.transform import emulate
 from fpemu._ops.codec import decode, encode, pack, unpack
 from fpemu._ops.matmul import conv_general_dilated, dot_general, matmul
 from fpemu._ops.quantize import quantize
-from fpemu import scaled
 
 __all__ = [
     "DEFAULT_RANDOM_BITS",

@@ -137,9 +137,15 @@ def input_format(dtype: Any, name: str = "x") -> Format:
     """The registry format of a float input dtype (`INPUT_DTYPES`); TypeError for anything else."""
     dtype = np.dtype(dtype)
     if dtype.name not in INPUT_DTYPES:
-        kind = {"i": "integer", "u": "integer", "b": "bool", "c": "complex", "O": "object", "U": "string"}.get(
-            dtype.kind, "non-IEEE"
-        )
+        kind = {
+            "i": "integer",
+            "u": "integer",
+            "b": "bool",
+            "c": "complex",
+            "O": "object",
+            "U": "string",
+            "S": "bytes",
+        }.get(dtype.kind, "non-IEEE")
         raise TypeError(
             f"{name} must be a float16, bfloat16, float32 or float64 array, got {kind} dtype {dtype.name}"
             + (" (convert low-precision arrays with .astype(jnp.float32) first)" if kind == "non-IEEE" else "")
@@ -148,22 +154,38 @@ def input_format(dtype: Any, name: str = "x") -> Format:
 
 
 def is_host_float64(x: Any) -> bool:
-    """A Python float or NumPy float64 value that JAX would silently round to float32 (x64 disabled)."""
-    if jax.config.jax_enable_x64:
+    """Float64 data that JAX would silently round to float32 (x64 disabled): a Python float, a list or
+    tuple of them, or a NumPy float64 array or scalar."""
+    if jax.config.read("jax_enable_x64"):
         return False
     if isinstance(x, float):
         return True
+    if isinstance(x, (list, tuple)):
+        try:
+            x = np.asarray(x)
+        except (ValueError, TypeError):
+            return False  # ragged or not numbers: `float_array` says why
     return isinstance(x, (np.ndarray, np.generic)) and np.dtype(x.dtype) == np.float64
 
 
 def float_array(x: Any, name: str = "x") -> jax.Array:
-    """``x`` as a JAX array, refusing bools, ints and complex Python scalars (they are not float data)."""
+    """``x`` as a JAX array of a float input dtype (`INPUT_DTYPES`); TypeError naming ``name`` otherwise.
+
+    Python bools, ints and complex numbers, strings, None, object arrays and ragged lists are refused
+    here, with the argument's name, rather than deep inside JAX.
+    """
     if isinstance(x, jax.Array):
         return x
     if isinstance(x, (bool, int, complex, np.bool_)) and not isinstance(x, float):
         raise TypeError(f"{name} must be a floating-point array, got {type(x).__name__} {x!r}")
     if isinstance(x, float):
         x = np.float64(x)
+    if not isinstance(x, (np.ndarray, np.generic)):
+        try:
+            x = np.asarray(x)
+        except (ValueError, TypeError) as e:
+            raise TypeError(f"{name} must be a floating-point array, got {type(x).__name__} ({e})") from None
+    input_format(x.dtype, name)
     return jnp.asarray(x)
 
 

@@ -22,7 +22,7 @@ class _KernelsFinder(importlib.abc.MetaPathFinder):
     def __init__(self, folder: Path) -> None:
         self._init = folder / "__init__.py"
 
-    def find_spec(self, fullname, path=None, target=None):  # noqa: ANN001 - the MetaPathFinder protocol
+    def find_spec(self, fullname, path=None, target=None):
         if fullname != _NAME:
             return None
         return importlib.util.spec_from_file_location(

@@ -74,7 +74,7 @@ def _u_eff(recipe: str) -> float:
         return _unit_roundoff(fpemu.get_format(recipe))
     r = scaled.get_recipe(recipe)
     if recipe == "mxint8":  # fixed point: 2**-(m) * amax absolute, amax / rms <= sqrt(block size)
-        return 2.0 ** -r.element.mantissa_bits * math.sqrt(r.block_size)
+        return 2.0**-r.element.mantissa_bits * math.sqrt(r.block_size)
     u = _unit_roundoff(r.element)
     return max(u, _floor_rule_clip(r.element)) if r.scale_rule == "ocp" else u
 

@@ -31,8 +31,13 @@ QUICK_ROWS = [
     *(
         f"{fmt}/{row}"
         for fmt in ("e4m3fn", "e5m2", "bf16", "e2m1fn")
-        for row in ("fpemu-nearest_even", "fpemu-stochastic", "reduce_precision", "astype_roundtrip",
-                    "ml_dtypes_roundtrip")  # fmt: skip
+        for row in (
+            "fpemu-nearest_even",
+            "fpemu-stochastic",
+            "reduce_precision",
+            "astype_roundtrip",
+            "ml_dtypes_roundtrip",
+        )  # fmt: skip
     ),
     "e2m1fn/fpemu-encode",
     "e2m1fn/fpemu-encode+pack",

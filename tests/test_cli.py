@@ -82,11 +82,18 @@ def test_formats_lists_every_format_with_exact_facts(capsys):
     e4m3fn = dict(zip(header, table_row(out, "e4m3fn")))
     e4m3 = dict(zip(header, table_row(out, "e4m3")))
     assert (e4m3fn["max"], e4m3fn["inf"], e4m3fn["nan"], e4m3fn["-0"], e4m3fn["specials"]) == (
-        "448", "no", "yes", "yes", "fn",
+        "448",
+        "no",
+        "yes",
+        "yes",
+        "fn",
     )
     assert (e4m3["max"], e4m3["inf"], e4m3["specials"]) == ("240", "yes", "ieee")
     assert (e4m3fn["min normal"], e4m3fn["min subnormal"], e4m3fn["eps"], e4m3fn["bias"]) == (
-        "2^-6", "2^-9", "0.125", "7",
+        "2^-6",
+        "2^-9",
+        "0.125",
+        "7",
     )
     fp32 = dict(zip(header, table_row(out, "fp32")))
     assert fp32["max"] == "(2-2^-23)*2^127" and fp32["min subnormal"] == "2^-149"
@@ -190,8 +197,9 @@ def test_cast_reports_error_in_ulps(capsys):
 
 def test_cast_stochastic_depends_on_seed(capsys):
     results = {
-        field(run(capsys, "cast", "0.1", "--to", "e2m1fn", "--rounding", "stochastic", "--seed", str(seed)),
-              "result").split()[0]
+        field(
+            run(capsys, "cast", "0.1", "--to", "e2m1fn", "--rounding", "stochastic", "--seed", str(seed)), "result"
+        ).split()[0]
         for seed in range(30)
     }
     assert results == {"0", "0.5"}

@@ -71,7 +71,9 @@ SMALL_FORMATS = [f for f in fpemu.formats() if f.bits <= 16]
 def test_decode_every_code_equals_the_reference(fmt):
     """Every code of every layout (P3109's, two's complement...) against the exact reference's decode."""
     codes = np.arange(fmt.num_codes, dtype=fmt.code_dtype)
-    values = np.asarray(fpemu.decode(codes, fmt, dtype=jnp.float32 if fpemu.get_format("fp32").max >= fmt.max else jnp.float64))
+    values = np.asarray(
+        fpemu.decode(codes, fmt, dtype=jnp.float32 if fpemu.get_format("fp32").max >= fmt.max else jnp.float64)
+    )
     expected = np.array([reference.decode_scalar(int(c), fmt) for c in codes])
     np.testing.assert_array_equal(np.isnan(values), np.isnan(expected))
     finite = ~np.isnan(expected)
@@ -93,7 +95,9 @@ def test_p3109_and_int8_codes():
     x = jnp.array([-2.0, -2.01, 2.0, -0.0, -1 / 64, 1.984375, jnp.nan, -jnp.inf, jnp.inf])
     assert fpemu.encode(x, "int8_ocp").tolist() == [0x80, 0x80, 0x7F, 0x00, 0xFF, 0x7F, 0x00, 0x80, 0x7F]
     codes = jnp.arange(256, dtype=jnp.uint8)
-    np.testing.assert_array_equal(np.asarray(fpemu.decode(codes, "int8_ocp")), np.arange(256).astype(np.uint8).view(np.int8) / 64)
+    np.testing.assert_array_equal(
+        np.asarray(fpemu.decode(codes, "int8_ocp")), np.arange(256).astype(np.uint8).view(np.int8) / 64
+    )
 
 
 @pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16, jnp.float32])

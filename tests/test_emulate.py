@@ -590,9 +590,10 @@ def test_stochastic_rounding_is_keyed_and_per_site():
         c = lax.fori_loop(0, 3, lambda i, t: t.at[i].set(v[0] * 1.0), jnp.zeros((3,)))
         return a, b, lax.scan(lambda c, _: (c, v * 1.0), 0.0, None, length=2)[1], c
 
-    (a, b, ys, _), again = fpemu.emulate(f, policy, key=jax.random.key(1))(x), jax.jit(
-        fpemu.emulate(f, policy, key=jax.random.key(1))
-    )(x)
+    (a, b, ys, _), again = (
+        fpemu.emulate(f, policy, key=jax.random.key(1))(x),
+        jax.jit(fpemu.emulate(f, policy, key=jax.random.key(1)))(x),
+    )
     assert_same_bits((a, b, ys, _), again)  # deterministic, eager == jit
     assert not np.array_equal(a, b) and not np.array_equal(ys[0], ys[1])  # sites and iterations differ
     assert set(np.unique(np.asarray(a))) <= {1.0, 1.0078125}

@@ -110,8 +110,12 @@ _P3109_OPTIONS = [
     ("nearest_even", "sat_propagate", False),
     ("toward_negative", "sat_propagate", True),
 ]
+
+
 @pytest.mark.parametrize("option", _P3109_OPTIONS, ids=_option_id)
-@pytest.mark.parametrize("fmt", ["e4m3fn", "e5m2", "e2m1fn", "bf16", "e8m0fnu", "p3109_k8p1se", "p3109_k8p4se", "int8_ocp"])
+@pytest.mark.parametrize(
+    "fmt", ["e4m3fn", "e5m2", "e2m1fn", "bf16", "e8m0fnu", "p3109_k8p1se", "p3109_k8p4se", "int8_ocp"]
+)
 def test_p3109_saturation_modes(fmt, option, patterns):
     _check(fpemu.get_format(fmt), patterns, *option)
 
@@ -164,9 +168,14 @@ def test_reduce_precision_fast_path_equals_the_integer_path(fmt, patterns):
 
     spec = RoundingSpec(fmt)
     assert reduce_precision_is_exact(fpemu.get_format("fp32"), spec)
-    x = jnp.asarray(np.concatenate([patterns, np.random.default_rng(0).integers(0, 2**32, 1 << 18, np.uint32).view(np.float32)]))
+    x = jnp.asarray(
+        np.concatenate([patterns, np.random.default_rng(0).integers(0, 2**32, 1 << 18, np.uint32).view(np.float32)])
+    )
     seeds = jnp.zeros((2,), jnp.uint32)
-    fast, integer = np.asarray(_round_array(x, seeds, spec)), np.asarray(_round_array(x, seeds, spec, integer_only=True))
+    fast, integer = (
+        np.asarray(_round_array(x, seeds, spec)),
+        np.asarray(_round_array(x, seeds, spec, integer_only=True)),
+    )
     np.testing.assert_array_equal(np.isnan(fast), np.isnan(integer))
     np.testing.assert_array_equal(fast[~np.isnan(fast)].view(np.uint32), integer[~np.isnan(integer)].view(np.uint32))
     if fmt.bits <= 16:

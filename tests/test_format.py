@@ -156,7 +156,13 @@ def test_formats_without_exponent_bits_are_fixed_point():
 
 def test_twos_complement_int8():
     fmt = fpemu.get_format("int8_ocp")
-    assert (fmt.max, fmt.min, fmt.neg_max_code, fmt.has_negative_zero, fmt.has_nan) == (127 / 64, -2.0, 128, False, False)
+    assert (fmt.max, fmt.min, fmt.neg_max_code, fmt.has_negative_zero, fmt.has_nan) == (
+        127 / 64,
+        -2.0,
+        128,
+        False,
+        False,
+    )
     assert fmt.magnitude_value(128) == 2.0
     assert fmt.eps == 1 / 64  # 1.0 is 64/64, the next value 65/64
     assert fmt.encoding != Format(name="int8_sm", exponent_bits=0, mantissa_bits=7, bias=0, specials="none").encoding

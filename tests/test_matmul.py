@@ -305,8 +305,16 @@ def test_host_float64_operand_is_rounded_once():
 
 @pytest.mark.parametrize(
     ("a_shape", "b_shape"),
-    [((5,), (5,)), ((5,), (5, 3)), ((4, 5), (5,)), ((2, 4, 5), (5, 3)), ((4, 5), (2, 5, 3)),
-     ((2, 1, 4, 5), (3, 5, 2)), ((3, 5), (2, 3, 5, 4)), ((1, 0), (0, 2))],  # fmt: skip
+    [
+        ((5,), (5,)),
+        ((5,), (5, 3)),
+        ((4, 5), (5,)),
+        ((2, 4, 5), (5, 3)),
+        ((4, 5), (2, 5, 3)),
+        ((2, 1, 4, 5), (3, 5, 2)),
+        ((3, 5), (2, 3, 5, 4)),
+        ((1, 0), (0, 2)),
+    ],  # fmt: skip
 )
 def test_matmul_shapes_follow_jnp_matmul(rng, a_shape, b_shape):
     a = rng.integers(-3, 4, a_shape).astype(np.float32)
@@ -341,8 +349,13 @@ def _ops(a, b, **options):
 
 @pytest.mark.parametrize(
     ("dtype", "preferred"),
-    [(jnp.float16, None), (jnp.bfloat16, None), (jnp.float32, jnp.bfloat16), (jnp.bfloat16, jnp.float16),
-     (jnp.float16, jnp.float32)],  # fmt: skip
+    [
+        (jnp.float16, None),
+        (jnp.bfloat16, None),
+        (jnp.float32, jnp.bfloat16),
+        (jnp.bfloat16, jnp.float16),
+        (jnp.float16, jnp.float32),
+    ],  # fmt: skip
     ids=str,
 )
 def test_every_public_op_dtype_and_shape(dtype, preferred):
@@ -479,6 +492,7 @@ def test_conv_grad_is_the_lax_conv_grad_of_the_rounded_operands(rng):
     x = rng.integers(-4, 5, (2, 3, 6)).astype(np.float32)
     w = rng.integers(-4, 5, (4, 3, 3)).astype(np.float32) / 3
     qw = fpemu.quantize(jnp.asarray(w), "e4m3fn")
+
     def ours(v):
         return jnp.sum(fpemu.conv_general_dilated(v, w, (1,), "SAME", lhs="e4m3fn", rhs="e4m3fn") ** 2)
 
@@ -580,8 +594,12 @@ SHAPE_ERRORS = [
     ("dot_general", (A, B, "ij,jk"), TypeError, "dimension_numbers must be"),
     ("conv", (np.ones((1, 3, 5)), np.ones((2, 2, 3)), (1,), "VALID"), ValueError, "conv_general_dilated:"),
     ("conv", (np.ones((1, 3, 5)), np.ones((2, 3, 3)), (1,), "FOO"), ValueError, "conv_general_dilated:"),
-    ("conv", (np.ones((1, 4, 5)), np.ones((2, 2, 3)), (1,), "VALID", dict(feature_group_count=3)), ValueError,
-     "conv_general_dilated:"),  # fmt: skip
+    (
+        "conv",
+        (np.ones((1, 4, 5)), np.ones((2, 2, 3)), (1,), "VALID", dict(feature_group_count=3)),
+        ValueError,
+        "conv_general_dilated:",
+    ),  # fmt: skip
 ]
 
 

@@ -54,7 +54,9 @@ def _sample(n: int, seed: int = 0) -> jax.Array:
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
-@pytest.mark.parametrize(("fmt", "k"), [("e4m3fn", None), ("e2m1fn", 3), ("bf16", 8), ("p3109_k8p3se", 1), ("int8_ocp", 5)])
+@pytest.mark.parametrize(
+    ("fmt", "k"), [("e4m3fn", None), ("e2m1fn", 3), ("bf16", 8), ("p3109_k8p3se", 1), ("int8_ocp", 5)]
+)
 def test_explicit_random_bits_equal_the_keyed_path(fmt, k, variant):
     x = _sample(300).reshape(3, 100)
     key = jax.random.key(11)
@@ -294,7 +296,9 @@ def test_random_p3109_formats_match_the_reference(k, p_frac, signed, extended, r
     f64 = not fpemu._core.format.fits(fmt, fpemu.get_format("fp32"))
     with jax.enable_x64(f64):
         x = _boundary_inputs(fmt, np.float64 if f64 else np.float32, seed)
-        opts = dict(rounding=rounding, saturate=saturate, subnormals=subnormals, exponent_ties=("away", "even")[seed % 2])
+        opts = dict(
+            rounding=rounding, saturate=saturate, subnormals=subnormals, exponent_ties=("away", "even")[seed % 2]
+        )
         ref_opts = dict(opts)
         if rounding == "stochastic":
             random = np.random.default_rng(seed).integers(0, 8, x.shape)

@@ -16,7 +16,7 @@ from fpemu.tools.cli import main
 
 pytest.importorskip("matplotlib")
 
-from tests.test_bench_cli import assert_png_has_content  # noqa: E402  (needs matplotlib)
+from tests.test_bench_cli import assert_png_has_content
 
 
 def run_cli(capsys, *argv: str) -> list[str]:

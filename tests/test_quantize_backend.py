@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import fpemu
-from fpemu._ops import quantize as _quantize
 from fpemu._engine.convert import ROUNDING_MODES
+from fpemu._ops import quantize as _quantize
 
 
 def _bits(x) -> np.ndarray:
@@ -109,7 +109,9 @@ def test_pallas_engine_rounds_host_float64_once():
 
 def _patterns() -> jax.Array:
     h = np.arange(1 << 16, dtype=np.uint16)
-    return jnp.asarray(np.concatenate([h.view(np.float16).astype(np.float32), (h.astype(np.uint32) << 16).view(np.float32)]))
+    return jnp.asarray(
+        np.concatenate([h.view(np.float16).astype(np.float32), (h.astype(np.uint32) << 16).view(np.float32)])
+    )
 
 
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="compiled Pallas kernels need a GPU")

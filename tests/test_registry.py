@@ -79,7 +79,9 @@ def _fresh_name():
 
 def test_register_and_use_a_custom_format():
     name = _fresh_name()
-    fmt = fpemu.register_format(Format(name=name, exponent_bits=3, mantissa_bits=2, specials="fn"), aliases=["alias_" + name])
+    fmt = fpemu.register_format(
+        Format(name=name, exponent_bits=3, mantissa_bits=2, specials="fn"), aliases=["alias_" + name]
+    )
     assert fpemu.get_format(name) is fmt and fpemu.get_format("alias_" + name) is fmt
     assert fmt in fpemu.formats()
     assert float(fpemu.quantize(jnp.float32(100.0), name, saturate=True)) == fmt.max

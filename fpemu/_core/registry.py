@@ -14,14 +14,16 @@ from __future__ import annotations
 
 import difflib
 import threading
-from typing import Any, Iterable, Union
+from collections.abc import Iterable
+from typing import Any
 
 import ml_dtypes
 import numpy as np
 
 from fpemu._core.format import Format, Specials, bind_dtype
 
-FormatLike = Union[str, Format, np.dtype, type]
+FormatLike = str | Format | np.dtype | type
+
 
 def _p3109_name(k: int, p: int, signed: bool, extended: bool) -> str:
     return f"p3109_k{k}p{p}{'s' if signed else 'u'}{'e' if extended else 'f'}"
@@ -164,10 +166,8 @@ _OCP_FP8 = "OCP FP8 is 'e4m3fn' (E4M3, max 448, no infinity) or 'e5m2' (E5M2)"
 _FAMILIES = {
     "fp8": f"{_OCP_FP8}; see also 'e4m3fnuz', 'e5m2fnuz' and IEEE P3109's 'p3109_k8p{{P}}{{s|u}}{{e|f}}'",
     "float8": _OCP_FP8,
-    "fp8_e4m3": "the OCP E4M3 element format is 'e4m3fn' (per-tensor scaled FP8 is the fpemu.scaled recipe "
-    "'fp8_e4m3')",
-    "fp8_e5m2": "the OCP E5M2 element format is 'e5m2' (per-tensor scaled FP8 is the fpemu.scaled recipe "
-    "'fp8_e5m2')",
+    "fp8_e4m3": "the OCP E4M3 element format is 'e4m3fn' (per-tensor scaled FP8 is the fpemu.scaled recipe 'fp8_e4m3')",
+    "fp8_e5m2": "the OCP E5M2 element format is 'e5m2' (per-tensor scaled FP8 is the fpemu.scaled recipe 'fp8_e5m2')",
     "fp6": "OCP FP6 is 'e2m3fn' or 'e3m2fn'",
     "float6": "OCP FP6 is 'e2m3fn' or 'e3m2fn'",
     "fp4": "OCP FP4 (the MXFP4 and NVFP4 element) is 'e2m1fn'",
@@ -241,6 +241,8 @@ def get_format(fmt: Any) -> Format:
       ...     print(e)
       unknown format 'E4M3': format names are exact and lower case; OCP E4M3 (torch.float8_e4m3fn, Transformer Engine's E4M3: max 448, no infinity) is 'e4m3fn'; 'e4m3' is the IEEE-like format (max 240, with infinity)
     """
+    if fmt is None:  # NumPy would read None as float64
+        raise TypeError("fmt must be a format name, a fpemu.Format or a floating-point dtype, got None")
     if isinstance(fmt, Format):
         return fmt
     if isinstance(fmt, str):

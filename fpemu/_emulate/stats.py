@@ -13,11 +13,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from fpemu._text import text_table
 from fpemu._args import bool_arg
 from fpemu._core.format import Format
 from fpemu._core.registry import get_format
 from fpemu._engine.convert import value_bits
+from fpemu._text import text_table
 
 # The counters, in the order of the int32 vector kept per site. Each is a number of elements; docs/emulate.md
 # (Statistics) says what each counts.

@@ -41,7 +41,6 @@ from fpemu._args import DEFAULT_RANDOM_BITS
 from fpemu._core.format import Format, fits
 from fpemu._core.modes import EXPONENT_TIES, P3109_SATURATIONS, ROUNDING_MODES, STOCHASTIC_VARIANTS
 
-
 # Modes in which a result beyond the largest finite value overflows to infinity (for positive and
 # negative results respectively); in the other cases it clamps to the largest finite value.
 _OVERFLOWS = {
@@ -213,7 +212,7 @@ def round_narrow(
     mask = (one << sh_c) - one
     if m_t == 0:
         # No stored mantissa: the code's parity is the exponent's.
-        lsb = ((ex + dst.bias) & 1).astype(uw)
+        lsb = ((ex + dst.bias) & 1).astype(uw)  # type: ignore[union-attr,operator]  # ex is set on every path that reaches here (m_t == 0 implies an exponent)
     else:
         lsb = ((a | u(1 << m_in)) >> sh_c) & one  # the implicit bit is the code's last bit at sh == m_in
 
@@ -276,7 +275,8 @@ def round_narrow(
         sign = s
     elif output == "dst_code":
         sig = jnp.where(a < u(1 << m_in), a, (a & u((1 << m_in) - 1)) | u(1 << m_in))
-        base = (jnp.maximum(ex, dst.emin) - dst.emin).astype(uw)  # binades above the smallest normal
+        # binades above the smallest normal (ex is set above on this branch)
+        base = (jnp.maximum(ex, dst.emin) - dst.emin).astype(uw)  # type: ignore[arg-type]
         res = ((sig + inc) >> sh_c) + (base << u(m_t))
         if dst.has_zero:
             res = jnp.where(tiny, tiny_up.astype(uw), res)
@@ -325,7 +325,7 @@ def round_narrow(
     if output == "src_bits":
         res = jnp.where(is_nan, b, res)  # NaN inputs come out unchanged (payload and sign kept)
     elif dst.has_nan:
-        signed_nan = dst.nan_code | (dst.sign_mask if dst.specials in ("ieee", "fn") else 0)
+        signed_nan = dst.nan_code | (dst.sign_mask if dst.specials in ("ieee", "fn") else 0)  # type: ignore[operator]  # dst.has_nan: nan_code is an int
         res = jnp.where(is_nan, jnp.where(negative, u(signed_nan), u(dst.nan_code)), res)
     elif dst.twos_complement:
         res = jnp.where(is_nan, u(0), res)  # no NaN and no -0 to invert into: the zero code
@@ -375,7 +375,7 @@ def widen(bits: jnp.ndarray, *, src: Format, dst: Format) -> jnp.ndarray:
     negative = x.s != 0
     res = res | jnp.where(negative, u(dst.sign_mask), u(0))
     if dst.has_nan:
-        signed_nan = u(dst.nan_code | dst.sign_mask) if dst.specials in ("ieee", "fn") else u(dst.nan_code)
+        signed_nan = u(dst.nan_code | dst.sign_mask) if dst.specials in ("ieee", "fn") else u(dst.nan_code)  # type: ignore[operator]  # dst.has_nan: nan_code is an int
         nan = jnp.where(negative, signed_nan, u(dst.nan_code))
         res = jnp.where(x.is_nan, nan, res)
     return res

@@ -38,7 +38,7 @@ def seeds_from_key(key) -> jnp.ndarray:
             raise ValueError(f"key must be a single PRNG key, got a key array of shape {key.shape}; vmap over keys")
         words = jax.random.key_data(key)
     else:
-        words = jnp.asarray(key) if isinstance(key, (jax.Array, np.ndarray)) else None
+        words = jnp.asarray(key) if isinstance(key, (jax.Array, np.ndarray)) else None  # type: ignore[assignment]  # None only on the error path, which raises below
         if words is None or words.dtype != jnp.uint32 or words.ndim != 1:
             raise TypeError(
                 f"key must be a JAX PRNG key (jax.random.key(...) or jax.random.PRNGKey(...)), got {type(key).__name__}"
@@ -67,6 +67,6 @@ def random_uint32(seeds: jnp.ndarray, shape: tuple[int, ...], offset=0) -> jnp.n
     return hash_index(seeds, index)
 
 
-def hash_index(seeds: jnp.ndarray, index: jnp.ndarray) -> jnp.ndarray:
+def hash_index(seeds: jax.Array | tuple[jax.Array, jax.Array], index: jax.Array) -> jax.Array:
     """The random bits of the elements with these (uint32, row-major, global) indices."""
     return mix(mix(index + seeds[0]) ^ seeds[1])

@@ -12,12 +12,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from fpemu._engine import convert as _convert
-from fpemu._core.modes import ExponentTies, Rounding, Saturation, StochasticVariant
+from fpemu._args import check_fits, float_array, format_arg, input_format, int_arg, is_host_float64
 from fpemu._core.format import Format
-from fpemu._args import check_fits, float_array, input_format, int_arg, is_host_float64
-from fpemu._ops.quantize import RoundingSpec, round_bits, rounding_spec, seeds_for
+from fpemu._core.modes import ExponentTies, Rounding, Saturation, StochasticVariant
 from fpemu._core.registry import get_format
+from fpemu._engine import convert as _convert
+from fpemu._ops.quantize import RoundingSpec, round_bits, rounding_spec, seeds_for
 
 
 @functools.partial(jax.jit, static_argnums=(2,))
@@ -84,16 +84,40 @@ def _decode_jit(codes: jax.Array, fmt: Format, out: Format) -> jax.Array:
         invalid = invalid | (codes < 0)
     bits = _convert.widen(codes.astype(fmt.code_dtype), src=fmt, dst=out)
     bits = jnp.where(invalid, jnp.asarray(out.nan_code, bits.dtype), bits)
-    return lax.bitcast_convert_type(bits.astype(out.code_dtype), out.dtype)
+    return lax.bitcast_convert_type(bits.astype(out.code_dtype), out.dtype)  # type: ignore[arg-type]  # an input format (float16..float64) always has a dtype
 
 
-def _check_code_range(codes: jax.Array, fmt: Format, name: str) -> None:
+def _check_code_range(codes: Any, fmt: Format, name: str) -> None:
     """Eagerly reject codes outside the format's code space (skipped under jit)."""
     if isinstance(codes, jax.core.Tracer) or not codes.size:
         return
     low, high = int(codes.min()), int(codes.max())
     if low < 0 or high >= fmt.num_codes:
         raise ValueError(f"{name} must lie in [0, {fmt.num_codes}) for {fmt.name}, got {low if low < 0 else high}")
+
+
+def _integer_codes(codes: Any, fmt: Format, name: str) -> jax.Array:
+    """Integer codes as a JAX array, their range checked on the host first where they are concrete.
+
+    The check runs before the conversion: with x64 disabled, JAX would truncate 64-bit integers (a
+    code of 2**32 would become 0) and Python ints beyond 64 bits cannot be converted at all.
+    """
+    if not isinstance(codes, jax.Array):
+        try:
+            host = np.asarray(codes)
+        except (ValueError, TypeError) as e:
+            raise TypeError(f"{name} must be an integer array, got {type(codes).__name__} ({e})") from None
+        if host.dtype == object and all(isinstance(c, int) and not isinstance(c, bool) for c in host.ravel()):
+            _check_code_range(np.asarray([min(host.ravel()), max(host.ravel())], object), fmt, name)
+        if not np.issubdtype(host.dtype, np.integer):
+            raise TypeError(f"{name} must be an integer array, got dtype {host.dtype}")
+        _check_code_range(host, fmt, name)
+        codes = host
+    codes = jnp.asarray(codes)
+    if not jnp.issubdtype(codes.dtype, jnp.integer):
+        raise TypeError(f"{name} must be an integer array, got dtype {codes.dtype}")
+    _check_code_range(codes, fmt, name)
+    return codes
 
 
 def decode(codes: Any, fmt: Any, dtype: Any = jnp.float32) -> jax.Array:
@@ -113,18 +137,17 @@ def decode(codes: Any, fmt: Any, dtype: Any = jnp.float32) -> jax.Array:
       >>> fpemu.decode(jnp.array([0x7e, 0x7f, 0x80, 0x01], jnp.uint8), "e4m3fn").tolist()
       [448.0, nan, -0.0, 0.001953125]
     """
-    fmt = get_format(fmt)
+    fmt = format_arg(fmt)
+    if dtype is None:
+        raise TypeError("dtype must be one of float16, bfloat16, float32, float64, got None")
     out = input_format(np.dtype(dtype), name="dtype")
     check_fits(fmt, out, name="dtype")
-    codes = jnp.asarray(codes)
-    if not jnp.issubdtype(codes.dtype, jnp.integer):
-        raise TypeError(f"codes must be an integer array, got dtype {codes.dtype}")
-    _check_code_range(codes, fmt, "codes")
+    codes = _integer_codes(codes, fmt, "codes")
     return _decode_jit(codes, fmt, out)
 
 
 def _check_codes(codes: Any, fmt: Format, name: str) -> jax.Array:
-    codes = jnp.asarray(codes)
+    codes = _integer_codes(codes, fmt, name) if name == "codes" else jnp.asarray(codes)
     if not jnp.issubdtype(codes.dtype, jnp.integer):
         raise TypeError(f"{name} must be an integer array, got dtype {codes.dtype}")
     if codes.ndim == 0:
@@ -159,7 +182,7 @@ def pack(codes: Any, fmt: Any) -> jax.Array:
       >>> fpemu.pack(jnp.array([0x1, 0x2, 0xf], jnp.uint8), "e2m1fn").tolist()  # padded with a zero code
       [33, 15]
     """
-    fmt = get_format(fmt)
+    fmt = format_arg(fmt)
     codes = _check_codes(codes, fmt, "codes")
     group, nbytes = _group(fmt)
     _check_code_range(codes, fmt, "codes")
@@ -197,7 +220,7 @@ def unpack(packed: Any, fmt: Any, count: int | None = None) -> jax.Array:
       >>> fpemu.unpack(jnp.array([33, 15], jnp.uint8), "e2m1fn", count=3).tolist()
       [1, 2, 15]
     """
-    fmt = get_format(fmt)
+    fmt = format_arg(fmt)
     packed = _check_codes(packed, fmt, "packed")
     if packed.dtype != jnp.uint8:
         raise TypeError(f"packed must be a uint8 array (the output of fpemu.pack), got dtype {packed.dtype}")

@@ -13,12 +13,11 @@ from jax import lax
 
 from fpemu import _args
 from fpemu._args import check_fits, float_array, input_format, is_host_float64
-from fpemu._engine import convert as _convert
-
-from fpemu._engine import rng as _random
-from fpemu._core.modes import ExponentTies, Rounding, Saturation, StochasticVariant
 from fpemu._core.format import Format
+from fpemu._core.modes import ExponentTies, Rounding, Saturation, StochasticVariant
 from fpemu._core.registry import get_format
+from fpemu._engine import convert as _convert
+from fpemu._engine import rng as _random
 
 Backend = Literal["auto", "xla", "pallas"]
 BACKENDS: tuple[str, ...] = ("auto", "xla", "pallas")
@@ -186,7 +185,9 @@ def reduce_precision_is_exact(src: Format, spec: RoundingSpec) -> bool:
     )
 
 
-def round_bits(x: jax.Array, seeds: jax.Array, spec: RoundingSpec, output: str) -> jax.Array:
+def round_bits(
+    x: jax.Array, seeds: jax.Array, spec: RoundingSpec, output: Literal["src_bits", "dst_code"]
+) -> jax.Array:
     """Round a float array with the integer engine: ``output="src_bits"`` gives the rounded values'
     bit patterns in ``x``'s format, ``"dst_code"`` the format's codes (random bits drawn from ``seeds``)."""
     src = input_format(x.dtype)

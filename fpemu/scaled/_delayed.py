@@ -109,6 +109,10 @@ class DelayedScaling:
         return prepare(x, self.recipe, self.axis, rounding, key, random_bits, True, {})
 
     def _check_state(self, x: jax.Array, state: DelayedScalingState) -> None:
+        if not isinstance(state, DelayedScalingState):
+            raise TypeError(
+                f"state must be a DelayedScalingState (make the first one with init(x)), got {type(state).__name__}"
+            )
         gshape = _core.group_shape(x.shape, self._layout(x.shape))
         if tuple(state.scale.shape) != gshape or tuple(state.amax_history.shape) != (self.history_length, *gshape):
             raise ValueError(

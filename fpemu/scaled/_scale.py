@@ -76,7 +76,7 @@ def float_encode_scale(amax: jnp.ndarray, recipe: Recipe) -> tuple[jnp.ndarray, 
     """
     nonfinite = amax >= U32(INF)
     zero = amax == U32(0)
-    enc = _const_over(float(np.float32(recipe.element.max)), amax) * F32(2.0 ** -recipe.margin)
+    enc = _const_over(float(np.float32(recipe.element.max)), amax) * F32(2.0**-recipe.margin)
     enc = jnp.clip(enc, F32(ENCODE_FLOOR), F32(ENCODE_CAP))
     return jnp.where(zero, F32(1), enc), nonfinite
 

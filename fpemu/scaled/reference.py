@@ -258,7 +258,7 @@ def quantize(
                 amax = F32(_amax(flat[idx]))
                 if amax == 0:
                     continue  # scale 1
-                m = (F32(e.max) / amax) * F32(2.0 ** -recipe.margin)
+                m = (F32(e.max) / amax) * F32(2.0**-recipe.margin)
                 m = min(max(m, F32(2.0**-126)), F32(2.0**126))
                 assert m <= big
                 enc[g] = m
@@ -346,8 +346,10 @@ def assert_equal(actual: Any, expected: Any, err_msg: str = "") -> None:
             if a is not None and b is not None:
                 a, b = np.asarray(a), np.asarray(b)
                 if a.shape == b.shape and a.dtype == b.dtype:
-                    diff = np.argwhere(~((a == b) | (np.isnan(a.astype(np.float32)) & np.isnan(b.astype(np.float32)))) |
-                                       (np.signbit(a.astype(np.float32)) != np.signbit(b.astype(np.float32))))
+                    diff = np.argwhere(
+                        ~((a == b) | (np.isnan(a.astype(np.float32)) & np.isnan(b.astype(np.float32))))
+                        | (np.signbit(a.astype(np.float32)) != np.signbit(b.astype(np.float32)))
+                    )
                     if diff.size:
                         i = tuple(diff[0])
                         detail = f" (first at {i}: {a[i]!r} vs {b[i]!r})"

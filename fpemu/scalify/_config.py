@@ -64,7 +64,7 @@ class ScalifyConfig:
         _CONFIG.reset(tokens[-1])
 
 
-_CONFIG: contextvars.ContextVar[ScalifyConfig] = contextvars.ContextVar("fpemu_scalify_config", default=ScalifyConfig())
+_CONFIG: contextvars.ContextVar[ScalifyConfig] = contextvars.ContextVar("fpemu_scalify_config", default=ScalifyConfig())  # noqa: B039 - a frozen config
 _TOKENS: contextvars.ContextVar[tuple] = contextvars.ContextVar("fpemu_scalify_config_tokens", default=())
 
 

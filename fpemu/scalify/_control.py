@@ -5,7 +5,8 @@ debug callbacks. Each rebuilds the public combinator around a scalified body."""
 from __future__ import annotations
 
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp

@@ -4,7 +4,8 @@ pass, and debug callbacks that see `ScaledArray`s."""
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -120,9 +121,7 @@ def _doc(inner: Callable, norm: str, where: str) -> Callable:
 dynamic_rescale_max = _doc(
     lambda arr: map_on_forward(_leafwise(_rescale_max), arr), "max |data|", "on the forward pass"
 )
-dynamic_rescale_l1 = _doc(
-    lambda arr: map_on_forward(_leafwise(_rescale_l1), arr), "mean |data|", "on the forward pass"
-)
+dynamic_rescale_l1 = _doc(lambda arr: map_on_forward(_leafwise(_rescale_l1), arr), "mean |data|", "on the forward pass")
 dynamic_rescale_l2 = _doc(
     lambda arr: map_on_forward(_leafwise(_rescale_l2), arr), "RMS of the data", "on the forward pass"
 )

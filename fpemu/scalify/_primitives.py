@@ -15,7 +15,6 @@ from jax.interpreters import ad, batching, mlir
 
 from fpemu._args import format_arg
 from fpemu._ops.quantize import quantize
-
 from fpemu.scalify._array import ScaledArray, asarray, is_static_one_scalar
 from fpemu.scalify._config import get_scalify_config
 from fpemu.scalify._helpers import rescaled
@@ -128,9 +127,7 @@ def _get_impl(values, *, scale_dtype):
 
 
 get_data_scale_p.def_impl(_get_impl)
-get_data_scale_p.def_abstract_eval(
-    lambda values, *, scale_dtype: (values, jax.core.ShapedArray((), scale_dtype))
-)
+get_data_scale_p.def_abstract_eval(lambda values, *, scale_dtype: (values, jax.core.ShapedArray((), scale_dtype)))
 mlir.register_lowering(get_data_scale_p, mlir.lower_fun(_get_impl, multiple_results=True))
 
 
@@ -181,7 +178,6 @@ def rebalance(values: Any, rebalance_scale: Any) -> Any:
     if rebalance_scale.dtype != scale.dtype:
         raise TypeError(f"rebalance: the scale is {scale.dtype} but rebalance_scale is {rebalance_scale.dtype}")
     return set_scaling(values, scale * rebalance_scale)
-
 
 
 # -- quantize_data: round the data (not the value) to a format ----------------------------------------

@@ -12,7 +12,8 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import enum
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp

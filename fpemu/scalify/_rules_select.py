@@ -182,7 +182,10 @@ def scaled_is_finite(val: ScaledArray, **params: Any) -> Any:
 
 def _compare(prim):
     def rule(lhs: Any, rhs: Any, **params: Any) -> Any:
-        dtype = wide_dtype(*(np.dtype(v.dtype) for v in (lhs, rhs)), *(np.dtype(v.scale.dtype) for v in (lhs, rhs) if isinstance(v, ScaledArray)))
+        dtype = wide_dtype(
+            *(np.dtype(v.dtype) for v in (lhs, rhs)),
+            *(np.dtype(v.scale.dtype) for v in (lhs, rhs) if isinstance(v, ScaledArray)),
+        )
         return prim.bind(unscale(lhs, dtype), unscale(rhs, dtype), **params)
 
     rule.__name__ = f"scaled_{prim.name}"

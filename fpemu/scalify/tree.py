@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 import builtins
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp

@@ -20,12 +20,12 @@ See docs/testing.md for the guide and docs/tutorial_pallas.md for a worked examp
 
 import typing as _typing
 
+from fpemu._text import text_table
 from fpemu.testing import reference
 from fpemu.testing._assertions import assert_bit_exact, assert_close, assert_representable
 from fpemu.testing._compare import CompareReport, CompareRow, compare
 from fpemu.testing._grid import ulp_distance
 from fpemu.testing._sweeps import Mismatch, SweepReport, sweep
-from fpemu._text import text_table
 from fpemu.testing._tolerances import TOLERANCES, Tolerance, tolerances
 from fpemu.testing.matmul_reference import dot_general_reference
 

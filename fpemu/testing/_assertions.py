@@ -13,14 +13,14 @@ from typing import Any
 
 import numpy as np
 
-from fpemu._args import format_arg
+from fpemu._args import choice_arg, format_arg
 from fpemu._core.format import Format
 from fpemu._core.registry import UnknownFormatError, get_format
+from fpemu._text import report_table
 from fpemu.testing import reference
 from fpemu.testing._bits import as_array, bits, bits_hex, is_float, widen
 from fpemu.testing._grid import code_text, position_parts, representable, ulp_distance
-from fpemu._text import report_table
-from fpemu.testing._tolerances import tolerances
+from fpemu.testing._tolerances import TOLERANCES, tolerances
 
 __all__ = ["assert_bit_exact", "assert_close", "assert_representable"]
 
@@ -207,9 +207,7 @@ def assert_bit_exact(
         same = actual == expected
     failed = np.flatnonzero(~np.asarray(same))
     if failed.size:
-        title = (
-            f"Not bit-exact: {failed.size} of {actual.size} elements differ (dtype {actual.dtype}, shape {actual.shape})."
-        )
+        title = f"Not bit-exact: {failed.size} of {actual.size} elements differ (dtype {actual.dtype}, shape {actual.shape})."
         raise AssertionError(_report(title, failed, actual, expected, fmt, show, err_msg, codes=codes))
 
 
@@ -368,6 +366,7 @@ def assert_close(
     _check_shapes(actual, expected, err_msg)
     ulps, rtol, atol = _tolerance_arg(ulps, "ulps"), _tolerance_arg(rtol, "rtol"), _tolerance_arg(atol, "atol")
     if like is not None:
+        like = choice_arg(like, tuple(TOLERANCES), "like")
         if rtol is not None or atol is not None:
             raise ValueError("pass like= or rtol=/atol=, not both")
         rtol, atol = tolerances(like, expected.dtype)

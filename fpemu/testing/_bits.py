@@ -17,7 +17,7 @@ def as_array(x: Any, name: str) -> np.ndarray:
     """``x`` as a NumPy array of a float (ml_dtypes included), integer or bool dtype; else TypeError naming ``name``."""
     try:
         array = np.asarray(x)
-    except Exception as err:  # noqa: BLE001 - anything NumPy cannot convert
+    except Exception as err:
         raise TypeError(f"{name} must be an array or a number, got {type(x).__name__}") from err
     kind = array.dtype.kind
     if kind == "V" and _is_ml_float(array.dtype):

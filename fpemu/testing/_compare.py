@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -16,8 +17,8 @@ from fpemu._core.registry import get_format
 from fpemu._emulate.policy import Policy
 from fpemu._emulate.transform import emulate
 from fpemu._ops.quantize import quantize
-from fpemu.testing._grid import ulp_distance
 from fpemu._text import report_table
+from fpemu.testing._grid import ulp_distance
 
 __all__ = ["CompareReport", "CompareRow", "compare"]
 
@@ -63,7 +64,13 @@ class CompareReport:
         )
         headers = ["precision", "max abs err", "max rel err", "max ulp err", "nonfinite"]
         rows = [
-            [r.precision, _number(r.max_abs_error), _number(r.max_rel_error), _number(r.max_ulp_error), str(r.nonfinite)]
+            [
+                r.precision,
+                _number(r.max_abs_error),
+                _number(r.max_rel_error),
+                _number(r.max_ulp_error),
+                str(r.nonfinite),
+            ]
             for r in self.rows
         ]
         return f"{head}\n{report_table(rows, headers)}"
@@ -84,7 +91,11 @@ class CompareReport:
         names = [r.precision for r in self.rows]
         for ax, (title, field) in zip(
             figure.subplots(1, 3),
-            (("max abs error", "max_abs_error"), ("max rel error", "max_rel_error"), ("max ulp error", "max_ulp_error")),
+            (
+                ("max abs error", "max_abs_error"),
+                ("max rel error", "max_rel_error"),
+                ("max ulp error", "max_ulp_error"),
+            ),
         ):
             heights = [getattr(r, field) for r in self.rows]
             finite = [h if math.isfinite(h) else np.nan for h in heights]
@@ -264,4 +275,6 @@ def compare(
             raise ValueError(f"{name} returned different shapes in {fmt.name} and in the reference")
         result = np.concatenate([leaf.astype(np.float64).reshape(-1) for leaf in leaves])
         rows.append(_errors(result, truth, fmt))
-    return CompareReport(rows=tuple(rows), reference=ref_fmt.name, size=truth.size, intermediates=intermediates, name=name)
+    return CompareReport(
+        rows=tuple(rows), reference=ref_fmt.name, size=truth.size, intermediates=intermediates, name=name
+    )

@@ -60,9 +60,7 @@ def _special_code(fmt: Format, draw: Any, negative: bool) -> int:
     return nan_code  # fnuz: the one NaN, 0x80...
 
 
-def codes(
-    fmt: Any, *, specials: bool = True, subnormals: bool = True, negative: bool = True
-) -> st.SearchStrategy[int]:
+def codes(fmt: Any, *, specials: bool = True, subnormals: bool = True, negative: bool = True) -> st.SearchStrategy[int]:
     """Codes (``sign | exponent | mantissa``, as Python ints) of a format.
 
     Special values: with ``specials=True`` about one draw in eight is a non-finite code of the format

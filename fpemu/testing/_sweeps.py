@@ -7,16 +7,17 @@ import dataclasses
 import functools
 import sys
 import time
-from typing import Any, Callable, TextIO
+from collections.abc import Callable
+from typing import Any, TextIO
 
 import numpy as np
 
 from fpemu._args import INPUT_DTYPES
 from fpemu._core.format import Format, fits
 from fpemu._core.registry import get_format
+from fpemu._text import report_table
 from fpemu.testing import reference
 from fpemu.testing._bits import as_array, bits, bits_hex, code_hex, is_float, widen
-from fpemu._text import report_table
 
 __all__ = ["Mismatch", "SweepReport", "sweep"]
 

@@ -81,6 +81,7 @@ __all__ = [
     "decode_scalar",
     "encode_array",
     "encode_scalar",
+    "round_and_encode_array",
     "round_array",
     "round_scalar",
     "values",
@@ -132,7 +133,9 @@ def _options(rounding, saturate, subnormals, random_bits, stochastic_variant, ex
     if not isinstance(saturate, (bool, np.bool_)) and saturate not in P3109_SATURATIONS:
         raise ValueError(f"saturate must be a bool or one of {', '.join(P3109_SATURATIONS)}, got {saturate!r}")
     if stochastic_variant not in STOCHASTIC_VARIANTS:
-        raise ValueError(f"stochastic_variant must be one of {', '.join(STOCHASTIC_VARIANTS)}, got {stochastic_variant!r}")
+        raise ValueError(
+            f"stochastic_variant must be one of {', '.join(STOCHASTIC_VARIANTS)}, got {stochastic_variant!r}"
+        )
     if exponent_ties not in EXPONENT_TIES:
         raise ValueError(f"exponent_ties must be one of {', '.join(EXPONENT_TIES)}, got {exponent_ties!r}")
     if isinstance(random_bits, bool) or not isinstance(random_bits, (int, np.integer)):

@@ -24,7 +24,8 @@ import dataclasses
 import difflib
 import math
 import time
-from typing import Any, Callable, Iterable, cast
+from collections.abc import Callable, Iterable
+from typing import Any, cast
 
 import numpy as np
 
@@ -118,9 +119,7 @@ class MatmulError:
     qsnr_db: float
 
     @classmethod
-    def from_product(
-        cls, c: Any, reference: np.ndarray, *, recipe: str, distribution: str, size: int
-    ) -> MatmulError:
+    def from_product(cls, c: Any, reference: np.ndarray, *, recipe: str, distribution: str, size: int) -> MatmulError:
         """The measures of a computed product ``c`` against ``reference`` (float64, same shape).
 
         The sums run in float64 over blocks of rows (``c`` is widened exactly).
@@ -345,7 +344,6 @@ def markdown_table(rows: list[MatmulError], *, metric: str = "relative_error") -
     columns = [(d, s) for d, s in columns if any((r, d, s) in cells for r in recipes)]
     header = ["recipe", *(f"{d} {s}" for d, s in columns)]
     table = [
-        [f"`{r}`", *(_cell(cells[r, d, s], metric) if (r, d, s) in cells else "-" for d, s in columns)]
-        for r in recipes
+        [f"`{r}`", *(_cell(cells[r, d, s], metric) if (r, d, s) in cells else "-" for d, s in columns)] for r in recipes
     ]
     return text_table(table, header, align="l" + "r" * len(columns), markdown=True)

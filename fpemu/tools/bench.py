@@ -265,7 +265,7 @@ def _gfloat_call(fmt: str, x: jax.Array) -> Callable[[], Any]:
         call = _jitted(attempt, x)
         try:
             jax.block_until_ready(call())
-        except Exception as error:  # noqa: BLE001 - any failure of the optional peer skips its row
+        except Exception as error:
             errors.append(f"{type(error).__name__}: {(str(error).splitlines() or [''])[0]}")
             continue
         return call
@@ -288,7 +288,7 @@ def _astype_call(fmt: str, x: jax.Array, backend: str) -> Callable[[], Any]:
     call = _jitted(lambda v: v.astype(dtype).astype(jnp.float32), x)
     try:
         jax.block_until_ready(call())  # compiles; float6 casts do not compile on XLA:CPU
-    except Exception as error:  # noqa: BLE001 - only this peer may legitimately fail to compile
+    except Exception as error:
         raise Skip(f"x.astype({dtype.name}) does not compile on {jax.default_backend()}: "
                    f"{type(error).__name__}") from None  # fmt: skip
     return call
@@ -326,9 +326,11 @@ def _checked(call: Callable[[], Any], what: str) -> Callable[[], Any]:
     """``call`` if it compiles and runs here, else `Skip` with the reason."""
     try:
         jax.block_until_ready(call())
-    except Exception as error:  # noqa: BLE001 - a peer the backend cannot compile skips its row
+    except Exception as error:
         first_line = (str(error).splitlines() or [""])[0]
-        raise Skip(f"{what} does not run on {jax.default_backend()}: {type(error).__name__}: {first_line}"[:300]) from None
+        raise Skip(
+            f"{what} does not run on {jax.default_backend()}: {type(error).__name__}: {first_line}"[:300]
+        ) from None
     return call
 
 
@@ -363,8 +365,18 @@ def plan(settings: Settings, *, x_np: np.ndarray | None = None, backend: str | N
     cases: list[Case] = []
 
     # `make` is called without arguments; `Callable[..., ...]` admits the lambdas that bind loop variables as defaults.
-    def add(group: str, row: str, what: str, kind: Kind, make: Callable[..., Callable[[], Any]], *,
-            baseline: str, elements: int = n, shape: tuple[int, ...] = shape, bytes_moved: int = f32) -> None:
+    def add(
+        group: str,
+        row: str,
+        what: str,
+        kind: Kind,
+        make: Callable[..., Callable[[], Any]],
+        *,
+        baseline: str,
+        elements: int = n,
+        shape: tuple[int, ...] = shape,
+        bytes_moved: int = f32,
+    ) -> None:
         cases.append(Case(group=group, row=row, what=what, kind=kind, elements=elements, shape=shape,
                           bytes_moved=bytes_moved, baseline=baseline, make=make))  # fmt: skip
 

@@ -27,8 +27,8 @@ import argparse
 import os
 import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import jax
 
@@ -159,17 +159,27 @@ def _parser() -> argparse.ArgumentParser:
         "  fpemu cast 0.1 --to bf16 --rounding stochastic --seed 3",
     )
     cast.set_defaults(cast_parser=cast)
-    cast.add_argument("value", type=_value_arg, metavar="VALUE",
-                      help="a decimal (0.1, 1e6, -0), a hex float (0x1.8p3), nan or inf")
+    cast.add_argument(
+        "value", type=_value_arg, metavar="VALUE", help="a decimal (0.1, 1e6, -0), a hex float (0x1.8p3), nan or inf"
+    )
     cast.add_argument("--to", type=_format_arg, required=True, metavar="FORMAT", help="the target format")
-    cast.add_argument("--rounding", default="nearest_even", choices=fpemu.ROUNDING_MODES, metavar="MODE",
-                      help=f"one of {', '.join(fpemu.ROUNDING_MODES)} (default nearest_even)")
+    cast.add_argument(
+        "--rounding",
+        default="nearest_even",
+        choices=fpemu.ROUNDING_MODES,
+        metavar="MODE",
+        help=f"one of {', '.join(fpemu.ROUNDING_MODES)} (default nearest_even)",
+    )
     cast.add_argument("--saturate", action="store_true", help="clamp overflow and infinities to +-max")
     cast.add_argument("--no-subnormals", action="store_true", help="flush subnormal results to zero")
     cast.add_argument("--seed", type=int, default=None, help="stochastic rounding: jax.random.key(SEED), default 0")
-    cast.add_argument("--random-bits", type=_int_arg, default=None, metavar="K",
-                      help="stochastic rounding: random bits per value, 1 to 32 "
-                      f"(default {fpemu.DEFAULT_RANDOM_BITS})")
+    cast.add_argument(
+        "--random-bits",
+        type=_int_arg,
+        default=None,
+        metavar="K",
+        help=f"stochastic rounding: random bits per value, 1 to 32 (default {fpemu.DEFAULT_RANDOM_BITS})",
+    )
 
     subcommands.add_parser("demo", help="a quick tour: formats, quantization error per mode, overflow")
 
@@ -180,18 +190,30 @@ def _parser() -> argparse.ArgumentParser:
         description="Time fpemu.quantize, encode/pack, scaled quantization and matmuls beside lax.reduce_precision,\n"
         "jitted astype round trips, the ml_dtypes NumPy round trip, gfloat (if installed) and a NumPy copy.\n"
         "Prints ns/element, GB/s and the ratios to the copy and to fpemu, with the device and versions.",
-        epilog="examples:\n"
-        "  fpemu bench --quick\n"
-        "  fpemu bench --json bench.json --plot bench-plots",
+        epilog="examples:\n  fpemu bench --quick\n  fpemu bench --json bench.json --plot bench-plots",
     )
-    timer.add_argument("--quick", action="store_true",
-                       help="2^18 elements, 256^3 matmuls, few repeats (seconds); default: 2^24 and 2048^3 (minutes)")
-    timer.add_argument("--json", type=Path, default=None, metavar="FILE",
-                       help="also write the results as JSON (schema in docs/benchmarks.md)")
-    timer.add_argument("--plot", type=Path, default=None, metavar="DIR",
-                       help="also write bar charts (PNG) into DIR; needs matplotlib (pip install 'fpemu[plot]')")
-    timer.add_argument("--no-progress", action="store_true",
-                       help="no progress bar on stderr (it is only drawn on a terminal anyway)")
+    timer.add_argument(
+        "--quick",
+        action="store_true",
+        help="2^18 elements, 256^3 matmuls, few repeats (seconds); default: 2^24 and 2048^3 (minutes)",
+    )
+    timer.add_argument(
+        "--json",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="also write the results as JSON (schema in docs/benchmarks.md)",
+    )
+    timer.add_argument(
+        "--plot",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="also write bar charts (PNG) into DIR; needs matplotlib (pip install 'fpemu[plot]')",
+    )
+    timer.add_argument(
+        "--no-progress", action="store_true", help="no progress bar on stderr (it is only drawn on a terminal anyway)"
+    )
 
     draw = subcommands.add_parser(
         "plot",
@@ -210,18 +232,55 @@ def _parser() -> argparse.ArgumentParser:
         "  fpemu plot all --out plots",
     )
     draw.set_defaults(plot_parser=draw)
-    draw.add_argument("kind", choices=(*commands.PLOT_KINDS, "all"), metavar="KIND",
-                      help=f"one of {', '.join(commands.PLOT_KINDS)}, all")
-    draw.add_argument("--formats", type=_format_list_arg, default=None, metavar="A,B,...",
-                      help=f"formats, comma-separated (default {','.join(plot.DEFAULT_FORMATS)})")
-    draw.add_argument("--recipes", type=_split_list, default=None, metavar="R,S,...",
-                      help="qsnr: fpemu.scaled recipes (default all); matmul-error: names from "
-                      "fpemu.tools.accuracy.MATMUL_RECIPES (default all)")
-    draw.add_argument("--sizes", type=_sizes_arg, default=None, metavar="N,M,...",
-                      help="matmul-error: matmul sizes n (default 64,128,256,512)")
-    draw.add_argument("--out", type=Path, default=Path("."), metavar="DIR",
-                      help="the folder to write into (created if missing; default: the current folder)")
+    draw.add_argument(
+        "kind",
+        choices=(*commands.PLOT_KINDS, "all"),
+        metavar="KIND",
+        help=f"one of {', '.join(commands.PLOT_KINDS)}, all",
+    )
+    draw.add_argument(
+        "--formats",
+        type=_format_list_arg,
+        default=None,
+        metavar="A,B,...",
+        help=f"formats, comma-separated (default {','.join(plot.DEFAULT_FORMATS)})",
+    )
+    draw.add_argument(
+        "--recipes",
+        type=_split_list,
+        default=None,
+        metavar="R,S,...",
+        help="qsnr: fpemu.scaled recipes (default all); matmul-error: names from "
+        "fpemu.tools.accuracy.MATMUL_RECIPES (default all)",
+    )
+    draw.add_argument(
+        "--sizes",
+        type=_sizes_arg,
+        default=None,
+        metavar="N,M,...",
+        help="matmul-error: matmul sizes n (default 64,128,256,512)",
+    )
+    draw.add_argument(
+        "--out",
+        type=Path,
+        default=Path("."),
+        metavar="DIR",
+        help="the folder to write into (created if missing; default: the current folder)",
+    )
     return parser
+
+
+def _refuse_unknown_global_flags(parser: argparse.ArgumentParser, argv: list[str]) -> None:
+    """``fpemu --bogus``: name the flag (argparse would only say that COMMAND is missing)."""
+    known = {flag for action in parser._actions for flag in action.option_strings}
+    for arg in argv:
+        if not arg.startswith("-"):
+            return  # the command: its own parser checks its flags
+        if arg.split("=", 1)[0] not in known:
+            parser.error(
+                f"unrecognized argument: {arg} (fpemu's own flags: {', '.join(sorted(known))}; "
+                "command flags go after the command)"
+            )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -248,6 +307,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = _parser()
     args_list = _protect_negative_numbers(list(sys.argv[1:] if argv is None else argv))
+    _refuse_unknown_global_flags(parser, args_list)
     args = parser.parse_args(args_list)
     previous_x64 = jax.config.read("jax_enable_x64")
     exact = args.command in ("formats", "info", "cast", "demo")

@@ -12,8 +12,8 @@ import math
 import sys
 import textwrap
 import time
+from collections.abc import Sequence
 from fractions import Fraction
-from typing import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -96,7 +96,19 @@ def _format_row(fmt: fpemu.Format) -> list[str]:
 
 
 _FORMAT_HEADER = [
-    "name", "bits", "e/m", "bias", "max", "min normal", "min subnormal", "eps", "sign", "inf", "nan", "-0", "specials",
+    "name",
+    "bits",
+    "e/m",
+    "bias",
+    "max",
+    "min normal",
+    "min subnormal",
+    "eps",
+    "sign",
+    "inf",
+    "nan",
+    "-0",
+    "specials",
 ]
 _FORMAT_ALIGN = "lrrrrrrr"
 
@@ -118,13 +130,15 @@ def formats_table(with_aliases: bool = False) -> str:
 def cmd_formats(args: argparse.Namespace) -> None:
     print(formats_table(with_aliases=args.aliases))
     print()
-    print(_prose(
-        "Values are exact: 2^k for powers of two, (2-2^-n)*2^k for the largest values of the wide formats. "
-        "min subnormal is '-' for formats without subnormals. sign/inf/nan/-0 say which codes exist; "
-        "specials is the layout (ieee: inf and NaN in the all-ones exponent; fn: no inf, the all-ones "
-        "code is NaN; fnuz: no inf and no -0, the -0 code is NaN; none: no inf, no NaN)."
-        + ("" if args.aliases else " Add --aliases for the other accepted names.")
-    ))
+    print(
+        _prose(
+            "Values are exact: 2^k for powers of two, (2-2^-n)*2^k for the largest values of the wide formats. "
+            "min subnormal is '-' for formats without subnormals. sign/inf/nan/-0 say which codes exist; "
+            "specials is the layout (ieee: inf and NaN in the all-ones exponent; fn: no inf, the all-ones "
+            "code is NaN; fnuz: no inf and no -0, the -0 code is NaN; none: no inf, no NaN)."
+            + ("" if args.aliases else " Add --aliases for the other accepted names.")
+        )
+    )
 
 
 def _facts(fmt: fpemu.Format) -> list[list[str]]:
@@ -243,18 +257,25 @@ def cmd_cast(args: argparse.Namespace) -> None:
         )
         if math.isfinite(low) and math.isfinite(high) and low != high:
             p_up = float((Fraction(x) - Fraction(low)) / (Fraction(high) - Fraction(low)))
-            rows.append([
-                "neighbours",
-                f"{exact(low)} and {exact(high)}: rounds up with probability {p_up:.6g} (to within 2^-{random_bits})",
-            ])
+            rows.append(
+                [
+                    "neighbours",
+                    f"{exact(low)} and {exact(high)}: rounds up with probability {p_up:.6g} (to within 2^-{random_bits})",
+                ]
+            )
     if math.isfinite(x) and math.isfinite(result):
         error = Fraction(result) - Fraction(x)
         ulp = _ulp(result, fmt)
         rows.append(["error", f"{approx(error)}  (result - input, exact unless marked ~)"])
         if x != 0:
             rows.append(["relative", f"{float(error / abs(Fraction(x))):.6g}  ((result - input) / |input|)"])
-        rows.append(["in ulps", f"{approx(error / Fraction(ulp))} ulp  (ulp = {exact(ulp)}, the spacing of "
-                                f"{fmt.name} just above |result|)"])
+        rows.append(
+            [
+                "in ulps",
+                f"{approx(error / Fraction(ulp))} ulp  (ulp = {exact(ulp)}, the spacing of "
+                f"{fmt.name} just above |result|)",
+            ]
+        )
     elif math.isfinite(x):
         rows.append(["error", f"none: {_why_not_finite(x, fmt)}"])
     else:
@@ -311,12 +332,14 @@ def cmd_demo(args: argparse.Namespace) -> None:
     print()
     print(formats_table())
     print()
-    print(_prose(
-        "Same width does not mean same format: e4m3 (IEEE-like, has inf, max 240) and e4m3fn (OCP FP8, "
-        "no inf, max 448) decode the same byte differently. The fnuz formats have a single NaN (the -0 "
-        "code) and no -0; e2m1fn, e3m2fn and e2m3fn (OCP MX FP4/FP6) have no inf and no NaN; e8m0fnu is the "
-        "unsigned power-of-two scale of the MX formats."
-    ))
+    print(
+        _prose(
+            "Same width does not mean same format: e4m3 (IEEE-like, has inf, max 240) and e4m3fn (OCP FP8, "
+            "no inf, max 448) decode the same byte differently. The fnuz formats have a single NaN (the -0 "
+            "code) and no -0; e2m1fn, e3m2fn and e2m3fn (OCP MX FP4/FP6) have no inf and no NaN; e8m0fnu is the "
+            "unsigned power-of-two scale of the MX formats."
+        )
+    )
     print()
 
     print(f"2. Quantization error of {_DEMO_SIZE} standard-normal float32 values (numpy default_rng(0))")
@@ -332,16 +355,22 @@ def cmd_demo(args: argparse.Namespace) -> None:
         low, high = min(nonfinite), max(nonfinite)
         row.append(_pct(low) if low == high else f"{_pct(low)}-{_pct(high)}")
         rows.append(row)
-    print(text_table(rows, ["format", *fpemu.ROUNDING_MODES, "inf/nan"], align="l" + "r" * (len(fpemu.ROUNDING_MODES) + 1)))
+    print(
+        text_table(
+            rows, ["format", *fpemu.ROUNDING_MODES, "inf/nan"], align="l" + "r" * (len(fpemu.ROUNDING_MODES) + 1)
+        )
+    )
     print()
-    print(_prose(
-        "Cells are QSNR in dB, 10*log10(mean(x^2) / mean((q - x)^2)) over the finite results: higher is "
-        "better, and each mantissa bit adds about 6 dB under round-to-nearest. The directed modes "
-        "(toward_*) are biased and lose about a bit; stochastic rounding (key 0) is unbiased but noisier "
-        "than nearest; to_odd exists for exact double rounding, not accuracy. inf/nan is the fraction of "
-        "results that overflowed or became NaN (a range when it depends on the mode): the unsigned "
-        "e8m0fnu turns every negative value into NaN."
-    ))
+    print(
+        _prose(
+            "Cells are QSNR in dB, 10*log10(mean(x^2) / mean((q - x)^2)) over the finite results: higher is "
+            "better, and each mantissa bit adds about 6 dB under round-to-nearest. The directed modes "
+            "(toward_*) are biased and lose about a bit; stochastic rounding (key 0) is unbiased but noisier "
+            "than nearest; to_odd exists for exact double rounding, not accuracy. inf/nan is the fraction of "
+            "results that overflowed or became NaN (a range when it depends on the mode): the unsigned "
+            "e8m0fnu turns every negative value into NaN."
+        )
+    )
     print()
 
     scale = _DEMO_RANGE_SCALE
@@ -358,17 +387,21 @@ def cmd_demo(args: argparse.Namespace) -> None:
     print()
     e4m3, e4m3fn = lost.get("e4m3"), lost.get("e4m3fn")
     if e4m3 is not None and e4m3fn is not None:
-        print(_prose(
-            f"Scaled by {scale:g}, {_pct(e4m3) if e4m3 else 'none'} of the values round beyond e4m3's max of "
-            f"240 and become inf, while e4m3fn (max 448) loses {_pct(e4m3fn) if e4m3fn else 'none'}."
-        ))
+        print(
+            _prose(
+                f"Scaled by {scale:g}, {_pct(e4m3) if e4m3 else 'none'} of the values round beyond e4m3's max of "
+                f"240 and become inf, while e4m3fn (max 448) loses {_pct(e4m3fn) if e4m3fn else 'none'}."
+            )
+        )
         print()
-    print(_prose(
-        "saturate=True clamps to +-max instead, which turns each lost value into a large but finite "
-        "error: the QSNR column (saturating, over all values) shows what that costs. e2m1fn, e3m2fn and "
-        "e2m3fn have neither inf nor NaN, so they saturate anyway: scale tensors into range first (the MX "
-        "formats share one e8m0fnu scale per block of values)."
-    ))
+    print(
+        _prose(
+            "saturate=True clamps to +-max instead, which turns each lost value into a large but finite "
+            "error: the QSNR column (saturating, over all values) shows what that costs. e2m1fn, e3m2fn and "
+            "e2m3fn have neither inf nor NaN, so they saturate anyway: scale tensors into range first (the MX "
+            "formats share one e8m0fnu scale per block of values)."
+        )
+    )
     print()
     print(f"Demo done in {time.perf_counter() - start:.1f} s.")
 
@@ -431,14 +464,16 @@ def bench_report(result: bench.BenchResult) -> str:
         for r in result.rows
     ]  # fmt: skip
     lines = [text_table(head), "", text_table(rows, header, align="llrrrrrl"), ""]
-    lines.append(_prose(
-        "ns/element is the median time per element (per multiply-add for matmul rows) after two untimed "
-        "warm-up calls (the first compiles); each timed call blocks until the result is ready. GB/s counts "
-        "the input read and the output written once (8 bytes per element for float32 in and out). "
-        "'x copy' is the ratio of ns/element to the NumPy copy's (the memory-bandwidth reference); "
-        "'x fpemu' the ratio to the baseline row (fpemu nearest_even of the same format; for a scaled "
-        "recipe, of its element format). Compare ratios within one run, not absolute times across runs."
-    ))
+    lines.append(
+        _prose(
+            "ns/element is the median time per element (per multiply-add for matmul rows) after two untimed "
+            "warm-up calls (the first compiles); each timed call blocks until the result is ready. GB/s counts "
+            "the input read and the output written once (8 bytes per element for float32 in and out). "
+            "'x copy' is the ratio of ns/element to the NumPy copy's (the memory-bandwidth reference); "
+            "'x fpemu' the ratio to the baseline row (fpemu nearest_even of the same format; for a scaled "
+            "recipe, of its element format). Compare ratios within one run, not absolute times across runs."
+        )
+    )
     for skip in meta["skipped"]:
         lines.append(f"skipped {skip['name']}: {skip['reason']}")
     lines.append(f"Bench done in {meta['seconds']:.1f} s.")
@@ -512,4 +547,3 @@ def cmd_plot(args: argparse.Namespace) -> int:
             written = plot.plot_matmul_error(args.recipes, args.sizes or plot.DEFAULT_MATMUL_SIZES, path)
         print(written)
     return 0
-

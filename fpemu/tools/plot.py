@@ -304,9 +304,7 @@ def plot_matmul_error(
     size_list = list(sizes)
     if not size_list or any(isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 1 for s in size_list):
         raise ValueError(f"sizes must be positive integers, got {list(sizes)!r}")
-    results = accuracy.matmul_accuracy(
-        recipes=recipe_names, distributions=[distribution], sizes=size_list, seed=seed
-    )
+    results = accuracy.matmul_accuracy(recipes=recipe_names, distributions=[distribution], sizes=size_list, seed=seed)
     fig = _figure(9.5, 5.5)
     ax = fig.subplots()
     ax.set_xscale("log", base=2)

@@ -76,10 +76,11 @@ def test_matmul_kernel_lowers_to_triton(name):
     cfg = matmul_config(fp32, fp32, MatmulOptions(key=key, **options))
     a, b = jnp.ones((40, 70)), jnp.ones((70, 24))  # ragged against 16-wide tiles
     scale = jnp.float32(2.0) if scaled else None
-    for blocks in (MatmulBlockSizes(block_m=16, block_n=16, block_k=16), MatmulBlockSizes(block_m=32, block_n=16, block_k=64)):
-        text = _lowered_text(
-            matmul_pallas, a, b, scale, scale, key, cfg=cfg, block_sizes=blocks, interpret=False
-        )
+    for blocks in (
+        MatmulBlockSizes(block_m=16, block_n=16, block_k=16),
+        MatmulBlockSizes(block_m=32, block_n=16, block_k=64),
+    ):
+        text = _lowered_text(matmul_pallas, a, b, scale, scale, key, cfg=cfg, block_sizes=blocks, interpret=False)
         assert TRITON_CALL in text, name
 
 

@@ -85,7 +85,6 @@ def test_fused_gradient_is_the_identity(recipe):
     _same(g, np.broadcast_to(np.arange(64.0, dtype=np.float32), X.shape))
 
 
-
 @pytest.mark.parametrize("recipe", ["mxfp6_e2m3", "nvfp4", "fp8_e5m2"])
 def test_gradient_under_jit_with_other_cotangents(recipe):
     x = jnp.asarray(X)

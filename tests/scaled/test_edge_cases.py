@@ -212,8 +212,14 @@ def test_half_precision_mx_output_is_exact():
 
 @pytest.mark.parametrize(
     ("recipe", "shape"),
-    [("mxfp4", (0, 32)), ("mxfp4", (4, 0)), ("mxfp4", (0,)), ("nvfp4", (0, 32)), ("mxint8", (4, 0)),
-     ("fp8_e4m3", (0,))],  # fmt: skip
+    [
+        ("mxfp4", (0, 32)),
+        ("mxfp4", (4, 0)),
+        ("mxfp4", (0,)),
+        ("nvfp4", (0, 32)),
+        ("mxint8", (4, 0)),
+        ("fp8_e4m3", (0,)),
+    ],  # fmt: skip
 )
 def test_size_zero_arrays(recipe, shape):
     x = jnp.zeros(shape, jnp.float32)

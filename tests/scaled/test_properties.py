@@ -109,6 +109,9 @@ def test_scale_exponent_rules_by_hand():
     # at 5), floor(log2 6) - 2 = 0; ceil_log2: ceil(log2 5) - 2 = 1
     assert codes == {"ocp": 0, "ceil": 0, "even": 0, "ceil_log2": 1}
     x[0, 0] = 7.0  # 7 > 6: ceil gives 1; 7 rounds to 8 -> even gives 1
-    codes = {rule: int(scaled.ScaledArray.from_array(jnp.asarray(x), "mxfp4", scale_rule=rule).scale[0, 0]) - 127 for rule in codes}
+    codes = {
+        rule: int(scaled.ScaledArray.from_array(jnp.asarray(x), "mxfp4", scale_rule=rule).scale[0, 0]) - 127
+        for rule in codes
+    }
     assert codes == {"ocp": 0, "ceil": 1, "even": 1, "ceil_log2": 1}
     assert math.isclose(6 * 2.0 ** codes["ceil"], 12.0)

@@ -120,7 +120,9 @@ def test_as_scaled_array():
     assert s.dtype == np.float64 and float(s.scale) == 0.25 and float(s.data) == 0.3 / 0.25
     sa = jsa.as_scaled_array(np.array([1.0, 2.0], np.float16), scale=np.float32(0.5))
     assert sa.data.tolist() == [2.0, 4.0] and sa.data.dtype == np.float16 and sa.scale.dtype == np.float32
-    big = jsa.as_scaled_array(np.array([2.0, 4.0], np.float32) * 256**2, scale=np.float32(2 * 256**2)).astype(np.float16)
+    big = jsa.as_scaled_array(np.array([2.0, 4.0], np.float32) * 256**2, scale=np.float32(2 * 256**2)).astype(
+        np.float16
+    )
     assert big.data.tolist() == [1.0, 2.0] and np.asarray(big, dtype=np.float32).tolist() == [131072.0, 262144.0]
     tree = jsa.as_scaled_array({"w": np.ones(2, np.float32), "n": 4})
     assert isinstance(tree["w"], jsa.ScaledArray) and tree["n"] == 4

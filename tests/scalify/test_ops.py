@@ -122,7 +122,10 @@ def test_quantization(dtype):
         return
     v = np.array([0.6, 2, 1, 9, 15, 127], dtype).reshape(3, 2)
     codes = jsa.quantization.as_e8m0(v)
-    assert codes.dtype == np.uint8 and codes.tolist() == (np.log2(jsa.quantization.pow2_truncate(v).astype(np.float32)) + 127).tolist()
+    assert (
+        codes.dtype == np.uint8
+        and codes.tolist() == (np.log2(jsa.quantization.pow2_truncate(v).astype(np.float32)) + 127).tolist()
+    )
     assert jsa.quantization.as_e8m0(np.array([-0.1, -3, 0, 2**-127], dtype)).tolist() == [0, 0, 0, 0]
     p = np.array([2**-127, 0.25, 1, 2, 8, 2.0**127], dtype)
     assert jsa.quantization.from_e8m0(jsa.quantization.as_e8m0(p), dtype).tolist() == p.tolist()

@@ -100,8 +100,10 @@ def test_dot_general_batch_and_several_contracting_dims():
 def test_conv():
     x = RNG.standard_normal((1, 2, 9)).astype(np.float32)  # N C W
     w = RNG.standard_normal((4, 2, 8)).astype(np.float32)  # O I W: K = 16
-    conv = lambda u, v: lax.conv_general_dilated(u, v, (1,), "VALID")  # noqa: E731
-    assert_scaled(jsa.scalify(conv)(sa(x, SA), sa(w, SB)), conv(jnp.asarray(x), jnp.asarray(w)) / np.float32(4), SA * SB * 4)
+    conv = lambda u, v: lax.conv_general_dilated(u, v, (1,), "VALID")
+    assert_scaled(
+        jsa.scalify(conv)(sa(x, SA), sa(w, SB)), conv(jnp.asarray(x), jnp.asarray(w)) / np.float32(4), SA * SB * 4
+    )
 
 
 # -- reductions -------------------------------------------------------------------------------------
@@ -117,9 +119,9 @@ def test_reductions():
     assert_bits(jsa.scalify(lambda v: jnp.argmax(v, axis=1))(sa()), jnp.argmax(x, axis=1))
     assert_scaled(jsa.scalify(lambda v: jnp.cumsum(v, axis=1))(sa()), jnp.cumsum(x, axis=1) / np.float32(4), SA * 4)
     assert_scaled(jsa.scalify(lambda v: lax.cummax(v, axis=1))(sa()), lax.cummax(x, axis=1), SA)
-    window = lambda v: lax.reduce_window(v, -jnp.inf, lax.max, (1, 2), (1, 2), "VALID")  # noqa: E731
+    window = lambda v: lax.reduce_window(v, -jnp.inf, lax.max, (1, 2), (1, 2), "VALID")
     assert_scaled(jsa.scalify(window)(sa()), window(x), SA)
-    window_sum = lambda v: lax.reduce_window(v, 0.0, lax.add, (1, 2), (1, 2), "VALID")  # noqa: E731
+    window_sum = lambda v: lax.reduce_window(v, 0.0, lax.add, (1, 2), (1, 2), "VALID")
     assert_scaled(jsa.scalify(window_sum)(sa()), window_sum(x), SA)
 
 
@@ -193,7 +195,9 @@ def test_updates_take_the_max_scale():
     assert_scaled(out, jnp.asarray(A * (SA / s)).at[1].set(upd * (SB / s)), s)
     out = jsa.scalify(lambda v, u: v.at[1].add(u))(sa(A, SA), sa(upd, SB))
     assert_scaled(out, jnp.asarray(A * (SA / s)).at[1].add(upd * (SB / s)), s)
-    out = jsa.scalify(lambda v, u: lax.dynamic_update_slice(v, u, (jnp.int32(1), jnp.int32(0))))(sa(A, SA), sa(C[:1], SB))
+    out = jsa.scalify(lambda v, u: lax.dynamic_update_slice(v, u, (jnp.int32(1), jnp.int32(0))))(
+        sa(A, SA), sa(C[:1], SB)
+    )
     assert_scaled(out, lax.dynamic_update_slice(jnp.asarray(A * (SA / s)), C[:1] * (SB / s), (1, 0)), s)
 
 
@@ -234,7 +238,7 @@ def test_log_sign_compare_is_finite():
 
 
 def test_unscaled_inputs_run_unchanged():
-    f = lambda u, v: jnp.tanh(u @ v).sum()  # noqa: E731
+    f = lambda u, v: jnp.tanh(u @ v).sum()
     closed = jax.make_jaxpr(f)(A, B)
     assert_bits(jsa.scalify(f)(A, B), jax.core.eval_jaxpr(closed.jaxpr, closed.consts, A, B)[0])
     assert_bits(jax.jit(jsa.scalify(f))(A, B), jax.jit(f)(A, B))

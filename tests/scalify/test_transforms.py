@@ -4,12 +4,11 @@ rounding; composition with fpemu.emulate; the coverage table."""
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
 from jax import lax
 
 import fpemu
-from fpemu._emulate.registry import PRIMITIVES  # the primitives emulate handles
 import fpemu.scalify as jsa
+from fpemu._emulate.registry import PRIMITIVES  # the primitives emulate handles
 from fpemu.scalify import core
 
 RNG = np.random.default_rng(99)
@@ -79,9 +78,9 @@ def test_custom_jvp_and_custom_vjp_keep_their_rules():
 
     x = jnp.asarray(X[0])
     for fn, slope in ((clipped, 10.0), (doubled, 3.0)):
-        g = jax.grad(lambda v: jsa.asarray(jsa.scalify(lambda u: fn(u).sum())(jsa.ScaledArray(v, jnp.float32(2)))))(x)
+        g = jax.grad(lambda v: jsa.asarray(jsa.scalify(lambda u: fn(u).sum())(jsa.ScaledArray(v, jnp.float32(2)))))(x)  # noqa: B023 - called in this iteration
         close(g, np.full(8, slope * 2))  # d/d data = slope * scale
-        g = jsa.scalify(jax.grad(lambda u: fn(u).sum()))(sa(x, 2.0))
+        g = jsa.scalify(jax.grad(lambda u: fn(u).sum()))(sa(x, 2.0))  # noqa: B023 - called in this iteration
         close(g, np.full(8, slope))
     close(jsa.scalify(clipped)(sa(x, 2.0)), np.clip(X[0], -1, 1))
 
@@ -120,7 +119,14 @@ def test_control_flow():
 def test_jit_cache_key_includes_the_config():
     f = jax.jit(lambda x: x + x)
     s = sa(X, 1.0)
-    assert float(jsa.scalify(f)(s, ).scale) == 1.0  # sqrt(2) rounded down
+    assert (
+        float(
+            jsa.scalify(f)(
+                s,
+            ).scale
+        )
+        == 1.0
+    )  # sqrt(2) rounded down
     with jsa.ScalifyConfig(rounding_mode=jsa.Pow2RoundMode.UP):
         assert float(jsa.scalify(f)(s).scale) == 2.0
     with jsa.ScalifyConfig(rounding_mode=jsa.Pow2RoundMode.NONE):
@@ -142,8 +148,10 @@ def test_composes_with_emulate():
     x16, w16 = sa(X, 0.5).astype(jnp.float16), sa(W, 4.0).astype(jnp.float16)
     policy = fpemu.Policy(default=None, dot=fpemu.DotPolicy(lhs="e4m3fn", rhs="e4m3fn", accumulate="fp32"))
     out = fpemu.emulate(jsa.scalify(lambda a, b: a @ b), policy)(x16, w16)
-    q = lambda v: fpemu.quantize(v.astype(jnp.float32), "e4m3fn").astype(jnp.float16)  # noqa: E731
-    ref = jsa.scalify(lambda a, b: a @ b)(jsa.ScaledArray(q(x16.data), x16.scale), jsa.ScaledArray(q(w16.data), w16.scale))
+    q = lambda v: fpemu.quantize(v.astype(jnp.float32), "e4m3fn").astype(jnp.float16)
+    ref = jsa.scalify(lambda a, b: a @ b)(
+        jsa.ScaledArray(q(x16.data), x16.scale), jsa.ScaledArray(q(w16.data), w16.scale)
+    )
     close(out, jsa.asarray(ref, jnp.float32), 1e-3)
 
 

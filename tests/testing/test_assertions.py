@@ -33,7 +33,7 @@ from fpemu.testing import (
 
 SMALL = [f for f in fpemu.formats() if f.bits <= 16]
 BYTE = [f for f in fpemu.formats() if f.bits <= 8]
-ids = lambda f: f.name  # noqa: E731
+ids = lambda f: f.name
 
 
 def _fails(fn, *args, **kwargs) -> str:
@@ -185,7 +185,9 @@ def test_ulp_distance_of_a_rounded_value_is_at_most_half(fmt, data):
 
 def test_ulp_distance_special_values_and_fractions():
     nan, inf = math.nan, math.inf
-    got = ulp_distance([nan, nan, inf, inf, -inf, 0.0, 1.0, 1.0625], [nan, 1.0, inf, -inf, 448.0, -0.0, 1.0, 1.0], "e4m3fn")
+    got = ulp_distance(
+        [nan, nan, inf, inf, -inf, 0.0, 1.0, 1.0625], [nan, 1.0, inf, -inf, 448.0, -0.0, 1.0, 1.0], "e4m3fn"
+    )
     assert got.tolist() == [0.0, inf, 0.0, inf, inf, 0.0, 0.0, 0.5]
     assert ulp_distance(448.0, 480.0, "e4m3fn") == 1.0  # past max the grid continues
     assert ulp_distance(2.0**-127, 2.0**-126, "e8m0fnu") == 1.0

@@ -89,7 +89,9 @@ def test_control_flow_bodies_are_rounded():
         return jax.lax.fori_loop(0, 1, lambda i, c: (c * c) * c, x)
 
     x = np.array([1.3])
-    assert compare(loop_cube, x, ["e4m3fn"], intermediates=True).row("e4m3fn").max_abs_error == abs(1.875 - 1.3 * 1.3 * 1.3)
+    assert compare(loop_cube, x, ["e4m3fn"], intermediates=True).row("e4m3fn").max_abs_error == abs(
+        1.875 - 1.3 * 1.3 * 1.3
+    )
 
 
 def test_constants_are_rounded():

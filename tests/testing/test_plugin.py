@@ -116,7 +116,9 @@ def test_unknown_command_line_profile_is_a_usage_error(pytester):
     pytester.makepyfile(PROFILE_PROBE)
     result = pytester.runpytest("--hypothesis-profile", "nope")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--hypothesis-profile 'nope' is not a registered hypothesis profile*ci, dev, thorough*"])
+    result.stderr.fnmatch_lines(
+        ["*--hypothesis-profile 'nope' is not a registered hypothesis profile*ci, dev, thorough*"]
+    )
     assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
 
 

@@ -26,7 +26,7 @@ INF = math.inf
 ML_FORMATS = [f for f in fpemu.formats() if f.dtype is not None and f.bits <= 16]
 ML_CAST_FORMATS = [f for f in ML_FORMATS if f.name != "fp16"]  # fp16 is compared with NumPy
 NARROW_FORMATS = [f for f in fpemu.formats() if f.bits <= 16]
-ids = lambda f: f.name  # noqa: E731
+ids = lambda f: f.name
 
 
 def _uint(fmt: Format) -> type:
@@ -609,8 +609,18 @@ def test_stochastic_variants_issue_numbers():
                for r in range(8)]  # fmt: skip
         return ups.count(320.0) / 8
 
-    assert [p_up(277.0, v) for v in ("floor", "nearest_even", "nearest_odd", "nearest_away")] == [0.25, 0.375, 0.375, 0.375]
-    assert [p_up(276.0, v) for v in ("floor", "nearest_even", "nearest_odd", "nearest_away")] == [0.25, 0.25, 0.375, 0.375]
+    assert [p_up(277.0, v) for v in ("floor", "nearest_even", "nearest_odd", "nearest_away")] == [
+        0.25,
+        0.375,
+        0.375,
+        0.375,
+    ]
+    assert [p_up(276.0, v) for v in ("floor", "nearest_even", "nearest_odd", "nearest_away")] == [
+        0.25,
+        0.25,
+        0.375,
+        0.375,
+    ]
 
 
 def test_stochastic_variants_array_path_equals_scalar_path():

@@ -26,7 +26,7 @@ FP32 = fpemu.get_format("fp32")
 BUILTINS = list(fpemu.formats())
 FITS_FP32 = [f for f in BUILTINS if fits(f, FP32)]
 SMALL = [f for f in BUILTINS if f.bits <= 16]
-ids = lambda f: f.name  # noqa: E731
+ids = lambda f: f.name
 # Many draws, deterministically: for the coverage counts.
 MANY = settings(max_examples=400, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
 # `find` searches and shrinks the same way on every run, whatever profile is loaded: no test depends on luck.
@@ -440,7 +440,7 @@ def test_from_dtype_falls_back_to_hypothesis_for_numpy_dtypes():
 
 
 def test_strategies_shrink_to_the_simplest_example():
-    anything = lambda _: True  # noqa: E731
+    anything = lambda _: True
     assert find(codes("e4m3fn"), anything, settings=SEARCH) == 0
     v = find(values("e4m3fn"), anything, settings=SEARCH)
     assert v == 0.0 and math.copysign(1, v) == 1

@@ -15,7 +15,7 @@ import fpemu
 from fpemu.testing import SweepReport, reference, sweep
 
 SMALL = [f for f in fpemu.formats() if f.bits <= 16]
-ids = lambda f: f.name  # noqa: E731
+ids = lambda f: f.name
 
 
 def _identity(x):
@@ -110,7 +110,7 @@ def test_float32_ranges_chunks_and_resuming():
 def test_nan_payloads_in_the_float32_sweep():
     """The NaN range carries every payload: equal as NaNs, different bit for bit."""
     start = 0x7F800001
-    canonical = lambda x: np.full_like(x, np.nan)  # noqa: E731
+    canonical = lambda x: np.full_like(x, np.nan)
     assert sweep(_identity, canonical, start=start, stop=start + 1000).ok
     report = sweep(_identity, canonical, start=start, stop=start + 1000, nan_payload=True, show=1)
     assert report.mismatches == 1000 - (0x7FC00000 in range(start, start + 1000))

@@ -34,7 +34,7 @@ def test_the_tutorial_runs_and_prints_what_it_shows():
             continue
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
-            exec(compile(source, f"{TUTORIAL.name}:{line}", "exec"), namespace)  # noqa: S102
+            exec(compile(source, f"{TUTORIAL.name}:{line}", "exec"), namespace)
         follows = blocks[i + 1] if i + 1 < len(blocks) else None
         if follows is not None and follows[0] == "text":
             want, got = follows[1], out.getvalue()
