@@ -14,14 +14,14 @@ from fpemu import _checkout, scaled
 from fpemu._args import DEFAULT_RANDOM_BITS
 from fpemu._core.format import Format
 from fpemu._core.modes import ROUNDING_MODES, Rounding
-from fpemu._core.registry import FormatLike, UnknownFormatError, formats, get_format, register_format
+from fpemu._core.registry import FormatLike, UnknownFormatError, formats, get_format, p3109_format, register_format
 from fpemu._core.registry import aliases as format_aliases
 from fpemu._emulate.policy import DotPolicy, Policy
 from fpemu._emulate.stats import summary as stats_summary
 from fpemu._emulate.transform import emulate
 from fpemu._ops.codec import decode, encode, pack, unpack
 from fpemu._ops.matmul import conv_general_dilated, dot_general, matmul
-from fpemu._ops.quantize import quantize
+from fpemu._ops.quantize import quantize, stochastic_bits
 
 __all__ = [
     "DEFAULT_RANDOM_BITS",
@@ -42,12 +42,14 @@ __all__ = [
     "get_format",
     "kernels",
     "matmul",
+    "p3109_format",
     "pack",
     "quantize",
     "register_format",
     "scaled",
     "scalify",
     "stats_summary",
+    "stochastic_bits",
     "testing",
     "tools",
     "unpack",

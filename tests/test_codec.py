@@ -203,7 +203,7 @@ def test_pack_unpack_errors():
 
 
 @pytest.mark.parametrize("fmt", ["e2m1fn", "e2m3fn", "custom7", "bf16"])
-@pytest.mark.parametrize("n", [1, 3, 13])
+@pytest.mark.parametrize("n", [3, 13])
 def test_pack_any_length_pads_with_zero_codes_and_unpack_takes_the_count(fmt, n):
     """As numpy.packbits/unpackbits: the last group is padded with zero codes, `count` drops them."""
     fmt = fpemu.Format(name="e3m3", exponent_bits=3, mantissa_bits=3) if fmt == "custom7" else fpemu.get_format(fmt)

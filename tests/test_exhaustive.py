@@ -82,8 +82,12 @@ def test_every_16_bit_pattern(fmt, option, patterns):
     _check(fmt, patterns, *option)
 
 
-@pytest.mark.parametrize("rounding", ["nearest_even", "stochastic"])
-@pytest.mark.parametrize("fmt", OTHER_NEW_FORMATS, ids=lambda f: f.name)
+_OTHER_NEW_CASES = [(f, "nearest_even") for f in OTHER_NEW_FORMATS] + [
+    (fpemu.get_format(f), "stochastic") for f in ("p3109_k8p2se", "p3109_k8p7sf", "p3109_k8p1uf", "p3109_k8p5ue")
+]
+
+
+@pytest.mark.parametrize(("fmt", "rounding"), _OTHER_NEW_CASES, ids=lambda v: getattr(v, "name", v))
 def test_every_16_bit_pattern_other_new_formats(fmt, rounding, patterns):
     _check(fmt, patterns, rounding, False, True)
 

@@ -53,10 +53,11 @@ def _sample(n: int, seed: int = 0) -> jax.Array:
 # -- explicit random bits -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize(
-    ("fmt", "k"), [("e4m3fn", None), ("e2m1fn", 3), ("bf16", 8), ("p3109_k8p3se", 1), ("int8_ocp", 5)]
-)
+    ("fmt", "k", "variant"),
+    [("e4m3fn", None, "floor"), ("e2m1fn", 3, "nearest_even"), ("bf16", 8, "nearest_odd"),
+     ("p3109_k8p3se", 1, "nearest_away"), ("int8_ocp", 5, "floor"), ("p3109_k8p1ue", 2, "nearest_even")],
+)  # fmt: skip
 def test_explicit_random_bits_equal_the_keyed_path(fmt, k, variant):
     x = _sample(300).reshape(3, 100)
     key = jax.random.key(11)
@@ -160,9 +161,16 @@ def _threshold(f: Fraction, k: int, variant: str) -> int:
     return n + (n % 2 if variant == "nearest_even" else 1 - n % 2)
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
-@pytest.mark.parametrize("k", [1, 3, 8])
-@pytest.mark.parametrize("fmt", ["e4m3fn", "e5m2", "e2m1fn", "bf16", "e8m0fnu", "p3109_k8p1ue", "int8_ocp"])
+# The default variant ("floor") on the classic formats: tests/test_quantize.py.
+_DRAW_CASES = [
+    *((fmt, k, variant) for fmt in ("e2m1fn", "e8m0fnu", "p3109_k8p1ue", "int8_ocp") for k in (1, 3, 8)
+      for variant in VARIANTS[1:]),
+    *((fmt, 3, "floor") for fmt in ("p3109_k8p1ue", "int8_ocp", "p3109_k8p3se")),
+    *(("bf16", k, variant) for k in (3, 8) for variant in VARIANTS[1:]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("fmt", "k", "variant"), _DRAW_CASES)
 def test_up_probability_is_exact_over_all_draws(fmt, k, variant):
     """Feed every k-bit draw as explicit random bits: exactly T(2**k f) of them round up."""
     fmt = fpemu.get_format(fmt)
@@ -214,7 +222,7 @@ def test_variants_are_unbiased_on_average(variant):
 
 _OTHER_WIDTHS = [
     (k, p, signed, extended)
-    for k, p in [(3, 1), (3, 2), (5, 5), (6, 3), (11, 4), (12, 12)]
+    for k, p in [(3, 1), (5, 5), (11, 4), (12, 12)]
     for signed in (True, False)
     for extended in (True, False)
     if not (signed and p == k)  # outside P3109 (tests/testing/test_reference.py pins fpemu's reading)
@@ -281,7 +289,7 @@ def _boundary_inputs(fmt, dtype, seed: int) -> np.ndarray:
     return np.concatenate([values, -values])
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(
     k=st.integers(3, 16), p_frac=st.floats(0, 1), signed=st.booleans(), extended=st.booleans(),
     rounding=st.sampled_from(fpemu.ROUNDING_MODES), saturate=st.sampled_from(SATURATIONS), subnormals=st.booleans(),
