@@ -295,7 +295,7 @@ def test_close_argument_errors():
         assert_close(x, x, ulps=-1)
     with pytest.raises(ValueError, match="ulps needs a format"):
         assert_close(np.int32([1]), np.int32([1]), ulps=1)
-    with pytest.raises(ValueError, match="framework must be one of 'torch', 'numpy', 'numpy.allclose', 'jax'"):
+    with pytest.raises(ValueError, match="like must be one of 'torch', 'numpy', 'numpy.allclose', 'jax'"):
         assert_close(x, x, like="tensorflow")
     assert "dtype mismatch" in _fails(assert_close, x, np.float64([1.0]))
     assert_close(x, np.float64([1.0]), check_dtype=False)
