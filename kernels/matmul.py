@@ -41,7 +41,7 @@ from jax import lax
 from jax.typing import ArrayLike, DTypeLike
 
 from fpemu._core.format import Format
-from fpemu._core.modes import Rounding
+from fpemu._core.modes import ExponentTies, Rounding, Saturation, StochasticVariant
 from fpemu._core.registry import FormatLike, get_format
 from fpemu._engine import convert, rng
 from fpemu._ops.accumulate import device_operands, positive_zero, round_accumulator, scale_product
@@ -118,19 +118,25 @@ def _fitted(blocks: BlockSizes, m: int, n: int, k: int, platform: str) -> BlockS
     )
 
 
-def _round(x: jax.Array, fmt: Format, rounding: str, saturate: bool, random: jax.Array | None = None) -> jax.Array:
-    """`fpemu.quantize` of float32 values, on their bits (the same engine and random bits)."""
+def _round(
+    x: jax.Array, fmt: Format, cfg: MatmulConfig, rounding: Rounding | None = None, saturate: Any = None,
+    random: jax.Array | None = None,
+) -> jax.Array:  # fmt: skip
+    """`fpemu.quantize` of float32 values in ``rounding`` (None: the call's), on their bits (the same
+    engine, options and random bits); ``saturate`` None is the call's."""
+    options = cfg.rounding_options(rounding)
+    if saturate is not None:
+        options["saturate"] = saturate
     bits = lax.bitcast_convert_type(x, jnp.uint32)
     out = convert.round_narrow(
         bits,
         src=_FP32,
         dst=fmt,
-        rounding=rounding,
-        saturate=saturate,
         subnormals=True,
         output="src_bits",
         random=random,
         random_bits=convert.DEFAULT_RANDOM_BITS,
+        **options,
     )
     return lax.bitcast_convert_type(out.astype(jnp.uint32), jnp.float32)
 
@@ -174,7 +180,7 @@ def _matmul_kernel(
             random = None
             if cfg.operands_stochastic:  # element (i, kk) of the (M, K) operand: index i * K + kk
                 random = rng.hash_index(seeds(_SEED_LHS), rows * jnp.uint32(k) + kk.astype(jnp.uint32))
-            x = _round(x, cfg.lhs, cfg.rounding, cfg.saturate, random)
+            x = _round(x, cfg.lhs, cfg, random=random)
         return jnp.where(kk < k, x, 0.0) if padded else x  # a zero may round to non-zero (E8M0)
 
     def rhs_tile(start, width: int) -> jax.Array:
@@ -185,7 +191,7 @@ def _matmul_kernel(
             random = None
             if cfg.operands_stochastic:  # element (kk, j) of the (K, N) operand: index kk * N + j
                 random = rng.hash_index(seeds(_SEED_RHS), kk.astype(jnp.uint32) * jnp.uint32(n) + cols)
-            x = _round(x, cfg.rhs, cfg.rounding, cfg.saturate, random)
+            x = _round(x, cfg.rhs, cfg, random=random)
         return jnp.where(kk < k, x, 0.0) if padded else x
 
     def products(t) -> jax.Array:
@@ -204,11 +210,11 @@ def _matmul_kernel(
     def accumulate(acc: jax.Array, chunk_sum: jax.Array, j) -> jax.Array:
         """The running sum after chunk ``j``: the XLA path's step, with the kernel's rounding."""
 
-        def round_to(total: jax.Array, rounding: Rounding, saturate: bool) -> jax.Array:
+        def round_to(total: jax.Array, rounding: Rounding, saturate: Saturation) -> jax.Array:
             random = None
             if rounding == "stochastic":  # the chunk's key; element (i, j) of the (M, N) result: i * N + j
                 random = rng.hash_index(seeds(_SEED_ACC0 + j), rows * jnp.uint32(n) + cols)
-            return _round(total, cfg.accumulate, rounding, saturate, random)
+            return _round(total, cfg.accumulate, cfg, rounding, saturate, random)
 
         return round_accumulator(acc, chunk_sum, cfg, round_to)
 
@@ -235,7 +241,7 @@ def _matmul_kernel(
         random = None
         if cfg.operands_stochastic:
             random = rng.hash_index(seeds(_SEED_OUT), rows * jnp.uint32(n) + cols)
-        y = _round(y, cfg.out, cfg.rounding, cfg.saturate, random)
+        y = _round(y, cfg.out, cfg, random=random)
     out_ref[...] = y.astype(out_ref.dtype)
 
 
@@ -341,7 +347,9 @@ def matmul_kernel(
     accumulate_every: int | None = None,
     rounding: Rounding = "nearest_even",
     accumulate_rounding: Rounding | None = None,
-    saturate: bool = False,
+    saturate: Saturation = False,
+    stochastic_variant: StochasticVariant = "floor",
+    exponent_ties: ExponentTies = "away",
     key: jax.Array | None = None,
     lhs_scale: ArrayLike | None = None,
     rhs_scale: ArrayLike | None = None,
@@ -403,7 +411,8 @@ def matmul_kernel(
     """
     options = MatmulOptions(
         lhs=lhs, rhs=rhs, accumulate=accumulate, out=out, accumulate_every=accumulate_every, rounding=rounding,
-        accumulate_rounding=accumulate_rounding, saturate=saturate, key=key, lhs_scale=lhs_scale,
+        accumulate_rounding=accumulate_rounding, saturate=saturate,
+        stochastic_variant=stochastic_variant, exponent_ties=exponent_ties, key=key, lhs_scale=lhs_scale,
         rhs_scale=rhs_scale, preferred_element_type=preferred_element_type,
     )  # fmt: skip
     call = matmul_call(a, b, _kernel_shapes, options)

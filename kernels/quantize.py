@@ -25,7 +25,7 @@ from jax import lax
 from jax.typing import ArrayLike
 
 from fpemu._args import check_fits, input_format
-from fpemu._core.modes import Rounding
+from fpemu._core.modes import ExponentTies, Rounding, Saturation, StochasticVariant
 from fpemu._core.registry import FormatLike
 from fpemu._engine import convert, rng
 from fpemu._ops.quantize import RoundingSpec, round_bits, rounding_spec, seeds_for
@@ -95,10 +95,12 @@ def quantize_kernel(
     fmt: FormatLike,
     *,
     rounding: Rounding = "nearest_even",
-    saturate: bool = False,
+    saturate: Saturation = False,
     subnormals: bool = True,
     key: jax.Array | None = None,
     random_bits: int | None = None,
+    stochastic_variant: StochasticVariant = "floor",
+    exponent_ties: ExponentTies = "away",
     block_sizes: BlockSizes | None = None,
     interpret: bool | None = None,
 ) -> jax.Array:
@@ -110,7 +112,8 @@ def quantize_kernel(
     Args:
       x: float16, bfloat16 or float32 array, any shape (float64 in interpret mode only: Pallas
         cannot lower the float64 rounding to Triton).
-      fmt, rounding, saturate, subnormals, key, random_bits: as for `fpemu.quantize`.
+      fmt, rounding, saturate, subnormals, key, random_bits, stochastic_variant, exponent_ties: as for
+        `fpemu.quantize` (random bits come from ``key``: explicit ``random=`` bits are the XLA path's).
       block_sizes: elements per grid step; default `BlockSizes.default` for the platform.
       interpret: run in Pallas interpret mode (default: on CPU, where nothing else can run it).
 
@@ -124,7 +127,10 @@ def quantize_kernel(
       >>> quantize_kernel(jnp.array([1.0625, 464.0, 500.0]), "e4m3fn", interpret=True).tolist()
       [1.0, 448.0, nan]
     """
-    spec = rounding_spec(fmt, rounding, saturate, subnormals, key, random_bits)
+    spec = rounding_spec(
+        fmt, rounding, saturate, subnormals, key, random_bits, stochastic_variant=stochastic_variant,
+        exponent_ties=exponent_ties,
+    )  # fmt: skip
     x = jnp.asarray(x)
     check_fits(spec.fmt, input_format(x.dtype))
     platform = jax.default_backend()

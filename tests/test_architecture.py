@@ -27,15 +27,16 @@ LAYERS: tuple[tuple[str, int], ...] = (
     ("fpemu._args", 2),
     ("fpemu._engine", 3),
     ("fpemu._ops", 4),
-    ("fpemu._emulate", 5),
-    ("fpemu.scaled.reference", 8),  # the scaled formats' NumPy oracle belongs to the testing layer
-    ("fpemu.scaled", 6),
-    ("fpemu.kernels", 8),
-    ("fpemu.testing", 8),
-    ("fpemu.scalify", 8),
-    ("fpemu.tools", 9),
-    ("fpemu.__main__", 9),
-    ("fpemu", 7),  # the public facade, fpemu/__init__.py: the layers below, curated (the rest load lazily)
+    ("fpemu.scaled.reference", 9),  # the scaled formats' NumPy oracle belongs to the testing layer
+    ("fpemu.scaled", 5),
+    ("fpemu._training", 6),  # training recipes: operand quantizers built on scaled, used by emulate
+    ("fpemu._emulate", 7),
+    ("fpemu.kernels", 9),
+    ("fpemu.testing", 9),
+    ("fpemu.scalify", 9),
+    ("fpemu.tools", 10),
+    ("fpemu.__main__", 10),
+    ("fpemu", 8),  # the public facade, fpemu/__init__.py: the layers below, curated (the rest load lazily)
 )
 
 # A package is the unit of privacy: a module may use another package's non-underscore names only.

@@ -21,6 +21,7 @@ import fpemu._core.format
 from fpemu._core.registry import p3109_format  # public as fpemu.p3109_format
 from fpemu._engine import rng as _random
 from fpemu._ops import quantize as _quantize
+from fpemu.kernels import quantize_kernel
 from fpemu.testing import reference
 
 VARIANTS = ["floor", "nearest_even", "nearest_odd", "nearest_away"]
@@ -134,14 +135,32 @@ def test_argument_errors(kwargs, error, match):
             op(jnp.ones(4), "e4m3fn", **kwargs)
 
 
-def test_the_pallas_engine_takes_only_keys_and_default_variants():
+def test_the_pallas_engine_takes_keys_not_explicit_bits():
     spec = _quantize.rounding_spec("e4m3fn", "stochastic", False, True, None, None, random=np.zeros(2, np.uint32))
     with pytest.raises(ValueError, match="does not take random="):
         _quantize.check_engine(spec, "pallas")
-    spec = _quantize.rounding_spec("e4m3fn", "nearest_even", False, True, None, None, exponent_ties="even")
-    with pytest.raises(ValueError, match="exponent_ties='away' only"):
-        _quantize.check_engine(spec, "pallas")
     _quantize.check_engine(spec, "xla")
+    for saturate, ties in ((False, "even"), ("sat_propagate", "away")):  # the kernel runs every other option
+        spec = _quantize.rounding_spec("e4m3fn", "nearest_even", saturate, True, None, None, exponent_ties=ties)
+        _quantize.check_engine(spec, "pallas")
+
+
+@pytest.mark.parametrize(
+    "fmt, options",
+    [
+        ("e8m0fnu", dict(exponent_ties="even")),
+        ("p3109_k8p3se", dict(saturate="sat_propagate")),
+        ("p3109_k8p1ue", dict(rounding="stochastic", stochastic_variant="nearest_even", random_bits=3)),
+        ("e4m3fn", dict(rounding="stochastic", stochastic_variant="nearest_odd")),
+    ],
+    ids=["exponent-ties", "p3109-saturation", "p3109-variant", "variant"],
+)
+def test_the_quantize_kernel_runs_the_new_options_with_the_same_bits(fmt, options):
+    x = jnp.asarray(np.geomspace(2.0**-12, 2.0**18, 257, dtype=np.float32) * np.tile([1, -1], 129)[:257])
+    key = {"key": jax.random.key(9)} if options.get("rounding") == "stochastic" else {}
+    got = quantize_kernel(x, fmt, interpret=True, **options, **key)
+    expected = fpemu.quantize(x, fmt, **options, **key)
+    np.testing.assert_array_equal(np.asarray(got).view(np.uint32), np.asarray(expected).view(np.uint32))
 
 
 # -- the stochastic variants, exactly -----------------------------------------------------------------

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from fpemu._core.modes import Rounding
+from fpemu._core.modes import Rounding, Saturation
 from fpemu._ops.geometry import Geometry
 from fpemu._ops.matmul_config import (
     KEY_ACC,
@@ -70,7 +70,7 @@ def positive_zero(x: jax.Array) -> jax.Array:
 
 
 def round_accumulator(
-    acc: jax.Array, s: jax.Array, cfg: MatmulConfig, round_to: Callable[[jax.Array, Rounding, bool], jax.Array]
+    acc: jax.Array, s: jax.Array, cfg: MatmulConfig, round_to: Callable[[jax.Array, Rounding, Saturation], jax.Array]
 ) -> jax.Array:
     """The running sum after a chunk whose W sum is ``s``: ``round(acc + s)`` to ``cfg.accumulate``.
 
@@ -81,7 +81,7 @@ def round_accumulator(
     """
     if cfg.direct:
         total = positive_zero(acc + s)  # a W addition: round to nearest even
-        return round_to(total, "nearest_even", True) if cfg.saturate else total
+        return total if cfg.saturate is False else round_to(total, "nearest_even", cfg.saturate)
     return round_to(positive_zero(_add_to_odd(acc, s)), cfg.accumulate_rounding, cfg.saturate)
 
 
@@ -118,7 +118,8 @@ def _accumulate_impl(a3: jax.Array, b3: jax.Array, key_words: jax.Array, cfg: Ma
 
         def round_to(total, rounding, saturate):
             key = words if rounding == "stochastic" else None
-            return quantize(total, cfg.accumulate, rounding=rounding, saturate=saturate, key=key)
+            options = {**cfg.rounding_options(rounding), "saturate": saturate}
+            return quantize(total, cfg.accumulate, key=key, **options)
 
         return round_accumulator(acc, _dot3(a_chunk, b_chunk, cfg), cfg, round_to), None
 
@@ -148,7 +149,7 @@ def _round_operand(x, fmt, scale, cfg: MatmulConfig, key) -> jax.Array:
         x = x / scale
     if fmt is None:
         return x
-    return quantize(x, fmt, rounding=cfg.rounding, saturate=cfg.saturate, key=key if cfg.operands_stochastic else None)
+    return quantize(x, fmt, key=key if cfg.operands_stochastic else None, **cfg.rounding_options())
 
 
 def _gather(x: jax.Array, dims: tuple[int, ...]) -> jax.Array:
@@ -195,7 +196,7 @@ def _compute_dot(a, b, lhs_scale, rhs_scale, key, cfg: MatmulConfig, geometry: G
         y = y * scale
     if cfg.out is not None:
         out_key = keys[KEY_OUT] if cfg.operands_stochastic else None
-        y = quantize(y, cfg.out, rounding=cfg.rounding, saturate=cfg.saturate, key=out_key)
+        y = quantize(y, cfg.out, key=out_key, **cfg.rounding_options())
     return y.astype(cfg.result)
 
 
@@ -214,7 +215,7 @@ def device_operands(call: MatmulCall) -> tuple[jax.Array, jax.Array]:
     for x, fmt, scale, k in sides:
         if isinstance(x, np.ndarray):  # host float64 with x64 disabled
             if fmt is not None and scale is None:
-                x = quantize(x, fmt, rounding=cfg.rounding, saturate=cfg.saturate, key=k)
+                x = quantize(x, fmt, key=k, **cfg.rounding_options())
             x = jnp.asarray(x, work)
         operands.append(x)
     return operands[0], operands[1]

@@ -33,7 +33,7 @@ import jax
 from jax import lax
 from jax.typing import ArrayLike, DTypeLike
 
-from fpemu._core.modes import Rounding
+from fpemu._core.modes import ExponentTies, Rounding, Saturation, StochasticVariant
 from fpemu._core.registry import FormatLike
 from fpemu._ops.accumulate import compute_dot, device_operands
 from fpemu._ops.geometry import Geometry, conv_geometry, dot_geometry, matmul_geometry
@@ -64,7 +64,9 @@ def dot_general(
     accumulate_every: int | None = None,
     rounding: Rounding = "nearest_even",
     accumulate_rounding: Rounding | None = None,
-    saturate: bool = False,
+    saturate: Saturation = False,
+    stochastic_variant: StochasticVariant = "floor",
+    exponent_ties: ExponentTies = "away",
     key: jax.Array | None = None,
     lhs_scale: ArrayLike | None = None,
     rhs_scale: ArrayLike | None = None,
@@ -108,7 +110,12 @@ def dot_general(
       accumulate_every: products per chunk (>= 1), or None.
       rounding: the rounding of operands and output.
       accumulate_rounding: the rounding of the running sum; None means "nearest_even".
-      saturate: clamp every rounding's overflow to ±max.
+      saturate: clamp every rounding's overflow to ±max (True), or one of IEEE P3109's saturation
+        modes, as for `fpemu.quantize`; the accumulator's additions included.
+      stochastic_variant: how every stochastic rounding of the call compares its random bits with
+        the discarded fraction, as for `fpemu.quantize` ("floor", the default, or a P3109 variant).
+      exponent_ties: how nearest-even breaks ties in formats without mantissa bits, as for
+        `fpemu.quantize`.
       key: a JAX PRNG key, for (and only for) stochastic rounding.
       lhs_scale, rhs_scale: per-tensor scales (float scalars): the operand divided by its scale
         is rounded, and the product of the scales multiplies the accumulated sum.
@@ -136,7 +143,8 @@ def dot_general(
     """
     options = MatmulOptions(
         lhs=lhs, rhs=rhs, accumulate=accumulate, out=out, accumulate_every=accumulate_every, rounding=rounding,
-        accumulate_rounding=accumulate_rounding, saturate=saturate, key=key, lhs_scale=lhs_scale,
+        accumulate_rounding=accumulate_rounding, saturate=saturate,
+        stochastic_variant=stochastic_variant, exponent_ties=exponent_ties, key=key, lhs_scale=lhs_scale,
         rhs_scale=rhs_scale, preferred_element_type=preferred_element_type,
     )  # fmt: skip
     return _run(a, b, lambda sa, sb: dot_geometry(sa, sb, dimension_numbers), options)
@@ -153,7 +161,9 @@ def matmul(
     accumulate_every: int | None = None,
     rounding: Rounding = "nearest_even",
     accumulate_rounding: Rounding | None = None,
-    saturate: bool = False,
+    saturate: Saturation = False,
+    stochastic_variant: StochasticVariant = "floor",
+    exponent_ties: ExponentTies = "away",
     key: jax.Array | None = None,
     lhs_scale: ArrayLike | None = None,
     rhs_scale: ArrayLike | None = None,
@@ -180,7 +190,8 @@ def matmul(
     """
     options = MatmulOptions(
         lhs=lhs, rhs=rhs, accumulate=accumulate, out=out, accumulate_every=accumulate_every, rounding=rounding,
-        accumulate_rounding=accumulate_rounding, saturate=saturate, key=key, lhs_scale=lhs_scale,
+        accumulate_rounding=accumulate_rounding, saturate=saturate,
+        stochastic_variant=stochastic_variant, exponent_ties=exponent_ties, key=key, lhs_scale=lhs_scale,
         rhs_scale=rhs_scale, preferred_element_type=preferred_element_type,
     )  # fmt: skip
     return _run(a, b, matmul_geometry, options)
@@ -205,7 +216,9 @@ def conv_general_dilated(
     accumulate_every: int | None = None,
     rounding: Rounding = "nearest_even",
     accumulate_rounding: Rounding | None = None,
-    saturate: bool = False,
+    saturate: Saturation = False,
+    stochastic_variant: StochasticVariant = "floor",
+    exponent_ties: ExponentTies = "away",
     key: jax.Array | None = None,
     lhs_scale: ArrayLike | None = None,
     rhs_scale: ArrayLike | None = None,
@@ -229,7 +242,8 @@ def conv_general_dilated(
     """
     options = MatmulOptions(
         lhs=lhs, rhs=rhs, accumulate=accumulate, out=out, accumulate_every=accumulate_every, rounding=rounding,
-        accumulate_rounding=accumulate_rounding, saturate=saturate, key=key, lhs_scale=lhs_scale,
+        accumulate_rounding=accumulate_rounding, saturate=saturate,
+        stochastic_variant=stochastic_variant, exponent_ties=exponent_ties, key=key, lhs_scale=lhs_scale,
         rhs_scale=rhs_scale, preferred_element_type=preferred_element_type,
     )  # fmt: skip
 

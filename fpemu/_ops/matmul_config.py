@@ -26,7 +26,7 @@ from jax.typing import ArrayLike, DTypeLike
 
 from fpemu import _args
 from fpemu._core.format import Format, fits
-from fpemu._core.modes import Rounding
+from fpemu._core.modes import ExponentTies, Rounding, Saturation, StochasticVariant
 from fpemu._core.registry import FormatLike, get_format
 from fpemu._ops.geometry import Geometry
 
@@ -60,7 +60,9 @@ class MatmulOptions:
     accumulate_every: int | None = None  # products per chunk
     rounding: Rounding = "nearest_even"  # of the operands and the output
     accumulate_rounding: Rounding | None = None  # of the running sum (None: nearest_even)
-    saturate: bool = False  # every rounding
+    saturate: Saturation = False  # every rounding
+    stochastic_variant: StochasticVariant = "floor"  # every stochastic rounding
+    exponent_ties: ExponentTies = "away"  # nearest-even ties in formats without mantissa bits
     key: jax.Array | None = None  # stochastic rounding
     # Per-tensor scales, and the result dtype (None: W).
     lhs_scale: ArrayLike | None = None
@@ -79,7 +81,9 @@ class MatmulConfig:
     out: Format | None  # the output's format (None: no rounding beyond W and the result dtype)
     rounding: Rounding  # operands and output
     accumulate_rounding: Rounding  # the running sum
-    saturate: bool
+    saturate: Saturation
+    stochastic_variant: StochasticVariant  # of every stochastic rounding ("floor" when none is stochastic)
+    exponent_ties: ExponentTies
     work: str  # W: "float32" or "float64"
     result: str  # the result dtype
     bf16_operands: bool  # both operands hold bfloat16 values: the dots take bfloat16 operands
@@ -92,6 +96,15 @@ class MatmulConfig:
     @property
     def accumulate_stochastic(self) -> bool:
         return self.accumulate_every is not None and self.accumulate_rounding == "stochastic"
+
+    def rounding_options(self, rounding: Rounding | None = None) -> dict[str, Any]:
+        """The keyword options of `fpemu.quantize` for one of the call's roundings, in ``rounding``
+        (None: the operands' and output's ``rounding``)."""
+        rounding = self.rounding if rounding is None else rounding
+        variant = self.stochastic_variant if rounding == "stochastic" else "floor"
+        return dict(
+            rounding=rounding, saturate=self.saturate, stochastic_variant=variant, exponent_ties=self.exponent_ties
+        )
 
 
 def _check_work_fits(fmt: Format | None, work: Format, name: str) -> None:
@@ -142,7 +155,10 @@ def matmul_config(a_fmt: Format, b_fmt: Format, options: MatmulOptions) -> Matmu
             "accumulate_rounding",
         ),
     )
-    saturate = _args.bool_arg(options.saturate, "saturate")
+    saturate = _args.saturate_arg(options.saturate)
+    stochastic = rounding == "stochastic" or acc_rounding == "stochastic"
+    variant = cast(StochasticVariant, _args.stochastic_variant_arg(options.stochastic_variant, stochastic, rounding))
+    ties = cast(ExponentTies, _args.exponent_ties_arg(options.exponent_ties))
     every = options.accumulate_every
     if every is not None:
         every = _args.int_arg(every, "accumulate_every", minimum=1)
@@ -169,7 +185,6 @@ def matmul_config(a_fmt: Format, b_fmt: Format, options: MatmulOptions) -> Matmu
     if out is not None and not fits(out, result_fmt):
         raise ValueError(f"out={out.name!r} has values that preferred_element_type={result.name} cannot hold exactly")
 
-    stochastic = rounding == "stochastic" or acc_rounding == "stochastic"
     what = (
         "stochastic rounding (rounding= or accumulate_rounding='stochastic')"
         if stochastic
@@ -188,6 +203,8 @@ def matmul_config(a_fmt: Format, b_fmt: Format, options: MatmulOptions) -> Matmu
         rounding=rounding,
         accumulate_rounding=acc_rounding,
         saturate=saturate,
+        stochastic_variant=variant,
+        exponent_ties=ties,
         work=np.dtype(work.dtype).name,
         result=result.name,
         bf16_operands=work.name == "fp32" and fits(lhs_values, bf16) and fits(rhs_values, bf16),

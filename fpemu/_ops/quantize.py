@@ -155,14 +155,11 @@ def stochastic_bits(key: Any, shape: Any, random_bits: int | None = None) -> jax
 
 
 def check_engine(spec: RoundingSpec, engine: str) -> None:
-    """The Pallas kernel draws its random bits from a key and runs the default variants only."""
+    """The Pallas kernel draws its random bits from a key (it runs every other option of the engine)."""
     if engine == "xla":
         return
     if spec.explicit_random:
         raise ValueError("backend='pallas' draws random bits from key=, it does not take random=; use backend='xla'")
-    if (spec.stochastic_variant, spec.exponent_ties) != ("floor", "away"):
-        raise ValueError("backend='pallas' runs stochastic_variant='floor' and exponent_ties='away' only; use "
-                         "backend='xla'")  # fmt: skip
 
 
 def reduce_precision_is_exact(src: Format, spec: RoundingSpec) -> bool:

@@ -10,7 +10,7 @@ import numpy as np
 from jax import lax
 from jax.typing import ArrayLike, DTypeLike
 
-from fpemu._core.modes import Rounding
+from fpemu._core.modes import ExponentTies, Rounding, Saturation, StochasticVariant
 from fpemu._core.registry import FormatLike, get_format
 from fpemu._engine import rng
 from fpemu._ops.geometry import DotGeometry, dot_geometry
@@ -61,7 +61,9 @@ def dot_general_reference(
     accumulate_every: int | None = None,
     rounding: Rounding = "nearest_even",
     accumulate_rounding: Rounding | None = None,
-    saturate: bool = False,
+    saturate: Saturation = False,
+    stochastic_variant: StochasticVariant = "floor",
+    exponent_ties: ExponentTies = "away",
     key: jax.Array | None = None,
     lhs_scale: ArrayLike | None = None,
     rhs_scale: ArrayLike | None = None,
@@ -91,7 +93,8 @@ def dot_general_reference(
     """
     options = MatmulOptions(
         lhs=lhs, rhs=rhs, accumulate=accumulate, out=out, accumulate_every=accumulate_every, rounding=rounding,
-        accumulate_rounding=accumulate_rounding, saturate=saturate, key=key, lhs_scale=lhs_scale,
+        accumulate_rounding=accumulate_rounding, saturate=saturate,
+        stochastic_variant=stochastic_variant, exponent_ties=exponent_ties, key=key, lhs_scale=lhs_scale,
         rhs_scale=rhs_scale, preferred_element_type=preferred_element_type,
     )  # fmt: skip
     call = matmul_call(a, b, lambda sa, sb: dot_geometry(sa, sb, dimension_numbers), options)
@@ -117,7 +120,7 @@ def dot_general_reference(
         q = np.empty(x.shape, np.float64)
         for index in np.ndindex(x.shape):
             r = int(random[index]) if random is not None else None
-            q[index] = reference.round_scalar(values[index], fmt, cfg.rounding, cfg.saturate, random=r)
+            q[index] = reference.round_scalar(values[index], fmt, random=r, **cfg.rounding_options())
         return q
 
     qa = rounded_operand(a_np, cfg.lhs, lhs_scale, keys[KEY_LHS])
@@ -163,11 +166,11 @@ def dot_general_reference(
             elif acc_bits is not None:
                 odd = reference.round_scalar(_add(acc, chunk_sum), work_fmt, "to_odd")
                 acc = reference.round_scalar(
-                    odd, cfg.accumulate, "stochastic", cfg.saturate, random=int(acc_bits[j][out_index])
+                    odd, cfg.accumulate, random=int(acc_bits[j][out_index]), **cfg.rounding_options("stochastic")
                 )
             else:
                 acc = reference.round_scalar(
-                    _add(acc, chunk_sum), cfg.accumulate, cfg.accumulate_rounding, cfg.saturate
+                    _add(acc, chunk_sum), cfg.accumulate, **cfg.rounding_options(cfg.accumulate_rounding)
                 )
         if every is None and chunks == 0:
             acc = 0.0
@@ -175,6 +178,6 @@ def dot_general_reference(
             y = float(work.type(acc) * scale) if scale is not None else acc
         if cfg.out is not None:
             r = int(out_bits[out_index]) if out_bits is not None else None
-            y = reference.round_scalar(y, cfg.out, cfg.rounding, cfg.saturate, random=r)
+            y = reference.round_scalar(y, cfg.out, random=r, **cfg.rounding_options())
         result_values[out_index] = y
     return result_values.astype(cfg.result)
