@@ -1,6 +1,7 @@
 """Rules of `scalify` for equations that hold jaxprs: nested ``jit``, inlined calls, ``scan``,
 ``while``, ``cond``, ``checkpoint``, ``custom_jvp``/``custom_vjp`` (derivative rules kept) and
-debug callbacks. Each rebuilds the public combinator around a scalified body."""
+debug callbacks. Each rebuilds the public combinator around a scalified body. Also the equations
+that place data (``device_put``, ``reshard``, ``layout_constraint``) and the ``shard_map`` fallback."""
 
 from __future__ import annotations
 
@@ -402,3 +403,30 @@ def device_put(eqn, invals: list[Tracked]) -> list[Tracked]:
     """Placement only: scaled operands are returned as they are."""
     plain = _plain(eqn, invals)
     return plain if plain is not None else list(invals)
+
+
+@register_jaxpr_rule("reshard", "layout_constraint", kind="same scale")
+def placement(eqn, invals: list[Tracked]) -> list[Tracked]:
+    """A sharding or layout constraint on one operand: applied to the data, the scale unchanged."""
+    plain = _plain(eqn, invals)
+    if plain is not None:
+        return plain
+    (t,) = invals
+    (data,) = bind(eqn, [t.value.data])
+    return [Tracked(ScaledArray(data, t.value.scale), t.scalar, t.zero)]
+
+
+@register_jaxpr_rule("shard_map", kind="unscale")
+def shard_map(eqn, invals: list[Tracked]) -> list[Tracked]:
+    """The fallback for ``jax.shard_map``: the operands unscaled, the body run as it is (each device
+    on its shard), float results with scale 1. Scales are per tensor and a body may reduce across
+    devices, so a per-shard scale has no global meaning; to propagate scales inside, apply `scalify`
+    to the body itself (its inputs are then the shards)."""
+    plain = _plain(eqn, invals)
+    if plain is not None:
+        return plain
+    values = [unscale(t.value) for t in invals]
+    dtype = next(t.value.scale.dtype for t in invals if t.scaled)
+    one = jnp.ones((), dtype)
+    outs = bind(eqn, values)
+    return [track(ScaledArray(o, one) if is_float(o.dtype) else o) for o in outs]

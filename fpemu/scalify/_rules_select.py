@@ -229,7 +229,9 @@ UNSCALED = (
     "tridiagonal_solve", "custom_linear_solve", "pure_callback", "io_callback", "psum", "pmax", "pmin",
     "all_gather", "all_to_all", "ppermute", "reduce_scatter", "ragged_dot_general", "approx_top_k",
     "real", "imag", "tridiagonal", "schur", "hessenberg", "geqrf", "ormqr", "iota",
-    "random_gamma", "rng_uniform", "rng_bit_generator",
+    "random_gamma", "rng_uniform", "rng_bit_generator", "psum_invariant", "pbroadcast", "pvary",
+    "all_gather_invariant", "symmetric_product", "cholesky_update", "geqp3", "scatter-sub", "empty",
+    "zeros_like", "name", "complex", "conj",
 )  # fmt: skip
 for _name in UNSCALED:
     KINDS.setdefault(_name, "unscale")
