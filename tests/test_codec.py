@@ -227,3 +227,54 @@ def test_pack_under_jit_and_vmap():
     packed = jax.jit(lambda c: fpemu.pack(c, "e2m1fn"))(codes)
     np.testing.assert_array_equal(np.asarray(jax.vmap(lambda c: fpemu.pack(c, "e2m1fn"))(codes)), np.asarray(packed))
     np.testing.assert_array_equal(np.asarray(jax.jit(lambda p: fpemu.unpack(p, "e2m1fn"))(packed)), np.asarray(codes))
+
+
+# -- out-of-range codes under jit: never silent --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("codes", "fmt", "got"),
+    [
+        (jnp.array([1, 17, 3, 4], jnp.uint8), "e2m1fn", "17"),
+        (jnp.array([1, -1, 3, 4], jnp.int32), "e2m1fn", "-1"),
+        (jnp.array([[1, 2, 3, -128]], jnp.int8), "e3m2fn", "-128"),
+        (jnp.array([0, 256], jnp.int32), "e4m3fn", "256"),
+        (jnp.array([0, 2**16], jnp.uint32), "bf16", "65536"),
+    ],
+)
+def test_pack_under_jit_raises_at_run_time_for_out_of_range_codes(codes, fmt, got):
+    """Eager pack raises ValueError; under jit a debug callback raises the same ValueError when the
+    computation runs, which JAX reports as a JaxRuntimeError (a RuntimeError) carrying its message.
+    Before, the codes were masked to their low bits and packed silently."""
+    n = fpemu.get_format(fmt).num_codes
+    message = rf"codes must lie in \[0, {n}\) for {fmt}, got {got}"
+    with pytest.raises(ValueError, match=message):
+        fpemu.pack(codes, fmt)
+    with pytest.raises(jax.errors.JaxRuntimeError, match=message):
+        jax.block_until_ready(jax.jit(lambda c: fpemu.pack(c, fmt))(codes))
+
+
+def test_pack_under_jit_of_vmap_raises_for_a_bad_row():
+    f = jax.jit(jax.vmap(lambda c: fpemu.pack(c, "e2m1fn")))
+    good = jnp.array([[1, 2], [3, 15]], jnp.int8)
+    np.testing.assert_array_equal(np.asarray(f(good)), [[0x21], [0xF3]])
+    with pytest.raises(jax.errors.JaxRuntimeError, match=r"codes must lie in \[0, 16\) for e2m1fn, got 16"):
+        jax.block_until_ready(f(good.at[1, 0].set(16)))
+
+
+def test_pack_under_jit_checks_only_where_the_dtype_can_hold_a_bad_code():
+    """uint8 codes of an 8-bit format are always in range: no callback; int32 codes of it get one."""
+    assert "debug_callback" not in str(jax.make_jaxpr(lambda c: fpemu.pack(c, "e4m3fn"))(jnp.zeros(4, jnp.uint8)))
+    assert "debug_callback" in str(jax.make_jaxpr(lambda c: fpemu.pack(c, "e4m3fn"))(jnp.zeros(4, jnp.int32)))
+    assert "debug_callback" in str(jax.make_jaxpr(lambda c: fpemu.pack(c, "e2m1fn"))(jnp.zeros(4, jnp.uint8)))
+    codes = jnp.asarray(np.random.default_rng(3).integers(0, 64, (2, 8)), jnp.int32)
+    np.testing.assert_array_equal(
+        np.asarray(jax.jit(lambda c: fpemu.pack(c, "e2m3fn"))(codes)), np.asarray(fpemu.pack(codes, "e2m3fn"))
+    )
+
+
+def test_decode_under_jit_gives_nan_for_every_out_of_range_code_and_format():
+    """decode's documented answer under jit (a value never taken by a valid code of a NaN-less format)."""
+    for fmt, codes in [("e2m1fn", [16, 255]), ("e8m0fnu", [256, -1]), ("int8_ocp", [256, -129]), ("bf16", [65536])]:
+        out = jax.jit(lambda c, f=fmt: fpemu.decode(c, f))(jnp.array(codes, jnp.int32))
+        assert np.isnan(np.asarray(out)).all(), fmt

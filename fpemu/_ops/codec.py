@@ -87,13 +87,50 @@ def _decode_jit(codes: jax.Array, fmt: Format, out: Format) -> jax.Array:
     return lax.bitcast_convert_type(bits.astype(out.code_dtype), out.dtype)  # type: ignore[arg-type]  # an input format (float16..float64) always has a dtype
 
 
+def _code_range_error(low: int, high: int, fmt: Format, name: str) -> ValueError | None:
+    """The error for codes whose extremes are ``low`` and ``high``, or None if they are in range."""
+    if low < 0 or high >= fmt.num_codes:
+        return ValueError(f"{name} must lie in [0, {fmt.num_codes}) for {fmt.name}, got {low if low < 0 else high}")
+    return None
+
+
 def _check_code_range(codes: Any, fmt: Format, name: str) -> None:
-    """Eagerly reject codes outside the format's code space (skipped under jit)."""
+    """Eagerly reject codes outside the format's code space (skipped under jit: see `_check_traced_range`)."""
     if isinstance(codes, jax.core.Tracer) or not codes.size:
         return
-    low, high = int(codes.min()), int(codes.max())
-    if low < 0 or high >= fmt.num_codes:
-        raise ValueError(f"{name} must lie in [0, {fmt.num_codes}) for {fmt.name}, got {low if low < 0 else high}")
+    error = _code_range_error(int(codes.min()), int(codes.max()), fmt, name)
+    if error is not None:
+        raise error
+
+
+def _raise_out_of_range(high: Any, *, fmt: Format, name: str, signed_width: int) -> None:
+    """The host side of `_check_traced_range`: ``high`` is the largest code read as an unsigned
+    integer (a negative code reads as a value of at least ``2**(signed_width - 1)``); under vmap it
+    may be batched."""
+    high = int(np.max(high))
+    if signed_width and high >= 1 << (signed_width - 1):
+        high -= 1 << signed_width  # the negative code itself
+    error = _code_range_error(min(high, 0), max(high, 0), fmt, name)
+    if error is not None:
+        raise error
+
+
+def _check_traced_range(codes: jax.Array, fmt: Format, name: str) -> None:
+    """Under jit, check the codes' range when the computation runs: a `jax.debug.callback` receives
+    the largest code (read as unsigned, so that a negative code counts as a large one: one
+    reduction) and raises the eager ValueError, which JAX reports as a ``jax.errors.JaxRuntimeError``
+    (a RuntimeError whose message holds the ValueError's) when the result is computed. Nothing is
+    added where the dtype cannot hold an out-of-range code."""
+    if not isinstance(codes, jax.core.Tracer):
+        return
+    width = codes.dtype.itemsize * 8
+    signed = jnp.issubdtype(codes.dtype, jnp.signedinteger)
+    if not signed and width <= fmt.bits:
+        return
+    unsigned = codes if not signed else lax.bitcast_convert_type(codes, jnp.dtype(f"uint{width}"))
+    high = jnp.max(unsigned, initial=jnp.zeros((), unsigned.dtype))
+    check = functools.partial(_raise_out_of_range, fmt=fmt, name=name, signed_width=width if signed else 0)
+    jax.debug.callback(check, high)
 
 
 def _integer_codes(codes: Any, fmt: Format, name: str) -> jax.Array:
@@ -171,9 +208,16 @@ def pack(codes: Any, fmt: Any) -> jax.Array:
     axis that does not fill whole bytes (an odd number of 4-bit codes, ...) is padded with zero codes
     to the next packing group: ``unpack(packed, fmt, count=n)`` gives back exactly the ``n`` codes.
 
+    Codes outside ``[0, fmt.num_codes)`` are never packed silently: concrete codes raise ValueError
+    at the call; under `jax.jit` (traced codes) a `jax.debug.callback` checks the largest code (a
+    negative one counting as large) when the computation runs and raises the same ValueError there,
+    which JAX reports as a ``jax.errors.JaxRuntimeError`` naming ``codes``, the valid range and the
+    offending code. The check costs one reduction over the codes; it is left out where the dtype
+    cannot hold a bad code (uint8 codes of an 8-bit format).
+
     Raises:
       TypeError: if ``codes`` is not an integer array.
-      ValueError: for a scalar, or (concrete) codes outside ``[0, fmt.num_codes)``.
+      ValueError: for a scalar, or codes outside ``[0, fmt.num_codes)`` (under jit: at run time).
 
     Example:
       >>> import jax.numpy as jnp, fpemu
@@ -183,9 +227,15 @@ def pack(codes: Any, fmt: Any) -> jax.Array:
       [33, 15]
     """
     fmt = format_arg(fmt)
-    codes = _check_codes(codes, fmt, "codes")
-    group, nbytes = _group(fmt)
-    _check_code_range(codes, fmt, "codes")
+    codes = _check_codes(codes, fmt, "codes")  # the range of concrete codes is checked here
+    _check_traced_range(codes, fmt, "codes")
+    return pack_codes(codes, fmt)
+
+
+def pack_codes(codes: jax.Array, fmt: Format) -> jax.Array:
+    """`pack` for an integer array of at least one dimension whose codes are known to lie in
+    ``[0, fmt.num_codes)`` (the output of `encode`): no checks, and bits above ``fmt.bits`` are dropped."""
+    group, _ = _group(fmt)
     pad = -codes.shape[-1] % group
     if pad:
         codes = jnp.pad(codes, [(0, 0)] * (codes.ndim - 1) + [(0, pad)])

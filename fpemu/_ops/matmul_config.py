@@ -155,7 +155,7 @@ def matmul_config(a_fmt: Format, b_fmt: Format, options: MatmulOptions) -> Matmu
             "accumulate_rounding",
         ),
     )
-    saturate = _args.saturate_arg(options.saturate)
+    saturate = cast(Saturation, _args.saturate_arg(options.saturate))
     stochastic = rounding == "stochastic" or acc_rounding == "stochastic"
     variant = cast(StochasticVariant, _args.stochastic_variant_arg(options.stochastic_variant, stochastic, rounding))
     ties = cast(ExponentTies, _args.exponent_ties_arg(options.exponent_ties))

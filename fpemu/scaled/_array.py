@@ -17,8 +17,20 @@ from fpemu._core.format import Format
 from fpemu._core.modes import Rounding
 from fpemu._ops import codec
 from fpemu.scaled import _core
-from fpemu.scaled._quantize import DEFAULT_AXIS, SCALED_INPUT_DTYPES, Config, prepare, prepare_scale, quantize_ste
-from fpemu.scaled._recipes import Recipe, RecipeLike, get_recipe, is_twos_complement
+from fpemu.scaled._quantize import (
+    DEFAULT_AXIS,
+    SCALED_INPUT_DTYPES,
+    Config,
+    global_scale_arg,
+    prepare,
+    prepare_scale,
+    quantize_ste,
+    scale_leaf_arg,
+    shape_arg,
+    storage_axis,
+    storage_codes,
+)
+from fpemu.scaled._recipes import Recipe, RecipeLike, get_recipe
 
 F32 = jnp.float32
 
@@ -29,7 +41,8 @@ class Packed(NamedTuple):
     ``elements``: uint8, the element codes packed along the last axis (`fpemu.pack`'s layout: two
     FP4 codes per byte, low nibble first; four FP6 codes per three bytes; one byte per FP8/int8
     code), the last axis padded with zero codes to whole bytes. ``scale``: uint8 codes (E8M0, E4M3)
-    or float32 values. ``global_scale``: the float32 per-tensor scale, or None.
+    or float32 values; the NaN scale also marks a group holding a NaN its element format has no code
+    for (FP4, FP6, INT8). ``global_scale``: the float32 per-tensor scale, or None.
     """
 
     elements: jax.Array
@@ -137,30 +150,35 @@ class ScaledArray:
 
         E8M0's ``2**-127`` (code 0) is returned exactly, as a float32 subnormal.
         """
-        bits, _ = _core.scale_bits(self.scale, self.recipe)
-        return lax.bitcast_convert_type(bits, F32)
+        bits, nan = _core.scale_bits(self.scale, self.recipe)
+        return jnp.where(nan, jnp.float32(jnp.nan), lax.bitcast_convert_type(bits, F32))
 
     def codes(self) -> jax.Array:
-        """The element codes, ``values``' shape: uint8 (``element.code_dtype``), or int8 two's
-        complement for MXINT8. NaN elements of FP4/FP6 (which have no NaN code) encode as
-        `fpemu.encode` does (a zero code)."""
-        if is_twos_complement(self.element):
-            return jnp.round(self.values * F32(64)).astype(jnp.int8)
-        return codec.encode(self.values, self.element)
+        """The element codes, ``values``' shape: ``element.code_dtype`` (`fpemu.encode`'s codes), or,
+        for a two's-complement element (MXINT8), the signed integers ``k`` of ``k / 64`` as int8.
+
+        NaN elements (only with a given ``scale``) of an element format without a NaN code (FP4, FP6,
+        INT8) encode as `fpemu.encode` does (a zero code); `pack` keeps them NaN through the scale.
+        """
+        codes = codec.encode(self.values, self.element)
+        return _signed_codes(codes, self.element) if self.element.twos_complement else codes
 
     def pack(self) -> Packed:
-        """The storage form (see `Packed`); ``pack().nbytes == nbytes``."""
-        codes = self.codes()
-        if codes.ndim == 0:
-            codes = codes.reshape(1)
-        if is_twos_complement(self.element):
-            codes = lax.bitcast_convert_type(codes, jnp.uint8)
-        group = _pack_group(self.element.bits)
-        pad = -codes.shape[-1] % group
-        if pad:
-            codes = jnp.pad(codes, [(0, 0)] * (codes.ndim - 1) + [(0, pad)])
-        elements = codes if self.element.bits == 8 else codec.pack(codes, self.element)
-        return Packed(elements.astype(jnp.uint8), self.scale, self.global_scale)
+        """The storage form (see `Packed`); ``pack().nbytes == nbytes``.
+
+        NaN survives: a NaN element of a format with a NaN code (FP8) is stored as that code, and a
+        group whose elements hold a NaN but whose format has no NaN code (FP4, FP6, INT8; possible
+        only with a given ``scale``) is stored with the NaN scale (E8M0 ``0xff``, E4M3 ``0x7f``,
+        float32 NaN), as OCP MX defines a NaN block: after `from_packed`, every element of that
+        group is NaN (the other elements' codes are stored, but the NaN scale hides them).
+        """
+        fmt = self.element
+        codes = codec.encode(self.values, fmt)
+        elements = codec.pack_codes(codes.reshape(1) if codes.ndim == 0 else codes, fmt)
+        scale = self.scale
+        if not fmt.has_nan:
+            scale = _core.mark_nan_groups(self.values, scale, self.recipe, self.layout())
+        return Packed(elements.astype(jnp.uint8), scale, self.global_scale)
 
     @property
     def nbytes(self) -> int:
@@ -249,22 +267,63 @@ class ScaledArray:
         scale: ArrayLike,
         *,
         recipe: RecipeLike,
-        axis: int | None = -1,
+        axis: int | None = DEFAULT_AXIS,
         dtype: DTypeLike = np.float32,
         global_scale: ArrayLike | None = None,
     ) -> ScaledArray:
-        """Rebuild a `ScaledArray` from element codes (as `codes` returns them) and its scale leaf."""
+        """Rebuild a `ScaledArray` from element codes (as `codes` returns them) and its scale leaf.
+
+        Everything is checked against the recipe, and what it cannot hold is refused rather than
+        read differently: ``scale`` must have exactly the shape `from_array` gives (a 0-d scale is
+        taken for a per-tensor one), in the scale format's storage type.
+
+        Args:
+          codes: integer element codes: ``element.code_dtype`` values in ``[0, 2**bits)``; for a
+            two's-complement element (MXINT8) also signed integers ``k`` (``-128 <= k <= 127``), as
+            `codes` returns them.
+          scale: the scale leaf, ``x``'s rank with the axis holding the number of groups: uint8
+            codes for E8M0 and E4M3 scale formats (`fpemu.encode`'s codes; NaN is the format's NaN
+            code), float32 decode scales otherwise (positive and finite, or NaN; powers of two
+            for power-of-two rules; float16, bfloat16, or float64 values that are float32 values,
+            are converted).
+          recipe: a recipe name or `Recipe`.
+          axis: as in `from_array` (default: -1 for block recipes, None for the others).
+          dtype: the original dtype, float16, bfloat16 or float32.
+          global_scale: the float32 tensor scale of two-level recipes (NVFP4), required there and
+            refused elsewhere; shape ``(1,) * ndim`` (or 0-d), positive and finite.
+
+        Raises:
+          TypeError: for codes that are not integers, float scales where codes are expected (or
+            codes where float32 scales are), a non-float ``dtype``.
+          ValueError: for codes or scale codes out of range, a ``scale`` whose shape is not the
+            scale shape, scale values the recipe cannot produce, an axis out of range (or None
+            for a block recipe), a missing or unexpected ``global_scale``. Concrete values only:
+            under jit, out-of-range codes decode to NaN and the scale's values are not checked.
+
+        Example:
+          >>> import numpy as np
+          >>> from fpemu import scaled
+          >>> codes = np.array([[0x2, 0x3, 0xF, 0x0]], np.uint8)      # E2M1 1.0, 1.5, -6.0, 0.0
+          >>> sa = scaled.ScaledArray.from_codes(codes, np.array([[128]], np.uint8), recipe="mxfp4")
+          >>> sa.dequantize().tolist()                                  # times the E8M0 scale 2**1
+          [[2.0, 3.0, -12.0, 0.0]]
+          >>> try:
+          ...     scaled.ScaledArray.from_codes(codes, np.array([[2.0]], np.float32), recipe="mxfp4")
+          ... except TypeError as e:
+          ...     print(e)
+          scale of recipe mxfp4 must hold uint8 e8m0fnu codes (fpemu.encode(s, 'e8m0fnu')), got dtype float32
+        """
         recipe = get_recipe(recipe)
-        codes = jnp.asarray(codes)
-        if is_twos_complement(recipe.element):
-            values = codes.astype(jnp.int8).astype(F32) * F32(2.0**-6)
-        else:
-            values = codec.decode(codes, recipe.element)
-        if axis is not None and codes.ndim:
-            axis = axis % codes.ndim - codes.ndim
-        scale = jnp.asarray(scale)
-        gs = None if global_scale is None else jnp.asarray(global_scale, F32)
-        return cls(values, scale, gs, recipe, axis, np.dtype(dtype))
+        values = codec.decode(storage_codes(codes, recipe.element), recipe.element)  # checks the codes
+        ndim = values.ndim
+        axis = storage_axis(axis, ndim, recipe)
+        out = np.dtype(dtype)
+        if out.name not in SCALED_INPUT_DTYPES:
+            raise TypeError(f"dtype must be float16, bfloat16 or float32, got {out.name}")
+        shape = _core.group_shape(tuple(values.shape), _core.Layout(axis, recipe.block_size))
+        leaf = scale_leaf_arg(scale, recipe, shape)
+        gs = global_scale_arg(global_scale, recipe, ndim)
+        return cls(values, leaf, gs, recipe, None if axis is None else axis - ndim, out)
 
     @classmethod
     def from_packed(
@@ -273,22 +332,47 @@ class ScaledArray:
         *,
         recipe: RecipeLike,
         shape: tuple[int, ...],
-        axis: int | None = -1,
+        axis: int | None = DEFAULT_AXIS,
         dtype: DTypeLike = np.float32,
     ) -> ScaledArray:
-        """Inverse of `pack`: ``shape`` is the original (unpadded) shape."""
+        """Inverse of `pack`: ``shape`` is the original (unpadded) shape.
+
+        ``packed.elements`` must be exactly what `pack` writes for ``shape`` (``shape[:-1]`` and the
+        bytes of ``shape[-1]`` codes padded to whole bytes), and the padding codes must be zero, so
+        that a ``shape`` that would drop (or invent) codes is refused. The scales and the global scale
+        are checked as in `from_codes`.
+
+        Raises:
+          TypeError: if ``packed`` is not a `Packed` (or its elements are not uint8).
+          ValueError: a ``shape`` that is not a tuple of non-negative ints, or does not match the
+            elements; nonzero padding codes (concrete elements only); as for `from_codes`.
+        """
         recipe = get_recipe(recipe)
-        elements = jnp.asarray(packed.elements)
-        if recipe.element.bits == 8:
-            codes = elements
-        else:
-            codes = codec.unpack(elements, recipe.element)
-        codes = codes[..., : (shape[-1] if shape else 1)].reshape(shape)
-        if is_twos_complement(recipe.element):
-            codes = lax.bitcast_convert_type(codes.astype(jnp.uint8), jnp.int8)
-        return cls.from_codes(
-            codes, packed.scale, recipe=recipe, axis=axis, dtype=dtype, global_scale=packed.global_scale
-        )
+        if not isinstance(packed, tuple) or len(packed) != 3:
+            raise TypeError(f"packed must be a fpemu.scaled.Packed (what ScaledArray.pack returns), got {packed!r}")
+        elements, scale, global_scale = packed
+        shape = shape_arg(shape)
+        fmt = recipe.element
+        elements = jnp.asarray(elements)
+        if elements.dtype != jnp.uint8:
+            raise TypeError(f"packed.elements must be uint8 (what ScaledArray.pack writes), got dtype {elements.dtype}")
+        n = shape[-1] if shape else 1
+        group = _pack_group(fmt.bits)
+        expected = (*shape[:-1], -(-n // group) * group * fmt.bits // 8)
+        if tuple(elements.shape) != expected:
+            raise ValueError(
+                f"packed.elements has shape {tuple(elements.shape)}, but shape={shape} of {fmt.bits}-bit {fmt.name} "
+                f"codes packs to {expected}: shape must be the shape that was packed"
+            )
+        codes = codec.unpack(elements, fmt)
+        padding = codes[..., n:]
+        if padding.size and not isinstance(padding, jax.core.Tracer) and bool(jnp.any(padding != 0)):
+            raise ValueError(
+                f"packed.elements holds nonzero codes after the first shape[-1]={n} codes of a row (pack pads "
+                "with zero codes): shape drops codes that were packed"
+            )
+        codes = codes[..., :n].reshape(shape)
+        return cls.from_codes(codes, scale, recipe=recipe, axis=axis, dtype=dtype, global_scale=global_scale)
 
     # -- Python protocols -----------------------------------------------------------------------------
 
@@ -317,6 +401,13 @@ class ScaledArray:
             f"ScaledArray({r.name}: shape={self.shape} {np.dtype(self.dtype).name}, {groups}, "
             f"{r.element.name} elements, {r.scale_format.name} scales {scale_shape}{extra}{nbytes})"
         )
+
+
+def _signed_codes(codes: jax.Array, fmt: Format) -> jax.Array:
+    """Two's-complement codes (unsigned) as the signed integers they hold (int8 for 8 bits)."""
+    k = codes.astype(jnp.int32)
+    k = jnp.where(k >= fmt.num_codes // 2, k - fmt.num_codes, k)
+    return k.astype(jnp.dtype(f"int{fmt.code_dtype.itemsize * 8}"))
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(3,))

@@ -19,7 +19,7 @@ from fpemu._ops import codec
 from fpemu._ops import quantize as element_quantize
 from fpemu.scaled import _bits, _rne
 from fpemu.scaled._bits import ABS, IMPLICIT, INF, NAN, U32
-from fpemu.scaled._recipes import Recipe, is_twos_complement
+from fpemu.scaled._recipes import Recipe
 from fpemu.scaled._scale import float_encode_scale, pow2_exponent, two_level_scales
 
 F32 = jnp.float32
@@ -185,8 +185,8 @@ def encode(
     values = element_quantize.quantize(
         y, recipe.element, rounding=rounding, saturate=recipe.saturate, key=key, random_bits=random_bits
     )
-    if is_twos_complement(recipe.element):
-        values = jnp.where(values == F32(0), F32(0), values)  # two's complement int8 has no -0
+    if recipe.element.twos_complement:  # symmetric saturation: the most negative code (-2.0) is never produced
+        values = jnp.maximum(values, F32(-recipe.element.max))
     if current and nan is not None:  # every branch sets nan under current scaling
         values = jnp.where(w.per_element(nan), F32(0), values)
     return values, scale_leaf, global_leaf
@@ -204,8 +204,7 @@ def _rne_on_grid(xb: jnp.ndarray, k: jnp.ndarray, recipe: Recipe, w: Work) -> jn
     """float32 bits of round_nearest_even(x / 2**k) * 2**k (the element values times their scale)."""
     fmt = recipe.element
     grid = _rne.Grid(*w.per_element(*_rne.Grid.for_scale(fmt, k)))
-    negative_zero = fmt.has_negative_zero and not is_twos_complement(fmt)
-    return _rne.round_rne(xb, grid, fmt, saturate=recipe.saturate, negative_zero=negative_zero)
+    return _rne.round_rne(xb, grid, fmt, saturate=recipe.saturate, negative_zero=fmt.has_negative_zero)
 
 
 def quantize_dequantize(
@@ -257,6 +256,23 @@ def scale_bits(scale_leaf: jnp.ndarray, recipe: Recipe) -> tuple[jnp.ndarray, jn
         return sb, nan
     sb = _bits.to_bits(codec.decode(scale_leaf, recipe.scale_format))
     return sb, _is_nan_bits(sb)
+
+
+def nan_scale_leaf(recipe: Recipe, shape: tuple[int, ...], dtype) -> jnp.ndarray:
+    """A scale leaf of ``shape`` holding the NaN scale: the scale format's NaN code, or float32 NaN."""
+    if recipe.scale_kind == "fp32":
+        return jnp.full(shape, jnp.nan, F32)
+    return jnp.full(shape, _scale_nan_code(recipe), dtype)
+
+
+def mark_nan_groups(values: jnp.ndarray, scale_leaf: jnp.ndarray, recipe: Recipe, layout: Layout) -> jnp.ndarray:
+    """The scale leaf with the NaN scale in every group whose element values hold a NaN.
+
+    For element formats without a NaN code (FP4, FP6, INT8), this is how a NaN element survives
+    storage: OCP MX's NaN scale makes every element of its block NaN.
+    """
+    nan = group_max(_bits.to_bits(values.astype(F32)) & U32(ABS), layout) > U32(INF)
+    return jnp.where(nan, nan_scale_leaf(recipe, (), scale_leaf.dtype), scale_leaf)
 
 
 def exponents(scale_leaf: jnp.ndarray, recipe: Recipe) -> tuple[jnp.ndarray, jnp.ndarray]:

@@ -18,6 +18,7 @@ from jax import lax
 from jax.typing import ArrayLike
 
 from fpemu._args import INPUT_DTYPES, bool_arg, int_arg, rounding_arg
+from fpemu._core.format import Format
 from fpemu._core.modes import Rounding
 from fpemu._ops.quantize import rounding_spec
 from fpemu.scaled import _core
@@ -146,6 +147,133 @@ def prepare_scale(scale: ArrayLike | None, x: jax.Array, cfg: Config) -> jax.Arr
             if e.min() < lo or e.max() > hi:
                 raise ValueError(f"scale exponents must lie in [{lo}, {hi}] for {recipe.scale_format.name}")
     return s
+
+
+# -- the arguments of ScaledArray.from_codes / from_packed ----------------------------------------
+
+
+def storage_codes(codes: ArrayLike, fmt: Format) -> ArrayLike:
+    """``codes`` as `fpemu.decode` takes them: signed integers of a two's-complement element become its
+    unsigned codes (out-of-range ones are refused when concrete, or made invalid codes, which decode to
+    NaN); everything else is checked by `fpemu.decode`."""
+    if not fmt.twos_complement:
+        return codes
+    c = codes if isinstance(codes, jax.Array) else np.asarray(codes)
+    if not np.issubdtype(c.dtype, np.signedinteger):
+        return codes
+    half = fmt.num_codes // 2
+    if not isinstance(c, jax.core.Tracer) and c.size:
+        low, high = int(c.min()), int(c.max())
+        if low < -half or high >= half:
+            raise ValueError(
+                f"codes given as signed integers hold the two's-complement integers k of {fmt.name} and must lie in "
+                f"[{-half}, {half}), got {low if low < -half else high} (pass unsigned codes for raw bits)"
+            )
+    k = jnp.asarray(c).astype(jnp.int32)
+    return jnp.where(k < -half, fmt.num_codes, jnp.where(k < 0, k + fmt.num_codes, k))
+
+
+def storage_axis(axis: object, ndim: int, recipe: Recipe) -> int | None:
+    """The axis of `from_codes`, non-negative (or None), checked as `from_array` checks it."""
+    if axis is DEFAULT_AXIS:
+        axis = -1 if recipe.block_size is not None and ndim else None
+    if axis is None:
+        if recipe.block_size is not None:
+            raise ValueError(
+                f"recipe {recipe.name} has blocks of {recipe.block_size} along an axis: axis must be an int, not None"
+            )
+        return None
+    axis = int_arg(axis, "axis")
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"axis={axis} is out of range for codes of rank {ndim} (valid: {-ndim}..{ndim - 1})")
+    return axis % ndim
+
+
+def shape_arg(shape: object) -> tuple[int, ...]:
+    if not isinstance(shape, (tuple, list)):
+        raise TypeError(f"shape must be a tuple of ints, got {type(shape).__name__} {shape!r}")
+    return tuple(int_arg(n, f"shape[{i}]", minimum=0) for i, n in enumerate(shape))
+
+
+def _concrete(a: Any) -> np.ndarray | None:
+    return None if isinstance(a, jax.core.Tracer) else np.asarray(a)
+
+
+def scale_leaf_arg(scale: ArrayLike, recipe: Recipe, shape: tuple[int, ...]) -> jax.Array:
+    """The scale leaf of `from_codes`: the scale format's storage type, exactly ``shape``."""
+    if scale is None:
+        raise TypeError(f"scale must be the scale leaf of shape {shape}, got None")
+    s = scale if isinstance(scale, jax.Array) else np.asarray(scale)
+    if s.ndim == 0 and all(n == 1 for n in shape):
+        s = s.reshape(shape)
+    if tuple(s.shape) != shape:
+        raise ValueError(
+            f"scale must have shape {shape} (one scale per group of recipe {recipe.name}: the codes' shape with the "
+            f"axis holding the number of groups), got {tuple(s.shape)}"
+        )
+    s_fmt = recipe.scale_format
+    if recipe.scale_kind != "fp32":  # E8M0 / E4M3 codes
+        if not np.issubdtype(s.dtype, np.integer):
+            raise TypeError(
+                f"scale of recipe {recipe.name} must hold uint8 {s_fmt.name} codes (fpemu.encode(s, {s_fmt.name!r})), "
+                f"got dtype {np.dtype(s.dtype).name}"
+            )
+        host = _concrete(s)
+        if host is not None and host.size and (int(host.min()) < 0 or int(host.max()) >= s_fmt.num_codes):
+            bad = int(host.min()) if int(host.min()) < 0 else int(host.max())
+            raise ValueError(f"scale codes must lie in [0, {s_fmt.num_codes}) for {s_fmt.name}, got {bad}")
+        s = jnp.asarray(s)
+        if np.dtype(s.dtype) != s_fmt.code_dtype:  # under jit: out-of-range codes become the NaN scale
+            invalid = (s < 0) | (s >= s_fmt.num_codes)
+            s = jnp.where(invalid, _core.nan_scale_leaf(recipe, (), s_fmt.code_dtype), s.astype(s_fmt.code_dtype))
+        return s
+    if not np.issubdtype(s.dtype, np.floating):
+        raise TypeError(
+            f"scale of recipe {recipe.name} must hold float32 decode scales, got dtype {np.dtype(s.dtype).name}"
+        )
+    host = _concrete(s)
+    if np.dtype(s.dtype) == np.float64:
+        if host is None:
+            raise TypeError(f"scale of recipe {recipe.name} must be float32 (a traced float64 cannot be checked)")
+        if not np.array_equal(host.astype(np.float32).astype(np.float64), host, equal_nan=True):
+            raise ValueError(f"scale must hold float32 values; the float64 scale of recipe {recipe.name} is not exact")
+    s32 = jnp.asarray(s).astype(F32)
+    host = _concrete(s32)
+    if host is not None:
+        ok = np.isnan(host) | ((host > 0) & np.isfinite(host))
+        if recipe.is_pow2:
+            ok &= np.isnan(host) | ((np.frexp(host)[0] == 0.5) & (host >= 2.0**-126))
+        if not ok.all():
+            need = "NaN or positive normal powers of two" if recipe.is_pow2 else "NaN or positive and finite"
+            raise ValueError(
+                f"scale values of recipe {recipe.name} must be {need}, got {float(host[~ok].ravel()[0])!r}"
+            )
+    return s32
+
+
+def global_scale_arg(global_scale: ArrayLike | None, recipe: Recipe, ndim: int) -> jax.Array | None:
+    if not recipe.global_scale:
+        if global_scale is not None:
+            raise ValueError(f"recipe {recipe.name} has no tensor scale: global_scale must be None")
+        return None
+    if global_scale is None:
+        raise ValueError(
+            f"recipe {recipe.name} has a float32 tensor scale: pass global_scale (ScaledArray.global_scale)"
+        )
+    g = global_scale if isinstance(global_scale, jax.Array) else np.asarray(global_scale)
+    if not np.issubdtype(g.dtype, np.floating) or np.dtype(g.dtype) == np.float64 and _concrete(g) is None:
+        raise TypeError(f"global_scale must be a float32 array, got dtype {np.dtype(g.dtype).name}")
+    if g.ndim == 0:
+        g = g.reshape((1,) * ndim)
+    if tuple(g.shape) != (1,) * ndim:
+        raise ValueError(f"global_scale must have shape {(1,) * ndim} (one per tensor), got {tuple(g.shape)}")
+    g32 = jnp.asarray(g).astype(F32)
+    host = _concrete(g32)
+    if host is not None and not (np.all(host > 0) and np.all(np.isfinite(host))):
+        raise ValueError(f"global_scale must be positive and finite, got {float(host.ravel()[0])!r}")
+    if host is not None and np.dtype(g.dtype) == np.float64 and not np.array_equal(host, np.asarray(g)):
+        raise ValueError("global_scale must hold a float32 value; the float64 value given is not exact")
+    return g32
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(3,))

@@ -30,19 +30,23 @@ RULE_ALIASES: dict[str, str] = {"floor": "ocp", "round_up": "ceil", "rceil": "ce
 # the backend. Power-of-two recipes scale in the integer domain and accept every mode.
 FLOAT_SCALE_ROUNDINGS: tuple[str, ...] = ("nearest_even", "nearest_away", "toward_zero", "stochastic")
 
-#: The MXINT8 element: two's complement int8 ``k`` with an implicit scale of 2**-6, so values
-#: ``k / 64``. As an fpemu format it is sign-magnitude e1m6 with bias 1 and no specials: its
-#: magnitude code is ``|k|`` and its values are exactly ``k / 64`` for ``|k| <= 127``. Conversion
-#: saturates symmetrically to ±127/64 (the OCP spec's -128 code, -2.0, is never produced; it
-#: decodes to -2.0). `ScaledArray.codes` returns the two's complement int8 codes.
-MXINT8_ELEMENT = Format(name="int8_mx", exponent_bits=1, mantissa_bits=6, bias=1, specials="none")
+#: The MXINT8 element: OCP INT8, the registry's ``"int8_ocp"`` (``MXINT8_ELEMENT is
+#: fpemu.get_format("int8_ocp")``; kept as a public alias, new code should name the format). Its
+#: codes are two's complement int8 ``k`` with an implicit scale of 2**-6, so its values are ``k / 64``
+#: for ``-128 <= k <= 127``. The ``mxint8`` recipe saturates symmetrically to ±127/64, as the OCP
+#: reference code (microxcaling) does: -2.0 (code 0x80) is decoded but never produced.
+MXINT8_ELEMENT = get_format("int8_ocp")
 
 _FP32 = get_format("fp32")
 
 
-def is_twos_complement(fmt: Format) -> bool:
-    """Whether element codes are stored as two's complement integers (the MXINT8 element)."""
-    return fmt.encoding == MXINT8_ELEMENT.encoding
+def top_mantissa_bits(fmt: Format) -> int:
+    """Fraction bits of the element values in the top binade ``[2**emax, 2**(emax + 1))``: the
+    mantissa width, except for fixed-point formats (no exponent field: OCP INT8, whose values in
+    [1, 2) are k/64, 6 fraction bits), where the binade holds the subnormal grid."""
+    if fmt.exponent_bits == 0:
+        return fmt.emax - fmt.min_subnormal_exponent
+    return fmt.mantissa_bits
 
 
 _MAX_MARGIN = 64  # keeps 2**±margin a normal float32 constant
@@ -259,7 +263,7 @@ _BUILTINS: tuple[tuple[Recipe, tuple[str, ...]], ...] = (
     # OCP MX v1.0 MXFP4, E2M1 elements
     (Recipe(name="mxfp4", element="e2m1fn", block_size=32, scale_format=_E8M0, scale_rule="ocp"), ("mxfp4_e2m1",)),
     # OCP MX v1.0 MXINT8, int8 elements k/64
-    (Recipe(name="mxint8", element=MXINT8_ELEMENT, block_size=32, scale_format=_E8M0, scale_rule="ocp"), ()),
+    (Recipe(name="mxint8", element="int8_ocp", block_size=32, scale_format=_E8M0, scale_rule="ocp"), ()),
     # NVIDIA NVFP4: E2M1, blocks of 16, E4M3 block scale, float32 tensor scale
     (
         Recipe(
@@ -299,30 +303,80 @@ def recipes() -> tuple[str, ...]:
 
 
 def get_recipe(recipe: RecipeLike) -> Recipe:
-    """A `Recipe` by name (case-insensitive; aliases ``"mxfp8"``, ``"mxfp4_e2m1"``), or pass one through.
+    """A `Recipe` by name, or pass one through.
+
+    Names are exact and lower case, as format names are (`fpemu.get_format`): the names of `recipes`
+    and the aliases ``"mxfp8"`` (``mxfp8_e4m3``) and ``"mxfp4_e2m1"`` (``mxfp4``). ``"MXFP8"`` is an
+    error that names ``'mxfp8'``; an element format's name (``"e4m3fn"``) is an error that says it is
+    a format (round to it with `fpemu.quantize`) and names the recipes with that element.
 
     Raises:
-      UnknownRecipeError: (a ValueError) for an unknown name, naming the closest ones and listing all.
+      UnknownRecipeError: (a ValueError) for an unknown name: the recipe it differs from only in case,
+        else the format it names and that format's recipes, else the closest names; all are listed.
       TypeError: for anything that is neither a name nor a `Recipe`.
 
     Example:
-      >>> get_recipe("MXFP8").name, get_recipe("mxfp8").block_size
+      >>> get_recipe("mxfp8").name, get_recipe("mxfp8").block_size
       ('mxfp8_e4m3', 32)
+      >>> try:
+      ...     get_recipe("MXFP8")
+      ... except UnknownRecipeError as e:
+      ...     print(e)
+      unknown recipe 'MXFP8': recipe names are exact and lower case; did you mean 'mxfp8'?
     """
     if isinstance(recipe, Recipe):
         return recipe
     if not isinstance(recipe, str):
         raise TypeError(f"recipe must be a recipe name or a fpemu.scaled.Recipe, got {type(recipe).__name__}")
-    key = recipe.strip().lower()
+    found = _NAMES.get(recipe)
+    if found is not None:
+        return found
+    raise UnknownRecipeError(_unknown_recipe(recipe))
+
+
+def _describe(r: Recipe) -> str:
+    """A recipe's name and, in brackets, how it scales: ``'mxfp8_e4m3' (blocks of 32, e8m0fnu scales)``."""
+    if r.block_size is None:
+        how = f"a {r.scale_format.name} scale per tensor or slice"
+    else:
+        how = f"blocks of {r.block_size}, {r.scale_format.name} scales"
+    return f"{r.name!r} ({how}{', a float32 tensor scale' if r.global_scale else ''})"
+
+
+def _format_named(name: str) -> Format | None:
+    try:
+        return get_format(name)
+    except (ValueError, TypeError):
+        return None
+
+
+def _unknown_recipe(name: str) -> str:
+    """The message for a name that is not a recipe: where the name points instead."""
+    key = name.strip().lower()
+    lower = "recipe names are exact and lower case; " if key != name else ""
+    listing = f"recipes: {', '.join(_RECIPES)}"
     if key in _NAMES:
-        return _NAMES[key]
+        return f"unknown recipe {name!r}: {lower}did you mean {key!r}?"
+    if key == "e4m3":  # "E4M3" means OCP e4m3fn to most people; "e4m3" is the IEEE-like format
+        fmt: Format | None = get_format("e4m3fn")
+        what = (
+            "OCP E4M3 (max 448, no infinity) is the element format 'e4m3fn' ('e4m3' is the IEEE-like one, max 240), "
+            "not a recipe"
+        )
+    else:
+        fmt = _format_named(name) or _format_named(key)
+        what = "" if fmt is None else f"{fmt.name!r} is an element format, not a recipe"
+    if fmt is not None:
+        users = [_describe(r) for r in _RECIPES.values() if r.element is fmt]
+        scaled = f"; the recipes with {fmt.name} elements: {', '.join(users)}" if users else f"; {listing}"
+        return f"unknown recipe {name!r}: {lower}{what}: round to it with fpemu.quantize(x, {fmt.name!r}){scaled}"
     close = difflib.get_close_matches(key, list(_NAMES), n=3, cutoff=0.5)
     hint = f"did you mean {', '.join(repr(c) for c in close)}? " if close else ""
-    raise UnknownRecipeError(f"unknown recipe {recipe!r}; {hint}recipes: {', '.join(_RECIPES)}")
+    return f"unknown recipe {name!r}; {lower}{hint}{listing}"
 
 
 def pow2_constants(recipe: Recipe) -> tuple[int, int, int, int]:
-    """(emax, significand of M as a 24-bit integer, element mantissa bits, M's exponent) for the rules."""
+    """(emax, significand of M as a 24-bit integer, fraction bits of the top binade, M's exponent) for the rules."""
     m, e = math.frexp(recipe.element.max)  # max = m * 2**e, 0.5 <= m < 1
     sig = int(math.ldexp(m, 24))  # exact: the element max has at most 11 significant bits
-    return recipe.element.emax, sig, recipe.element.mantissa_bits, e - 1
+    return recipe.element.emax, sig, top_mantissa_bits(recipe.element), e - 1

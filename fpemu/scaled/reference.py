@@ -106,7 +106,8 @@ def exponent(amax: float, recipe: Any) -> int:
     elif rule == "ceil":
         k = _ceil_log2(a / Fraction(e.max))
     elif rule == "even":
-        k = _floor_log2(_round_half_up_to_precision(a, e.precision)) - e.emax
+        p = e.emax - e.min_subnormal_exponent + 1 if e.exponent_bits == 0 else e.precision  # int8: 7 bits in [1, 2)
+        k = _floor_log2(_round_half_up_to_precision(a, p)) - e.emax
     elif rule == "ceil_log2":
         k = _ceil_log2(a) - e.emax
     else:
@@ -121,8 +122,9 @@ def _amax(values: np.ndarray) -> float:
 
 
 def _no_negative_zero(q: np.ndarray, fmt) -> np.ndarray:
-    """MXINT8 elements are two's complement integers: there is no -0."""
-    return np.where(q == 0, 0.0, q) if fmt.name == "int8_mx" else q
+    """Two's-complement elements (MXINT8): there is no -0, and the recipes saturate symmetrically to
+    ±max (the most negative value, -2.0, is never produced)."""
+    return np.where(q == 0, 0.0, np.maximum(q, -fmt.max)) if fmt.twos_complement else q
 
 
 def _zero_exponent(recipe: Recipe) -> int:

@@ -1,5 +1,8 @@
 """`ScaledArray`: a pytree through jit, vmap and grad; dtype and shape of every output; codes,
-packing and nbytes; reprs and NumPy/JAX conversion."""
+packing and nbytes; reprs and NumPy/JAX conversion; NaN through storage; what from_codes and
+from_packed refuse."""
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -193,3 +196,273 @@ def test_dequantize_dtype_errors():
     sa = scaled.ScaledArray.from_array(jnp.asarray(X), "mxfp4")
     with pytest.raises(TypeError, match="float16, bfloat16 or float32"):
         sa.dequantize(jnp.int8)
+
+
+# -- NaN through storage ---------------------------------------------------------------------------
+
+SINGLE_LEVEL = [r for r in RECIPES if not scaled.get_recipe(r).global_scale]
+
+
+def _nan_input() -> np.ndarray:
+    x = np.linspace(-3, 3, 128, dtype=np.float32).reshape(2, 64)
+    x[0, 5] = np.nan
+    return x
+
+
+@pytest.mark.parametrize("recipe", SINGLE_LEVEL)
+def test_nan_element_with_a_given_scale_survives_pack_and_unpack(recipe):
+    """With a given scale a NaN element stays NaN in `values`. FP8 elements store it as their NaN code;
+    FP4, FP6 and INT8 have none, so the group is stored with the NaN scale (OCP MX: a NaN block) and
+    every element of that group reads back as NaN (e.g. all of row 0's first block of 32)."""
+    r = scaled.get_recipe(recipe)
+    x = _nan_input()
+    axis = -1 if r.block_size else None
+    sa = ScaledArray.from_array(jnp.asarray(x), recipe, axis=axis, scale=np.float32(1.0))
+    assert np.isnan(np.asarray(sa.values)[0, 5]) and np.isnan(np.asarray(sa.dequantize())[0, 5])
+    packed = sa.pack()
+    back = ScaledArray.from_packed(packed, recipe=recipe, shape=x.shape, axis=axis)
+    y = np.asarray(back.dequantize())
+    if r.element.has_nan:  # the element's own NaN code: only that element, the scales unchanged
+        expected_nan = np.zeros(x.shape, bool)
+        expected_nan[0, 5] = True
+        _same(packed.scale, sa.scale)
+    else:
+        expected_nan = np.zeros(x.shape, bool)
+        expected_nan[0, : r.block_size or 64] = True  # the first block of row 0 (the tensor: fp32 scales)
+        if r.block_size is None:
+            expected_nan[:] = True
+        scale = np.asarray(packed.scale)
+        nan_scale = np.isnan(scale) if r.scale_kind == "fp32" else scale == r.scale_format.nan_code
+        assert nan_scale.ravel().tolist() == [True] + [False] * (scale.size - 1)
+    np.testing.assert_array_equal(np.isnan(y), expected_nan)
+    finite = ~expected_nan
+    _same(y[finite], np.asarray(sa.dequantize())[finite])
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_nan_block_survives_pack_and_unpack_through_its_scale(recipe):
+    """Current scaling: a block (or slice, or tensor) holding NaN gets the NaN scale, which pack stores."""
+    r = scaled.get_recipe(recipe)
+    x = _nan_input()
+    axis = -1 if r.block_size else 1
+    sa = ScaledArray.from_array(jnp.asarray(x), recipe, axis=axis)
+    back = ScaledArray.from_packed(sa.pack(), recipe=recipe, shape=x.shape, axis=axis)
+    expected_nan = np.zeros(x.shape, bool)
+    expected_nan[0, : r.block_size or 64] = True
+    np.testing.assert_array_equal(np.isnan(np.asarray(back.dequantize())), expected_nan)
+
+
+def test_pack_of_an_mxfp4_nan_no_longer_gives_negative_zero():
+    """The issue's case: before, the NaN became the code 0x8 (-0.0) under a finite scale."""
+    x = np.ones((1, 32), np.float32)
+    x[0, 0] = np.nan
+    sa = ScaledArray.from_array(jnp.asarray(x), "mxfp4", scale=np.float32(1.0))
+    assert sa.codes()[0, 0] == 0x8  # fpemu.encode's answer for an FP4 NaN, documented
+    packed = sa.pack()
+    assert packed.scale.tolist() == [[fpemu.get_format("e8m0fnu").nan_code]]
+    assert np.isnan(np.asarray(ScaledArray.from_packed(packed, recipe="mxfp4", shape=(1, 32)).dequantize())).all()
+
+
+def test_pack_under_jit_keeps_the_nan_scale():
+    x = _nan_input()
+    packed = jax.jit(lambda v: ScaledArray.from_array(v, "mxfp6_e2m3", scale=1.0).pack())(jnp.asarray(x))
+    assert packed.scale.tolist() == [[0xFF, 127], [127, 127]]
+
+
+# -- from_codes / from_packed: what they refuse ------------------------------------------------------
+
+
+@functools.cache
+def _codes_and_scale(recipe):
+    sa = ScaledArray.from_array(jnp.asarray(X), recipe)
+    return sa, sa.codes(), sa.scale
+
+
+@pytest.mark.parametrize(
+    ("recipe", "bad_shape"),
+    [
+        ("mxfp4", (4, 3)),
+        ("mxfp4", (4, 1)),
+        ("mxfp4", (2, 2)),
+        ("fp8_e4m3", (1, 64)),
+        ("nvfp4", (4, 8)),
+        ("mxfp8_e4m3", (8,)),
+    ],
+)
+def test_from_codes_refuses_scales_of_the_wrong_shape(recipe, bad_shape):
+    """Extra scales were silently ignored before; now the expected shape is named."""
+    sa, codes, scale = _codes_and_scale(recipe)
+    bad = np.ones(bad_shape, np.asarray(scale).dtype)
+    with pytest.raises(ValueError, match=rf"scale must have shape \({scale.shape[0]}, {scale.shape[1]}\)"):
+        ScaledArray.from_codes(codes, bad, recipe=recipe, global_scale=sa.global_scale)
+
+
+@pytest.mark.parametrize("recipe", ["mxfp4", "mxint8", "nvfp4"])
+def test_from_codes_refuses_float_scales_where_codes_are_stored(recipe):
+    """Float scales were read as E8M0 codes before (2.0 as the code 2, i.e. 2**-125)."""
+    sa, codes, scale = _codes_and_scale(recipe)
+    name = scaled.get_recipe(recipe).scale_format.name
+    with pytest.raises(TypeError, match=rf"scale of recipe {recipe} must hold uint8 {name} codes.*got dtype float32"):
+        ScaledArray.from_codes(codes, sa.scale_values(), recipe=recipe, global_scale=sa.global_scale)
+
+
+def test_from_codes_refuses_codes_where_float_scales_are_stored():
+    sa, codes, scale = _codes_and_scale("fp8_e4m3")
+    with pytest.raises(TypeError, match="scale of recipe fp8_e4m3 must hold float32 decode scales, got dtype uint8"):
+        ScaledArray.from_codes(codes, np.ones((1, 1), np.uint8), recipe="fp8_e4m3")
+
+
+@pytest.mark.parametrize(
+    ("scale", "error", "match"),
+    [
+        (np.array([[256, 0]] * 4, np.int32), ValueError, r"scale codes must lie in \[0, 256\) for e8m0fnu, got 256"),
+        (np.array([[-1, 0]] * 4, np.int32), ValueError, "got -1"),
+        (None, TypeError, "scale must be the scale leaf"),
+        (np.array([["a", "b"]] * 4), TypeError, "uint8 e8m0fnu codes"),
+    ],
+)
+def test_from_codes_scale_code_errors(scale, error, match):
+    _, codes, _ = _codes_and_scale("mxfp4")
+    with pytest.raises(error, match=match):
+        ScaledArray.from_codes(codes, scale, recipe="mxfp4")
+
+
+@pytest.mark.parametrize(
+    ("recipe", "value", "match"),
+    [
+        ("fp8_e4m3", -1.0, "NaN or positive and finite, got -1.0"),
+        ("fp8_e4m3", 0.0, "got 0.0"),
+        ("fp8_e4m3", np.inf, "got inf"),
+        (scaled.Recipe(name="pow2_fp32", element="e4m3fn", scale_format="fp32", scale_rule="ceil"), 3.0,
+         "positive normal powers of two, got 3.0"),
+    ],
+)  # fmt: skip
+def test_from_codes_float_scale_values_the_recipe_cannot_hold(recipe, value, match):
+    codes = np.zeros((2, 4), np.uint8)
+    with pytest.raises(ValueError, match=match):
+        ScaledArray.from_codes(codes, np.full((1, 1), value, np.float32), recipe=recipe)
+
+
+def test_from_codes_float64_scales_must_be_float32_values():
+    codes = np.zeros((2, 4), np.uint8)
+    ok = ScaledArray.from_codes(codes, [[0.5]], recipe="fp8_e4m3")  # a Python float that is a float32
+    assert ok.scale.dtype == jnp.float32 and ok.scale.tolist() == [[0.5]]
+    with pytest.raises(ValueError, match="not exact"):
+        ScaledArray.from_codes(codes, [[0.1]], recipe="fp8_e4m3")
+
+
+def test_from_codes_global_scale():
+    sa, codes, scale = _codes_and_scale("nvfp4")
+    with pytest.raises(ValueError, match="recipe nvfp4 has a float32 tensor scale: pass global_scale"):
+        ScaledArray.from_codes(codes, scale, recipe="nvfp4")
+    with pytest.raises(ValueError, match=r"global_scale must have shape \(1, 1\)"):
+        ScaledArray.from_codes(codes, scale, recipe="nvfp4", global_scale=np.ones((1, 2), np.float32))
+    with pytest.raises(ValueError, match="global_scale must be positive and finite"):
+        ScaledArray.from_codes(codes, scale, recipe="nvfp4", global_scale=np.float32(np.nan))
+    with pytest.raises(TypeError, match="global_scale must be a float32 array, got dtype int32"):
+        ScaledArray.from_codes(codes, scale, recipe="nvfp4", global_scale=np.ones((1, 1), np.int32))
+    again = ScaledArray.from_codes(codes, scale, recipe="nvfp4", global_scale=float(sa.global_scale[0, 0]))
+    _same(again.dequantize(), sa.dequantize())
+    with pytest.raises(ValueError, match="recipe mxfp4 has no tensor scale: global_scale must be None"):
+        ScaledArray.from_codes(*_codes_and_scale("mxfp4")[1:], recipe="mxfp4", global_scale=1.0)
+
+
+def test_from_codes_axis_dtype_and_code_errors():
+    _, codes, scale = _codes_and_scale("mxfp4")
+    with pytest.raises(ValueError, match="recipe mxfp4 has blocks of 32 along an axis: axis must be an int"):
+        ScaledArray.from_codes(codes, scale, recipe="mxfp4", axis=None)
+    with pytest.raises(ValueError, match=r"axis=2 is out of range for codes of rank 2 \(valid: -2..1\)"):
+        ScaledArray.from_codes(codes, scale, recipe="mxfp4", axis=2)
+    with pytest.raises(TypeError, match="axis must be an int"):
+        ScaledArray.from_codes(codes, scale, recipe="mxfp4", axis="last")
+    with pytest.raises(TypeError, match="dtype must be float16, bfloat16 or float32, got int8"):
+        ScaledArray.from_codes(codes, scale, recipe="mxfp4", dtype=np.int8)
+    with pytest.raises(ValueError, match=r"codes must lie in \[0, 16\) for e2m1fn, got 16"):
+        ScaledArray.from_codes(np.full((4, 64), 16, np.uint8), scale, recipe="mxfp4")
+    with pytest.raises(TypeError, match="codes must be an integer array"):
+        ScaledArray.from_codes(np.zeros((4, 64), np.float32), scale, recipe="mxfp4")
+    with pytest.raises(ValueError, match=r"integers k of int8_ocp and must lie in \[-128, 128\), got 200"):
+        ScaledArray.from_codes(np.full((4, 64), 200, np.int16), scale, recipe="mxint8")
+
+
+def test_from_codes_defaults_and_accepted_forms():
+    """The axis default is from_array's (per tensor for fp8_e4m3); a 0-d scale is a per-tensor one;
+    MXINT8 codes may be the signed integers k or the unsigned codes."""
+    sa, codes, scale = _codes_and_scale("fp8_e4m3")
+    again = ScaledArray.from_codes(codes, scale[0, 0], recipe="fp8_e4m3")
+    assert again.axis is None and again.scale.shape == (1, 1)
+    _same(again.dequantize(), sa.dequantize())
+    sa, codes, scale = _codes_and_scale("mxint8")
+    unsigned = np.asarray(codes).view(np.uint8)
+    _same(ScaledArray.from_codes(unsigned, scale, recipe="mxint8").values, sa.values)
+    _same(ScaledArray.from_codes(np.asarray(codes).astype(np.int32), scale, recipe="mxint8").values, sa.values)
+
+
+def test_from_codes_under_jit_out_of_range_scale_codes_are_nan_scales():
+    """Under jit the values are not checked; out-of-range codes (elements or scales) read as NaN, never
+    as a wrapped-around value."""
+    codes = jnp.zeros((1, 32), jnp.int32).at[0, 1].set(16)
+
+    @jax.jit
+    def f(c, s):
+        return ScaledArray.from_codes(c, s, recipe="mxfp4").dequantize()
+
+    y = np.asarray(f(codes, jnp.array([[127]], jnp.int32)))
+    assert y[0, 0] == 0 and np.isnan(y[0, 1])
+    assert np.isnan(np.asarray(f(jnp.zeros((1, 32), jnp.int32), jnp.array([[383]], jnp.int32)))).all()
+
+
+@pytest.mark.parametrize(
+    ("recipe", "shape"),
+    [
+        ("mxfp4", (4, 62)),
+        ("mxfp4", (4, 66)),
+        ("mxfp4", (2, 64)),
+        ("mxfp8_e4m3", (4, 63)),
+        ("mxfp6_e2m3", (4, 60)),
+        ("mxfp4", (256,)),
+    ],
+)
+def test_from_packed_refuses_a_shape_that_does_not_match(recipe, shape):
+    """A shape that drops codes returned a truncated array before."""
+    sa = _codes_and_scale(recipe)[0]
+    with pytest.raises(ValueError, match=r"packed.elements has shape .* shape must be the shape that was packed"):
+        ScaledArray.from_packed(sa.pack(), recipe=recipe, shape=shape)
+
+
+@pytest.mark.parametrize("recipe", ["mxfp4", "mxfp6_e3m2"])
+def test_from_packed_refuses_a_shape_that_drops_codes_into_the_padding(recipe):
+    """63 FP4 codes pack into the same 32 bytes as 64 (61 FP6 codes into the 48 bytes of 64): the dropped
+    code would be read as padding, which pack always writes as zero codes."""
+    x = np.full((4, 64), 1.0, np.float32)
+    sa = ScaledArray.from_array(jnp.asarray(x), recipe)
+    short = 63 if recipe == "mxfp4" else 61
+    with pytest.raises(ValueError, match=rf"nonzero codes after the first shape\[-1\]={short} codes"):
+        ScaledArray.from_packed(sa.pack(), recipe=recipe, shape=(4, short), axis=-1)
+    padded = ScaledArray.from_array(jnp.asarray(x[:, :short]), recipe, pad=True)
+    back = ScaledArray.from_packed(padded.pack(), recipe=recipe, shape=(4, short))
+    _same(back.dequantize(), padded.dequantize())
+
+
+def test_from_packed_argument_errors():
+    sa = _codes_and_scale("mxfp4")[0]
+    packed = sa.pack()
+    with pytest.raises(TypeError, match="packed must be a fpemu.scaled.Packed"):
+        ScaledArray.from_packed(packed.elements, recipe="mxfp4", shape=(4, 64))
+    with pytest.raises(TypeError, match="packed.elements must be uint8"):
+        ScaledArray.from_packed(packed._replace(elements=packed.elements.astype(jnp.int32)), recipe="mxfp4",
+                                shape=(4, 64))  # fmt: skip
+    with pytest.raises(TypeError, match="shape must be a tuple of ints"):
+        ScaledArray.from_packed(packed, recipe="mxfp4", shape=64)
+    with pytest.raises(ValueError, match=r"shape\[1\] must be an int >= 0"):
+        ScaledArray.from_packed(packed, recipe="mxfp4", shape=(4, -64))
+    with pytest.raises(ValueError, match=r"scale must have shape \(4, 2\)"):
+        ScaledArray.from_packed(packed._replace(scale=packed.scale[:, :1]), recipe="mxfp4", shape=(4, 64))
+
+
+def test_scale_values_of_a_nan_block_are_nan():
+    """The E8M0 NaN code (0xff) is a NaN scale, not 2**128 (= inf)."""
+    x = jnp.array([jnp.nan, 1.0, 2.0, 4.0], jnp.float32)
+    for name in ("mxfp8_e4m3", "mxfp4"):
+        s = ScaledArray.from_array(x, name, axis=0, pad=True)
+        assert np.isnan(np.asarray(s.scale_values())).all()

@@ -3,6 +3,7 @@
 import dataclasses
 
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 import fpemu
@@ -54,11 +55,98 @@ def test_mxint8_element_values_are_k_over_64():
     assert values == [k / 64 for k in range(128)]
 
 
-def test_aliases_and_case():
-    assert get_recipe("MXFP8") is get_recipe("mxfp8_e4m3")
+def test_mxint8_element_is_the_registrys_ocp_int8():
+    """One source of format facts: the recipe's element (and the public alias) is the registry's format."""
+    fmt = fpemu.get_format("int8_ocp")
+    assert get_recipe("mxint8").element is fmt and MXINT8_ELEMENT is fmt
+    assert fmt.twos_complement and (fmt.max, fmt.min) == (127 / 64, -2.0)
+
+
+@pytest.mark.parametrize("rounding", ["nearest_even", "toward_negative", "nearest_away"])
+def test_mxint8_saturates_symmetrically_to_127_over_64(rounding):
+    """OCP INT8 holds -2.0 (code 0x80), but the mxint8 recipe never produces it: the block's scale puts
+    the amax in [1, 2), and elements that round beyond ±127/64 saturate to ±127/64, as the OCP MX
+    reference code clamps. -1.9921875 (255/128) is the tie between -127/64 and -2.0."""
+    x = np.zeros((1, 32), np.float32)
+    x[0, :5] = [-1.9921875, -1.99609375, 1.99609375, -1.5, 1.9921875]  # amax < 2: scale 2**0
+    sa = scaled.ScaledArray.from_array(jnp.asarray(x), "mxint8", rounding=rounding)
+    assert int(sa.scale[0, 0]) == 127
+    assert sa.values[0, :5].tolist() == [-127 / 64, -127 / 64, 127 / 64, -1.5, 127 / 64]
+    assert sa.codes()[0, :5].tolist() == [-127, -127, 127, -96, 127]
+    qdq = scaled.quantize_dequantize(jnp.asarray(x), "mxint8", rounding=rounding)
+    assert qdq[0, :5].tolist() == [-127 / 64, -127 / 64, 127 / 64, -1.5, 127 / 64]
+
+
+def test_even_rule_uses_the_int8_elements_six_fraction_bits():
+    """The 'even' rule rounds amax to the element's precision in its top binade: k/64 in [1, 2) has 7
+    significant bits, so amax 1.9921875 (= 255/128, 8 bits) rounds up to 2 and takes the next scale."""
+    r = Recipe(name="mxint8_even", element="int8_ocp", block_size=32, scale_format="e8m0fnu", scale_rule="even")
+    x = np.zeros((1, 32), np.float32)
+    for amax, k in [(1.9921875, 1), (1.98828125, 0), (-1.9921875, 1)]:
+        x[0, 0] = amax
+        assert int(scaled.ScaledArray.from_array(jnp.asarray(x), r).scale[0, 0]) - 127 == k, amax
+
+
+def test_aliases():
+    assert get_recipe("mxfp8") is get_recipe("mxfp8_e4m3")
     assert get_recipe("mxfp4_e2m1") is get_recipe("mxfp4")
     r = get_recipe("mxfp4")
     assert get_recipe(r) is r
+
+
+@pytest.mark.parametrize(
+    ("name", "suggestion"),
+    [
+        ("MXFP8", "'mxfp8'"),
+        ("Mxfp4", "'mxfp4'"),
+        ("NVFP4", "'nvfp4'"),
+        (" mxint8", "'mxint8'"),
+        ("FP8_E4M3", "'fp8_e4m3'"),
+    ],
+)
+def test_recipe_names_are_exact_and_lower_case(name, suggestion):
+    """As format names are (fpemu.get_format): a name that differs only in case is an error naming the recipe."""
+    with pytest.raises(
+        scaled.UnknownRecipeError, match="recipe names are exact and lower case; did you mean " + suggestion
+    ):
+        get_recipe(name)
+
+
+@pytest.mark.parametrize(
+    ("name", "recipes"),
+    [
+        ("e4m3fn", ["'mxfp8_e4m3' (blocks of 32, e8m0fnu scales)", "'fp8_e4m3' (a fp32 scale per tensor or slice)"]),
+        ("e2m1fn", ["'mxfp4'", "'nvfp4' (blocks of 16, e4m3fn scales, a float32 tensor scale)"]),
+        ("float8_e5m2", ["'mxfp8_e5m2'", "'fp8_e5m2'"]),
+        ("int8_ocp", ["'mxint8'"]),
+        ("E3M2FN", ["'mxfp6_e3m2'"]),
+    ],
+)
+def test_a_format_name_is_answered_as_a_format_with_its_recipes(name, recipes):
+    with pytest.raises(scaled.UnknownRecipeError) as info:
+        get_recipe(name)
+    message = str(info.value)
+    fmt = fpemu.get_format(name.lower())
+    assert f"{fmt.name!r} is an element format, not a recipe" in message
+    assert f"fpemu.quantize(x, {fmt.name!r})" in message
+    for recipe in recipes:
+        assert recipe in message
+    assert ("exact and lower case" in message) == (name != name.lower())
+
+
+@pytest.mark.parametrize("name", ["E4M3", "e4m3"])
+def test_e4m3_as_a_recipe_points_to_ocp_e4m3fn(name):
+    """'e4m3' is the IEEE-like format (max 240) which no recipe uses; OCP E4M3 is e4m3fn."""
+    with pytest.raises(scaled.UnknownRecipeError) as info:
+        get_recipe(name)
+    message = str(info.value)
+    assert "'e4m3fn'" in message and "max 448" in message and "'e4m3' is the IEEE-like one, max 240" in message
+    assert "'fp8_e4m3'" in message and "'mxfp8_e4m3'" in message
+
+
+def test_a_format_without_recipes_lists_the_recipes():
+    with pytest.raises(scaled.UnknownRecipeError, match=r"'bf16' is an element format.*recipes: mxfp8_e4m3, "):
+        get_recipe("bf16")
 
 
 def test_unknown_recipe():
