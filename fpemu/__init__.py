@@ -22,15 +22,22 @@ from fpemu._emulate.transform import emulate
 from fpemu._ops.codec import decode, encode, pack, unpack
 from fpemu._ops.matmul import conv_general_dilated, dot_general, matmul
 from fpemu._ops.quantize import quantize, stochastic_bits
+from fpemu._training.dot import quantized_dot_general
+from fpemu._training.quantizer import Quantizer
+from fpemu._training.recipes import TRAINING_RECIPES, GemmRecipe, TrainingRecipe, nvfp4_recipe, training_recipe
 
 __all__ = [
     "DEFAULT_RANDOM_BITS",
     "ROUNDING_MODES",
+    "TRAINING_RECIPES",
     "DotPolicy",
     "Format",
     "FormatLike",
+    "GemmRecipe",
     "Policy",
+    "Quantizer",
     "Rounding",
+    "TrainingRecipe",
     "UnknownFormatError",
     "conv_general_dilated",
     "decode",
@@ -42,9 +49,11 @@ __all__ = [
     "get_format",
     "kernels",
     "matmul",
+    "nvfp4_recipe",
     "p3109_format",
     "pack",
     "quantize",
+    "quantized_dot_general",
     "register_format",
     "scaled",
     "scalify",
@@ -52,6 +61,7 @@ __all__ = [
     "stochastic_bits",
     "testing",
     "tools",
+    "training_recipe",
     "unpack",
 ]
 __version__ = "0.1.0"

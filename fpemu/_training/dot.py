@@ -1,0 +1,192 @@
+"""`quantized_dot_general`: a dot with each operand quantized by a recipe along its own contraction."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any, cast
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.typing import DTypeLike
+
+from fpemu._args import int_arg, key_arg
+from fpemu._core.format import Format, fits
+from fpemu._core.registry import get_format
+from fpemu._ops.matmul import dot_general
+from fpemu._training.hadamard import hadamard, hadamard_signs
+from fpemu._training.layout import Contraction, contracting_dims_arg
+from fpemu._training.quantizer import Quantizer, _amax_arg, _key_arg, operand_arg, quantize_operand
+from fpemu._training.recipes import GemmRecipe
+
+__all__ = ["dimension_numbers_arg", "quantized_dot_general"]
+
+_BF16 = get_format("bf16")
+_DN_FORM = "((lhs_contracting, rhs_contracting), (lhs_batch, rhs_batch))"
+
+DimensionNumbers = tuple[tuple[tuple[int, ...], tuple[int, ...]], tuple[tuple[int, ...], tuple[int, ...]]]
+
+
+def dimension_numbers_arg(
+    dimension_numbers: Any, lhs_shape: Sequence[int], rhs_shape: Sequence[int]
+) -> DimensionNumbers:
+    """``dimension_numbers`` as tuples of non-negative ints, the contractions checked against the shapes
+    (`fpemu.dot_general` checks the rest)."""
+    try:
+        (lc, rc), (lb, rb) = dimension_numbers
+    except (TypeError, ValueError):
+        raise TypeError(f"dimension_numbers must be {_DN_FORM}, got {dimension_numbers!r}") from None
+    lc = contracting_dims_arg(lc, len(lhs_shape), "dimension_numbers (lhs contracting)")
+    rc = contracting_dims_arg(rc, len(rhs_shape), "dimension_numbers (rhs contracting)")
+    lb = contracting_dims_arg(lb, len(lhs_shape), "dimension_numbers (lhs batch)")
+    rb = contracting_dims_arg(rb, len(rhs_shape), "dimension_numbers (rhs batch)")
+    if len(lc) != len(rc):
+        raise ValueError(
+            f"dimension_numbers contract {len(lc)} lhs dimensions with {len(rc)} rhs dimensions: {lc}, {rc}"
+        )
+    sizes = ([lhs_shape[d] for d in lc], [rhs_shape[d] for d in rc])
+    if sizes[0] != sizes[1]:
+        raise ValueError(
+            f"the contracting dimensions differ in size: lhs {lc} of shape {tuple(lhs_shape)} has {sizes[0]}, "
+            f"rhs {rc} of shape {tuple(rhs_shape)} has {sizes[1]}"
+        )
+    return (lc, rc), (lb, rb)
+
+
+def _transform(x: jax.Array, dims: tuple[int, ...], size: int, key: jax.Array | None) -> jax.Array:
+    """The Hadamard transform along an operand's merged contraction axis."""
+    c = Contraction(tuple(x.shape), dims)
+    y, axis = c.group(x)
+    return c.ungroup(hadamard(y, axis, size, key))
+
+
+def _bf16_exact(q: Quantizer | None) -> bool:
+    """Whether every dequantized value of ``q`` is a bfloat16 value: elements that fit bfloat16 times
+    powers of two (float32-subnormal products aside, which XLA:CPU's dot flushes anyway)."""
+    return q is not None and q.pow2 and fits(q.element, _BF16)
+
+
+def quantized_dot_general(
+    lhs: Any,
+    rhs: Any,
+    dimension_numbers: Any,
+    gemm: GemmRecipe,
+    *,
+    key: jax.Array | None = None,
+    lhs_amax: Any = None,
+    rhs_amax: Any = None,
+    preferred_element_type: DTypeLike | None = None,
+    margin: int = 0,
+) -> jax.Array:
+    """`jax.lax.dot_general` with each operand quantized as ``gemm`` says, along its own contraction.
+
+    Special values first: a block (tile, row, tensor) holding NaN or ±inf dequantizes to NaN, so
+    every product that reads it is NaN; otherwise NaN and infinity propagate as in
+    `fpemu.dot_general`. See `quantize_operand` for the quantization of one operand.
+
+    The computation:
+
+    1. An operand with a quantizer is converted to float32 (exact).
+    2. With ``gemm.hadamard = n``: both operands are transformed along their merged contraction axis
+       (`hadamard`, blocks of ``n``) with the same signs, which leaves the exact product unchanged.
+    3. Each operand is quantized by its `Quantizer` along *its* contracting dimensions of
+       ``dimension_numbers`` and dequantized to float32 (`quantize_operand`); an operand whose
+       quantizer is None is used as it is.
+    4. `fpemu.dot_general` multiplies the dequantized operands (exact products) and sums them in
+       float32, rounding the running sum to ``gemm.accumulate`` every ``gemm.accumulate_every``
+       products when set. When both operands hold bfloat16 values (power-of-two scales, elements of
+       at most 8 significant bits) the dot takes bfloat16 operands, which is exact and faster.
+
+    Keys: ``key`` is split as ``jax.random.split(key, 3)`` into the lhs's, the rhs's and the
+    Hadamard transform's keys; each is used only where needed (stochastic rounding, the signs).
+    Without a key, stochastic rounding is an error and the Hadamard transform takes Transformer
+    Engine's fixed signs (size 16).
+
+    The gradient is that of the transform followed by straight-through quantization and
+    `fpemu.dot_general`'s straight-through product.
+
+    Args:
+      lhs, rhs: float16, bfloat16 or float32 arrays.
+      dimension_numbers: ``((lhs_contracting, rhs_contracting), (lhs_batch, rhs_batch))``.
+      gemm: the `GemmRecipe`.
+      key: a JAX PRNG key (see above).
+      lhs_amax, rhs_amax: the float32 scalar amax of a ``scaling="delayed"`` operand (only then).
+      preferred_element_type: the result dtype (None: float32).
+      margin: Transformer Engine's ``margin`` (scales times ``2**margin``), for every operand.
+
+    Returns:
+      An array of shape ``batch + lhs free + rhs free``.
+
+    Raises:
+      TypeError, ValueError: naming the argument, for operands that are not float16/bfloat16/float32
+        arrays, malformed or mismatched ``dimension_numbers``, a missing key for stochastic rounding
+        (or a Hadamard transform of a size other than 16), a missing or superfluous amax.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from fpemu._training import training_recipe
+      >>> x = jnp.linspace(-1.0, 1.0, 64).reshape(2, 32); w = jnp.ones((32, 3))
+      >>> y = quantized_dot_general(x, w, (((1,), (0,)), ((), ())), training_recipe("mxfp8").forward)
+      >>> y.shape, y.dtype.name
+      ((2, 3), 'float32')
+    """
+    if not isinstance(gemm, GemmRecipe):
+        raise TypeError(f"gemm must be a GemmRecipe, got {type(gemm).__name__}")
+    a = operand_arg(lhs, "lhs")
+    b = operand_arg(rhs, "rhs")
+    (lc, rc), (lb, rb) = dimension_numbers_arg(dimension_numbers, a.shape, b.shape)
+    for q, amax, name in ((gemm.lhs, lhs_amax, "lhs_amax"), (gemm.rhs, rhs_amax, "rhs_amax")):
+        if q is None:
+            if amax is not None:
+                raise ValueError(f"{name} is only used with scaling='delayed'; this operand is not quantized")
+            continue
+        _amax_arg(amax, q, name)  # errors name lhs_amax / rhs_amax
+        _key_arg(key, q, "key")
+    if key is not None:
+        key_arg(key, True, "key", what="quantized_dot_general")
+    if gemm.hadamard is not None and key is None:
+        hadamard_signs(None, gemm.hadamard)  # raises for a size without fixed signs
+    margin = int_arg(margin, "margin", minimum=-64, maximum=64)
+    amaxes = tuple(
+        None if q is None or q.scaling != "delayed" else jnp.asarray(amax).astype(jnp.float32)
+        for q, amax in ((gemm.lhs, lhs_amax), (gemm.rhs, rhs_amax))
+    )
+    try:
+        dtype = None if preferred_element_type is None else np.dtype(preferred_element_type)
+    except TypeError:
+        raise TypeError(
+            f"preferred_element_type must be a float dtype or None, got {preferred_element_type!r}"
+        ) from None
+    return _product(a, b, key, *amaxes, dn=((lc, rc), (lb, rb)), gemm=gemm, result=dtype, margin=margin)
+
+
+@functools.partial(jax.jit, static_argnames=("dn", "gemm", "result", "margin"))
+def _product(a, b, key, lhs_amax, rhs_amax, *, dn: DimensionNumbers, gemm: GemmRecipe, result: Any, margin: int):
+    (lc, rc), _ = dn
+    keys: tuple[Any, Any, Any] = (None, None, None)
+    if key is not None:
+        split = jax.random.split(key, 3)
+        keys = (split[0], split[1], split[2])
+    f32 = jnp.float32
+    if gemm.lhs is not None:
+        a = a.astype(f32)
+    if gemm.rhs is not None:
+        b = b.astype(f32)
+    if gemm.hadamard is not None:
+        a = _transform(a.astype(f32), lc, gemm.hadamard, keys[2])
+        b = _transform(b.astype(f32), rc, gemm.hadamard, keys[2])
+    if gemm.lhs is not None:
+        a = quantize_operand(a, lc, gemm.lhs, key=keys[0], amax=lhs_amax, margin=margin)
+    if gemm.rhs is not None:
+        b = quantize_operand(b, rc, gemm.rhs, key=keys[1], amax=rhs_amax, margin=margin)
+    if _bf16_exact(gemm.lhs) and _bf16_exact(gemm.rhs):
+        a, b = a.astype(jnp.bfloat16), b.astype(jnp.bfloat16)
+    return dot_general(
+        a,
+        b,
+        dn,
+        accumulate=cast(Format, gemm.accumulate),
+        accumulate_every=gemm.accumulate_every,
+        preferred_element_type=result,
+    )

@@ -1,0 +1,273 @@
+"""`quantized_dot_general` and `hadamard` against the NumPy oracle, bit for bit where the answer is exact.
+
+The recipes' products are compared bit for bit on data whose float32 sums are exact (so that the
+backend's summation order cannot matter): magnitudes in [1, 2] on a 1/64 grid, with the tensor's
+largest magnitude planted where a per-tensor float scale must be a power of two (3.5 = 448 / 2**7 =
+57344 / 2**14 for FP8; 2.625 = 448 * 6 / 2**10 for NVFP4's tensor scale; after NVFP4's Hadamard
+transform, a block of 2.625 * signs becomes 10.5 = 448 * 6 / 2**8).
+"""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+
+import fpemu
+from fpemu._training import GemmRecipe, Quantizer, hadamard, quantized_dot_general, training_recipe
+from fpemu._training.hadamard import hadamard_signs
+from fpemu.testing import assert_bit_exact
+from fpemu.testing.recipe_reference import (
+    hadamard_reference,
+    quantize_operand_reference,
+    quantized_dot_general_reference,
+)
+
+KEY = jax.random.key(5)
+SLOW = pytest.mark.slow
+TOKENS, IN, OUT = 32, 40, 24  # full and partial blocks of 16 and 32
+# (lhs shape, rhs shape, dimension numbers) of a linear layer's three GEMMs
+GEMM_SHAPES = {
+    "forward": ((TOKENS, IN), (IN, OUT), (((1,), (0,)), ((), ()))),  # y = x . W
+    "dgrad": ((TOKENS, OUT), (IN, OUT), (((1,), (1,)), ((), ()))),  # dx = g . W^T
+    "wgrad": ((TOKENS, IN), (TOKENS, OUT), (((0,), (0,)), ((), ()))),  # dW = x^T . g
+}
+
+
+def grid(shape, seed):
+    rng = np.random.default_rng(seed)
+    return ((1 + rng.integers(0, 65, size=shape) / 64) * rng.choice([-1.0, 1.0], size=shape)).astype(np.float32)
+
+
+def operand(shape, dims, q, seed, hadamard_key=None):
+    """Grid data with its largest magnitude planted (see the module docstring)."""
+    x = grid(shape, seed)
+    nvfp4 = q is not None and q.tensor_scale
+    x.flat[0] = 2.625 if nvfp4 else 3.5
+    if hadamard_key is not None:  # 16 elements along the contraction, from the first, as 2.625 * signs
+        index = [0] * x.ndim
+        index[dims[0]] = slice(0, 16)
+        x[tuple(index)] = 2.625 * np.asarray(hadamard_signs(hadamard_key, 16))
+    return x
+
+
+def _case(name, gemm_name, seed=0):
+    gemm = training_recipe(name).gemm(gemm_name)
+    lhs_shape, rhs_shape, dn = GEMM_SHAPES[gemm_name]
+    h_key = jax.random.split(KEY, 3)[2] if gemm.hadamard else None
+    lhs = operand(lhs_shape, dn[0][0], gemm.lhs, seed, h_key)
+    rhs = operand(rhs_shape, dn[0][1], gemm.rhs, seed + 1, h_key)
+    kw = {"key": KEY}
+    if gemm.lhs.scaling == "delayed":
+        kw.update(lhs_amax=np.float32(3.5), rhs_amax=np.float32(3.5))
+    return gemm, lhs, rhs, dn, kw
+
+
+FAST = {("nvfp4", "forward"), ("nvfp4", "wgrad"), ("mxfp8", "dgrad"), ("fp8_delayed", "wgrad")}
+CASES = [
+    pytest.param(name, g, marks=() if (name, g) in FAST else SLOW)
+    for name in ("fp8_current", "fp8_delayed", "fp8_rowwise", "fp8_blockwise", "mxfp8", "mxfp6", "mxfp4", "nvfp4")
+    for g in GEMM_SHAPES
+]
+
+
+@pytest.mark.parametrize(("name", "gemm_name"), CASES)
+def test_each_recipes_gemms_match_the_reference(name, gemm_name):
+    gemm, lhs, rhs, dn, kw = _case(name, gemm_name)
+    got = quantized_dot_general(jnp.asarray(lhs), jnp.asarray(rhs), dn, gemm, **kw)
+    expected = quantized_dot_general_reference(lhs, rhs, dn, gemm, **kw)
+    assert got.dtype == np.float32 and got.shape == expected.shape
+    assert_bit_exact(got, expected)
+
+
+def test_fp8_blockwise_tiles_and_promotes_every_128_products():
+    """DeepSeek-V3: 1 x 128 activation tiles, 128 x 128 weight blocks, float32 promotion every 128 products."""
+    gemm = training_recipe("fp8_blockwise").forward
+    x, w = operand((4, 272), (1,), gemm.lhs, 7), operand((272, 136), (0,), gemm.rhs, 8)  # 3 chunks, 6 tiles
+    dn = (((1,), (0,)), ((), ()))
+    got = quantized_dot_general(jnp.asarray(x), jnp.asarray(w), dn, gemm)
+    assert_bit_exact(got, quantized_dot_general_reference(x, w, dn, gemm))
+
+
+def test_the_reference_product_is_the_public_dot_oracle():
+    """recipe_reference's exact product agrees with fpemu.testing.dot_general_reference (chunks included)."""
+    gemm = GemmRecipe(lhs=None, rhs=None, accumulate_every=5)
+    rng = np.random.default_rng(3)
+    a, b = rng.normal(size=(3, 12)).astype(np.float32), rng.normal(size=(12, 2)).astype(np.float32)
+    dn = (((1,), (0,)), ((), ()))
+    expected = fpemu.testing.dot_general_reference(a, b, dn, accumulate_every=5)
+    assert_bit_exact(quantized_dot_general_reference(a, b, dn, gemm), expected)
+
+
+# -- each operand along its own contraction ----------------------------------------------------------------
+
+
+def test_a_batched_dot_blocks_each_batch_along_its_contraction():
+    gemm = training_recipe("mxfp8").forward
+    x = np.stack([grid((6, 40), 10), grid((6, 40), 11) * 2])
+    w = np.stack([grid((40, 5), 12), grid((40, 5), 13) / 4])
+    dn = (((2,), (1,)), ((0,), (0,)))
+    got = quantized_dot_general(jnp.asarray(x), jnp.asarray(w), dn, gemm)
+    assert_bit_exact(got, quantized_dot_general_reference(x, w, dn, gemm))
+    plain = (((1,), (0,)), ((), ()))
+    for b in range(2):  # blocks never cross a batch element
+        assert_bit_exact(got[b], quantized_dot_general(jnp.asarray(x[b]), jnp.asarray(w[b]), plain, gemm))
+
+
+def test_several_contracting_dims_merge_in_the_order_listed():
+    sr = Quantizer(format="e4m3fn", scaling="block", block_size=16, scale_format="e8m0fnu", rounding="stochastic")
+    tile = Quantizer(format="e2m1fn", scaling="block_2d", block_size=8, scale_format="e8m0fnu")
+    gemm = GemmRecipe(lhs=sr, rhs=tile)
+    g = grid((3, 4, 8), 20)  # contracts (4, 8): 32, in place
+    w = grid((8, 5, 4), 21)  # contracts (4, 8) listed as (2, 0): moved
+    dn = (((1, 2), (2, 0)), ((), ()))
+    got = quantized_dot_general(jnp.asarray(g), jnp.asarray(w), dn, gemm, key=KEY)
+    assert_bit_exact(got, quantized_dot_general_reference(g, w, dn, gemm, key=KEY))
+    flat = quantized_dot_general(
+        jnp.asarray(g.reshape(3, 32)), jnp.asarray(w.transpose(2, 0, 1).reshape(32, 5)), (((1,), (0,)), ((), ())), gemm,
+        key=KEY,
+    )  # fmt: skip
+    assert_bit_exact(got, flat)
+
+
+def test_half_precision_operands_are_quantized_from_float32_and_the_result_type_is_kept():
+    gemm = training_recipe("fp8_current").forward  # float scales: no rounding back to bfloat16 in between
+    x, w = grid((4, 32), 30), grid((32, 3), 31)
+    xb = x.astype(ml_dtypes.bfloat16)
+    dn = (((1,), (0,)), ((), ()))
+    got = quantized_dot_general(jnp.asarray(xb), jnp.asarray(w), dn, gemm, preferred_element_type=jnp.bfloat16)
+    assert got.dtype == jnp.bfloat16
+    assert_bit_exact(got, quantized_dot_general_reference(xb, w, dn, gemm, preferred_element_type=ml_dtypes.bfloat16))
+
+
+def test_an_operand_without_a_quantizer_is_used_as_it_is():
+    q = Quantizer(format="e4m3fn", scaling="row", scale_rule="ceil")
+    x, w = grid((4, 8), 40), grid((8, 3), 41) / 3  # w: not on any FP8 grid
+    dn = (((1,), (0,)), ((), ()))
+    got = quantized_dot_general(jnp.asarray(x), jnp.asarray(w), dn, GemmRecipe(lhs=q, rhs=None))
+    expected = fpemu.dot_general(quantize_operand_reference(x, [1], q), jnp.asarray(w), dn)
+    assert_bit_exact(got, expected)
+
+
+# -- the Hadamard transform --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("size", [16, 4])
+def test_hadamard_is_orthogonal(size):
+    q = hadamard(jnp.eye(size), 1, size, KEY)  # row i: Q e_i, so q = Q^T
+    assert_bit_exact(q @ q.T, jnp.eye(size))  # entries +-1/sqrt(size) = +-1/4 or +-1/2: exact
+    assert_bit_exact(q, hadamard_reference(np.eye(size, dtype=np.float32), 1, size, KEY))
+
+
+def test_hadamard_of_size_8_is_orthogonal_to_float32_rounding():
+    q = np.asarray(hadamard(jnp.eye(8), 0, 8, KEY), np.float64)
+    np.testing.assert_allclose(q @ q.T, np.eye(8), atol=2e-7)
+
+
+def test_hadamard_is_deterministic_per_key():
+    x = jnp.asarray(grid((3, 32), 50))
+    a = hadamard(x, 1, 16, KEY)
+    assert_bit_exact(a, hadamard(x, 1, 16, KEY))
+    assert not np.array_equal(a, hadamard(x, 1, 16, jax.random.key(6)))
+    assert hadamard_signs(None, 16).tolist() == [1, 1, 1, -1, 1, -1, -1, -1, -1, -1, -1, 1, -1, 1, -1, -1]  # TE's
+
+
+def test_hadamard_matches_the_reference_and_leaves_a_short_last_block():
+    x = grid((40, 3, 2), 51)  # along axis 0: two blocks of 16 and a last block of 8
+    got = hadamard(jnp.asarray(x), 0, 16, KEY)
+    assert_bit_exact(got, hadamard_reference(x, 0, 16, KEY))
+    assert_bit_exact(got[32:], x[32:])
+    assert not np.array_equal(got[:16], x[:16])
+
+
+def test_a_nan_spreads_over_its_block_only():
+    x = grid((2, 32), 52)
+    x[0, 20] = np.nan
+    got = np.asarray(hadamard(jnp.asarray(x), 1, 16, None))
+    assert np.isnan(got[0, 16:]).all() and not np.isnan(got[0, :16]).any() and not np.isnan(got[1]).any()
+    assert_bit_exact(got, hadamard_reference(x, 1, 16, None))
+
+
+def test_a_hadamard_on_both_operands_leaves_the_product_unchanged():
+    gemm = GemmRecipe(lhs=None, rhs=None, hadamard=16)
+    x, g = grid((48, 6), 53), grid((48, 5), 54)  # wgrad: contract the 48 tokens
+    dn = (((0,), (0,)), ((), ()))
+    got = quantized_dot_general(jnp.asarray(x), jnp.asarray(g), dn, gemm, key=KEY)
+    exact = (x.T.astype(np.float64) @ g.astype(np.float64)).astype(np.float32)  # exact in float32 too
+    assert_bit_exact(got, exact)  # exact data: exactly unchanged
+    rng = np.random.default_rng(1)
+    a, b = rng.normal(size=(48, 6)).astype(np.float32), rng.normal(size=(48, 5)).astype(np.float32)
+    got = quantized_dot_general(jnp.asarray(a), jnp.asarray(b), dn, gemm, key=KEY)
+    np.testing.assert_allclose(got, a.T.astype(np.float64) @ b, rtol=0, atol=2e-5)
+
+
+def test_wgrad_with_the_transform_is_within_the_quantization_error_of_wgrad_without():
+    r = training_recipe("nvfp4")
+    without = dataclasses.replace(r.wgrad, hadamard=None)
+    rng = np.random.default_rng(2)
+    shape_x, shape_g = GEMM_SHAPES["wgrad"][:2]  # the shapes of the recipe test: one compilation less
+    x = rng.normal(size=shape_x).astype(np.float32)
+    g = (rng.normal(size=shape_g) * np.where(rng.random(shape_g) < 0.05, 30, 1)).astype(np.float32)  # outliers
+    dn = (((0,), (0,)), ((), ()))
+    exact = x.T.astype(np.float64) @ g
+    scale = np.linalg.norm(exact)
+    with_rht = np.asarray(quantized_dot_general(jnp.asarray(x), jnp.asarray(g), dn, r.wgrad, key=KEY))
+    plain = np.asarray(quantized_dot_general(jnp.asarray(x), jnp.asarray(g), dn, without, key=KEY))
+    assert np.linalg.norm(with_rht - exact) / scale < 0.3
+    assert np.linalg.norm(plain - exact) / scale < 0.3
+    assert np.linalg.norm(with_rht - plain) / scale < 0.4
+    # what these bounds catch: the transform on one operand only (or with other signs) is no product at all
+    broken = quantized_dot_general(hadamard(jnp.asarray(x), 0, 16, None), jnp.asarray(g), dn, without, key=KEY)
+    assert np.linalg.norm(np.asarray(broken) - exact) / scale > 0.8
+
+
+# -- bad inputs --------------------------------------------------------------------------------------------
+
+DN = (((1,), (0,)), ((), ()))
+DELAYED = Quantizer(format="e4m3fn", scaling="delayed")
+SR = Quantizer(format="e4m3fn", rounding="stochastic")
+BAD = [
+    ({"gemm": "mxfp8"}, TypeError, r"gemm must be a GemmRecipe"),
+    ({"dimension_numbers": ((1, 0), ())}, TypeError, r"dimension_numbers must be \(\(lhs_contracting"),
+    ({"dimension_numbers": (((1,), (0, 1)), ((), ()))}, ValueError, r"contract 1 lhs dimensions with 2 rhs"),
+    ({"rhs": np.ones((3, 2), np.float32)}, ValueError, r"the contracting dimensions differ in size"),
+    ({"lhs": np.ones((2, 4))}, TypeError, r"lhs must be a float16, bfloat16 or float32 array, got dtype float64"),
+    ({"gemm": GemmRecipe(lhs=None, rhs=None), "lhs_amax": 1.0}, ValueError, r"lhs_amax is only used with scaling="),
+    ({"gemm": GemmRecipe(lhs=DELAYED, rhs=None)}, ValueError, r"scaling='delayed' needs lhs_amax"),
+    ({"gemm": GemmRecipe(lhs=None, rhs=SR)}, ValueError, r"needs key=jax.random.key"),
+    ({"gemm": GemmRecipe(lhs=None, rhs=None, hadamard=4)}, ValueError, r"size 4 needs key=jax.random.key"),
+    ({"key": 3}, TypeError, r"key must be a single JAX PRNG key"),
+]
+
+
+@pytest.mark.parametrize(("changes", "error", "message"), BAD, ids=lambda v: str(v)[:40])
+def test_bad_inputs_name_the_argument(changes, error, message):
+    q = Quantizer(format="e4m3fn")
+    args = {
+        "lhs": np.ones((2, 4), np.float32),
+        "rhs": np.ones((4, 3), np.float32),
+        "dimension_numbers": DN,
+        "gemm": GemmRecipe(lhs=q, rhs=q),
+        **changes,
+    }
+    with pytest.raises(error, match=message):
+        quantized_dot_general(args.pop("lhs"), args.pop("rhs"), args.pop("dimension_numbers"), args.pop("gemm"), **args)
+
+
+def test_bad_hadamard_arguments():
+    with pytest.raises(ValueError, match="size must be a power of two"):
+        hadamard(jnp.ones((2, 12)), 1, 12, KEY)
+    with pytest.raises(ValueError, match=r"axis=2 is out of range"):
+        hadamard(jnp.ones((2, 16)), 2, 16, KEY)
+
+
+def test_the_gradient_is_the_product_with_the_quantized_other_operand():
+    """Straight-through quantization and fpemu.dot_general's straight-through product: d(sum y)/dx = 1 . Wq^T."""
+    gemm = training_recipe("mxfp8").forward
+    x, w = grid((4, 32), 60), grid((32, 3), 61)
+    dn = (((1,), (0,)), ((), ()))
+    dx = jax.grad(lambda v: quantized_dot_general(v, jnp.asarray(w), dn, gemm).sum())(jnp.asarray(x))
+    wq = quantize_operand_reference(w, [0], gemm.rhs)
+    assert_bit_exact(dx, np.ones((4, 3), np.float32) @ wq.T)
