@@ -5,6 +5,8 @@ Usage::
     .venv/bin/python bench/accuracy.py                        # sizes 256 .. 8192 (the 8192 column takes minutes)
     .venv/bin/python bench/accuracy.py --sizes 256,512,1024   # a quick run
     .venv/bin/python bench/accuracy.py --json accuracy.json   # also keep every row and the run's metadata
+    .venv/bin/python bench/accuracy.py --distributions outlier_channels --outer 256 --sizes 256,4096
+    .venv/bin/python bench/accuracy.py --data x.npy,w.npy --distributions none   # your own activations and weights
 
 Progress lines (with timings) go to stderr; stdout gets the run's metadata (date, command, machine,
 versions, commit) and three Markdown tables: relative error ``||C - C64||_F / ||C64||_F``, the
@@ -24,8 +26,10 @@ import sys
 import time
 from pathlib import Path
 
+from fpemu.tools import choices
 from fpemu.tools.accuracy import DISTRIBUTIONS, MATMUL_RECIPES, SIZES, markdown_table, matmul_accuracy
 from fpemu.tools.bench import environment
+from fpemu.tools.data import load_matmul_data
 
 
 def _list(text: str) -> list[str]:
@@ -58,8 +62,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", type=_sizes, default=list(SIZES), help="comma-separated n (default: %(default)s)")
     parser.add_argument("--recipes", type=_list, default=None, help=f"comma-separated ({', '.join(MATMUL_RECIPES)})")
     parser.add_argument(
-        "--distributions", type=_list, default=None, help=f"comma-separated ({', '.join(DISTRIBUTIONS)})"
+        "--distributions",
+        type=_list,
+        default=None,
+        help=f"comma-separated ({', '.join(DISTRIBUTIONS)}; default all), or none (only --data)",
     )
+    parser.add_argument("--outer", type=choices.option(choices.size), default=None, metavar="M",
+                        help="M = N of every product (default: square, M = N = K)")  # fmt: skip
+    parser.add_argument("--data", type=choices.option(choices.split_list), default=None, metavar="LHS.npy,RHS.npy",
+                        help="also measure these operands (M x K and K x N) at the sizes below K, and K")  # fmt: skip
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, default=None, metavar="FILE", help="write the rows and metadata here")
     args = parser.parse_args(argv)
@@ -70,8 +81,13 @@ def main(argv: list[str] | None = None) -> int:
     def progress(line: str) -> None:
         print(f"[{time.perf_counter() - t0:7.1f} s] {line}", file=sys.stderr, flush=True)
 
+    distributions = [] if args.distributions == ["none"] else args.distributions
     try:
-        rows = matmul_accuracy(args.recipes, args.distributions, args.sizes, seed=args.seed, progress=progress)
+        if args.data is not None and len(args.data) != 2:
+            raise ValueError(f"--data takes two .npy files, LHS,RHS, got {len(args.data)}")
+        data = load_matmul_data(*args.data) if args.data is not None else None
+        rows = matmul_accuracy(args.recipes, distributions, args.sizes, seed=args.seed, outer=args.outer, data=data,
+                               progress=progress)  # fmt: skip
     except ValueError as e:
         parser.error(str(e))
     meta["seconds"] = round(time.perf_counter() - t0, 1)

@@ -1,4 +1,5 @@
-"""The quantized-matmul accuracy benchmark (fpemu.tools.accuracy): bounds, orderings, semantics, errors, table.
+"""The quantized-matmul accuracy benchmark (fpemu.tools.accuracy) and its data (fpemu.tools.data): bounds,
+orderings, semantics, the distributions' documented properties, a user's .npy files, errors, table.
 
 The recipes' product itself, `fpemu.scaled.matmul`, is tested in tests/scaled/test_matmul.py.
 """
@@ -15,10 +16,12 @@ import pytest
 
 import fpemu
 from fpemu import scaled
+from fpemu.tools import data
 from fpemu.tools.accuracy import (
     DISTRIBUTIONS,
     MATMUL_RECIPES,
     MatmulError,
+    data_sizes,
     markdown_table,
     matmul_accuracy,
     matmul_error,
@@ -189,6 +192,163 @@ def test_matmul_accuracy_order_and_shared_reference():
     assert rows[0] == matmul_error("bf16", "gaussian", 32)
 
 
+# -- the distributions (fpemu.tools.data) -------------------------------------------------------------
+
+
+def _bits(x: np.ndarray) -> np.ndarray:
+    return x.view(np.uint32)
+
+
+def _column_rms(x: np.ndarray) -> np.ndarray:
+    return np.sqrt(np.mean(np.square(x, dtype=np.float64), axis=0))
+
+
+def _excess_kurtosis(x: np.ndarray) -> float:
+    x = x.astype(np.float64).ravel()
+    d = x - x.mean()
+    return float(np.mean(d**4) / np.mean(d**2) ** 2 - 3)
+
+
+@pytest.mark.parametrize("distribution", DISTRIBUTIONS)
+def test_distributions_are_deterministic(distribution):
+    first = data.sample(distribution, (64, 256), np.random.default_rng(7))
+    again = data.sample(distribution, (64, 256), np.random.default_rng(7))
+    assert first.dtype == np.float32 and np.isfinite(first).all()
+    np.testing.assert_array_equal(_bits(first), _bits(again))
+    assert not np.array_equal(first, data.sample(distribution, (64, 256), np.random.default_rng(8)))
+    a, b = matmul_inputs(distribution, 64, seed=5, outer=16)
+    assert a.shape == (16, 64) and b.shape == (64, 16)
+    np.testing.assert_array_equal(_bits(a), _bits(matmul_inputs(distribution, 64, seed=5, outer=16)[0]))
+    # Documented seeding: [seed, distribution index, K] when square, with M = N appended otherwise.
+    rng = np.random.default_rng([5, DISTRIBUTIONS.index(distribution), 64, 16])
+    expected = data.matmul_operands(distribution, 16, 64, 16, rng)
+    np.testing.assert_array_equal(_bits(b), _bits(expected[1]))
+
+
+def test_student_t_tails_are_heavier_than_gaussian():
+    """Student's t with 3 degrees of freedom has an infinite fourth moment; a normal sample's excess kurtosis is
+    0 with a standard error of sqrt(24 / n) = 0.01 at n = 2**18."""
+    shape = (512, 512)
+    gaussian = data.sample("gaussian", shape, np.random.default_rng(0))
+    student = data.sample("heavy_tailed", shape, np.random.default_rng(0))
+    assert abs(_excess_kurtosis(gaussian)) < 0.1
+    assert _excess_kurtosis(student) > 10
+    assert abs(float(np.mean(gaussian))) < 0.01 and abs(float(np.std(gaussian)) - 1) < 0.01
+    # P(|x| > 6): 2e-9 for a normal value, 0.0082 for Student's t (df = 3): about 2150 of 2**18.
+    assert np.sum(np.abs(gaussian) > 6) == 0
+    assert 1800 < np.sum(np.abs(student) > 6) < 2500
+    assert data.STUDENT_T_DF == 3
+
+
+@pytest.mark.parametrize(("channels", "outliers"), [(64, 1), (256, 2), (1024, 8)])
+def test_outlier_channels_have_the_documented_magnitudes(channels, outliers):
+    x = data.sample("outlier_channels", (4096, channels), np.random.default_rng(3))
+    rms = _column_rms(x)
+    loud = np.flatnonzero(rms > 5)
+    assert len(loud) == outliers == max(1, round(channels / data.OUTLIER_EVERY))
+    quiet = np.delete(rms, loud)
+    assert np.all(np.abs(quiet - 1) < 0.06)  # standard normal columns of 4096 values
+    ratio = rms[loud] / np.median(quiet)
+    assert np.all((ratio > 10 * 0.94) & (ratio < 100 * 1.06)), ratio  # scales in [10, 100], up to sampling
+    index, scale = data.outlier_channels(channels, np.random.default_rng(3))  # drawn first from the generator
+    np.testing.assert_array_equal(index, loud)
+    np.testing.assert_allclose(ratio, scale, rtol=0.06)
+
+
+def test_outlier_channels_in_a_matmul_are_the_activations_channels():
+    a, b = matmul_inputs("outlier_channels", 512, outer=256)
+    loud = np.flatnonzero(_column_rms(a) > 5)  # channels along K, the contraction dimension
+    assert len(loud) == 4
+    assert np.all(_column_rms(a.T) < 100)  # no outlier rows (tokens)
+    assert np.all(np.abs(_column_rms(b.T) - 1) < 0.15) and abs(_excess_kurtosis(b)) < 0.2  # Gaussian weights
+
+
+def test_unknown_distribution_in_data():
+    with pytest.raises(ValueError, match=r"unknown distribution 'outliers'; did you mean 'outlier_channels'"):
+        data.sample("outliers", (2, 2), np.random.default_rng(0))
+
+
+# -- a user's own data (.npy) ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def npy_pair(tmp_path):
+    rng = np.random.default_rng(11)
+    lhs = rng.standard_normal((2, 12, 96), dtype=np.float32)  # batch x sequence x hidden: flattened to 24 x 96
+    rhs = rng.standard_normal((96, 20))  # float64: rounded once to float32
+    np.save(tmp_path / "act.npy", lhs)
+    np.save(tmp_path / "w.npy", rhs)
+    return tmp_path / "act.npy", tmp_path / "w.npy", lhs, rhs
+
+
+def test_npy_round_trip(npy_pair):
+    lhs_path, rhs_path, lhs, rhs = npy_pair
+    d = data.load_matmul_data(lhs_path, rhs_path)
+    assert d.name == "act.npy @ w.npy" and d.k == 96
+    np.testing.assert_array_equal(_bits(d.lhs), _bits(lhs.reshape(24, 96)))
+    np.testing.assert_array_equal(_bits(d.rhs), _bits(rhs.astype(np.float32)))
+    assert data_sizes(d, (16, 64, 256)) == (16, 64, 96)
+    rows = matmul_accuracy(["mxfp4"], (), (16, 256), data=d)  # 256 > K: K itself
+    assert [(r.recipe, r.distribution, r.size, r.m, r.n) for r in rows] == [
+        ("mxfp4", "act.npy @ w.npy", k, 24, 20) for k in (16, 96)
+    ]
+    for row in rows:  # the prefix of the contraction, against its own float64 reference
+        a, b = d.lhs[:, : row.size], d.rhs[: row.size]
+        c = scaled.matmul(a, b, row.recipe)
+        assert row == MatmulError.from_product(c, reference_matmul(a, b), recipe=row.recipe,
+                                               distribution=d.name, size=row.size)  # fmt: skip
+
+
+def test_data_beside_distributions(npy_pair):
+    d = data.load_matmul_data(*npy_pair[:2], name="mine")
+    rows = matmul_accuracy("fp16", "gaussian", (8,), data=d)
+    assert [(r.distribution, r.size) for r in rows] == [("gaussian", 8), ("mine", 8), ("mine", 96)]
+    with pytest.raises(ValueError, match="distinct"):
+        matmul_accuracy("fp16", "gaussian", (8,), data=data.MatmulData(name="gaussian", lhs=d.lhs, rhs=d.rhs))
+    with pytest.raises(TypeError, match="MatmulData"):
+        matmul_accuracy("fp16", (), (8,), data=[(d.lhs, d.rhs)])
+
+
+def test_bad_npy_files(tmp_path):
+    def save(name, array):
+        np.save(tmp_path / name, array)
+        return tmp_path / name
+
+    cases = [
+        (save("nan.npy", np.array([[1.0, np.nan], [np.inf, 2.0]], np.float32)), "holds 2 NaN or infinite values"),
+        (save("int.npy", np.ones((2, 2), np.int8)), "has dtype int8; expected float16, float32 or float64"),
+        (save("empty.npy", np.zeros((0, 4), np.float32)), "is empty"),
+        (tmp_path / "missing.npy", "is not a readable .npy array"),
+    ]
+    np.savez(tmp_path / "two.npz", a=np.ones(2), b=np.ones(2))
+    cases.append((tmp_path / "two.npz", "not a .npy array"))
+    for path, message in cases:
+        with pytest.raises(ValueError, match=message) as info:
+            data.load_array(path)
+        assert path.name in str(info.value)
+    fp16 = save("half.npy", np.array([[0.1, 65504]], np.float16))
+    np.testing.assert_array_equal(data.load_array(fp16), np.array([[0.1, 65504]], np.float16).astype(np.float32))
+
+
+def test_operands_must_multiply():
+    lhs, weight = np.ones((4, 8), np.float32), np.ones((3, 8), np.float32)  # a PyTorch Linear weight: out x in
+    with pytest.raises(ValueError, match=r"do not multiply: lhs has K = 8 columns, rhs has 3 rows; .*transpose"):
+        data.MatmulData(name="x", lhs=lhs, rhs=weight)
+    with pytest.raises(ValueError, match="must be float32"):
+        data.MatmulData(name="x", lhs=lhs.astype(np.float64), rhs=weight.T)
+    with pytest.raises(ValueError, match="M x K"):
+        data.MatmulData(name="x", lhs=np.ones(8, np.float32), rhs=weight.T)
+
+
+def test_qsnr_agrees_with_scaled_qsnr():
+    """`qsnr_db` is computed in float64 (qsnr_from_relative_error); fpemu.scaled.qsnr, in float32, agrees."""
+    a, b = matmul_inputs("heavy_tailed", 64)
+    ref = reference_matmul(a, b)
+    for recipe in ("mxfp4", "bf16"):
+        e = matmul_error(recipe, "heavy_tailed", 64)
+        assert e.qsnr_db == pytest.approx(float(scaled.qsnr(ref, scaled.matmul(a, b, recipe))), abs=0.01)
+
+
 # -- errors ------------------------------------------------------------------------------------------
 
 
@@ -236,7 +396,7 @@ def test_validation_before_computation():
 
 
 def _row(recipe, distribution, size, rel):
-    return MatmulError(recipe=recipe, distribution=distribution, size=size, relative_error=rel,
+    return MatmulError(recipe=recipe, distribution=distribution, size=size, m=size, n=size, relative_error=rel,
                        max_abs_error=2 * rel, qsnr_db=-20 * math.log10(rel) if rel else math.inf)  # fmt: skip
 
 
@@ -265,7 +425,7 @@ def test_markdown_table():
 
 def test_markdown_table_of_a_run(errors):
     lines = markdown_table(list(errors.values())).splitlines()
-    assert lines[0] == f"| recipe | gaussian {N} | heavy_tailed {N} |"
+    assert lines[0] == f"| recipe | gaussian {N} | heavy_tailed {N} | outlier_channels {N} |"
     assert [line.split(" | ")[0] for line in lines[2:]] == [f"| `{r}`" for r in MATMUL_RECIPES]
 
 

@@ -6,16 +6,18 @@ import contextlib
 import io
 import json
 import math
+import re
 import types
 
 import jax
 import numpy as np
 import pytest
 
+import fpemu
 from fpemu.tools import bench as _bench
 from fpemu.tools import plot as _plot
 from fpemu.tools.cli import main
-from fpemu.tools.commands import ProgressBar
+from fpemu.tools.measure import ProgressBar
 from tests.test_cli import table_row
 
 try:
@@ -47,6 +49,8 @@ QUICK_ROWS = [
     "matmul/bf16xbf16-f32",
     "matmul/fpemu-e4m3fn",
     "matmul/native-fp8xfp8-f32",
+    "matmul/scaled-mxfp8_e4m3",
+    "matmul/scaled-nvfp4",
 ]
 GFLOAT_ROWS = [f"{fmt}/gfloat" for fmt in ("e4m3fn", "e5m2", "bf16", "e2m1fn")]
 ROW_FIELDS = {
@@ -195,6 +199,119 @@ def test_charts_render(quick):
     rows = len(quick.data["rows"])
     for path in written:  # fpemu rows in C0, peers in C1, the references in C7
         assert_png_has_content(path, min_height=20 * rows, min_width=800, colors=("C0", "C1", "C7"))
+    for name, metric in (("bench.csv", "ns_per_element"), ("bench_ratio_to_fpemu.csv", "ratio_to_fpemu")):
+        assert f"wrote {quick.out / 'plots' / name}" in quick.stdout
+        with open(quick.out / "plots" / name, encoding="utf-8") as f:
+            table = [line.split(",") for line in f.read().splitlines()]
+        assert table[0] == ["name", "kind", metric]  # the numbers of the chart: the JSON's, exactly
+        assert [(n, k, float(v)) for n, k, v in table[1:]] == [(r["name"], r["kind"], r[metric])
+                                                                for r in quick.data["rows"]]  # fmt: skip
+
+
+# -- choosing formats, recipes, modes and sizes ------------------------------------------------------------
+
+
+def test_select_defaults():
+    quick, full = _bench.select(_bench.QUICK), _bench.select(_bench.FULL)
+    assert quick.formats == _bench.QUICK_FORMATS and full.formats == _bench.FULL_FORMATS
+    assert quick.recipes == _bench.QUICK_RECIPES and full.recipes == _bench.FULL_RECIPES
+    assert quick.modes == ("nearest_even", "stochastic") and full.modes == ("nearest_even", "toward_zero", "stochastic")
+    assert (quick.sizes, quick.matmul_sizes, full.sizes, full.matmul_sizes) == ((1 << 18,), (256,), (1 << 24,), (2048,))
+    chosen = _bench.select(_bench.QUICK, formats=["float8_e4m3fn", "e4m3fn"], recipes=["mxfp8"], modes=["to_odd"])
+    assert (chosen.formats, chosen.recipes, chosen.modes) == (("e4m3fn",), ("mxfp8_e4m3",), ("nearest_even", "to_odd"))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "says"),
+    [
+        (dict(formats=["e4m3"]), None, None),  # the IEEE-like format exists: no error
+        (dict(formats=["e4m3f"]), fpemu.UnknownFormatError, "did you mean 'e4m3fn'"),
+        (dict(formats=["fp64"]), ValueError, "fp64 does not fit in float32; choose from: fp32, tf32"),
+        (dict(formats=[]), ValueError, "no formats given"),
+        (dict(recipes=["mxfp9"]), fpemu.scaled.UnknownRecipeError, "recipes: mxfp8_e4m3"),
+        (dict(modes=["nearest"]), ValueError, "did you mean 'nearest_even', 'nearest_away'? choose from: nearest_even"),
+        (dict(sizes=[0]), ValueError, "sizes must be positive integers"),
+        (dict(matmul_sizes=[2.5]), ValueError, "matmul sizes must be positive integers"),
+    ],
+)
+def test_select_refuses_bad_choices(kwargs, error, says):
+    if error is None:
+        _bench.select(_bench.QUICK, **kwargs)
+        return
+    with pytest.raises(error, match=re.escape(says)):
+        _bench.select(_bench.QUICK, **kwargs)
+
+
+def test_plan_with_choices():
+    selection = _bench.select(_bench.QUICK, formats=["e2m1fn", "tf32"], recipes=["mxfp4", "fp8_e4m3"],
+                              modes=["to_odd"], sizes=[1024, 2048], matmul_sizes=[16])  # fmt: skip
+    cases = {case.name: case for case in _bench.plan(_bench.QUICK, selection=selection, backend="cpu")}
+    for n in (1024, 2048):
+        for row in ("reference/numpy_copy", "reference/xla_times2", "e2m1fn/fpemu-nearest_even", "e2m1fn/fpemu-to_odd",
+                    "tf32/fpemu-nearest_even", "tf32/fpemu-to_odd", "tf32/astype_roundtrip", "mxfp4/scaled-qdq",
+                    "fp8_e4m3/scaled-qdq", "e4m3fn/fpemu-nearest_even"):  # fmt: skip
+            case = cases[f"{row}@{n}"]
+            assert case.elements == n and case.copy == f"reference/numpy_copy@{n}"
+        assert cases[f"fp8_e4m3/scaled-qdq@{n}"].baseline == f"e4m3fn/fpemu-nearest_even@{n}"  # added: the baseline
+        assert cases[f"tf32/fpemu-to_odd@{n}"].baseline == f"tf32/fpemu-nearest_even@{n}"
+    assert not any("stochastic" in name or "e4m3fn/reduce_precision" in name for name in cases)
+    matmuls = [name for name in cases if name.startswith("matmul/")]  # one matmul size: no suffix
+    assert matmuls == ["matmul/fp32", "matmul/bf16xbf16-f32", "matmul/fpemu-e4m3fn", "matmul/native-fp8xfp8-f32",
+                       "matmul/scaled-mxfp4", "matmul/scaled-fp8_e4m3"]  # fmt: skip
+    assert all(cases[m].copy == "reference/numpy_copy@1024" and cases[m].elements == 16**3 for m in matmuls)
+    with pytest.raises(ValueError, match="x_np must have the shape"):
+        _bench.plan(_bench.QUICK, selection=selection, x_np=np.zeros(1024, np.float32))
+
+
+def test_cli_runs_the_chosen_rows(tmp_path, capsys):
+    """A small run with every option: the JSON has exactly the chosen rows, each compared with its own size's copy."""
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--quick", "--formats", "e2m1fn", "--recipes", "mxfp4", "--modes", "toward_zero",
+                 "--sizes", "2^10,2^11", "--matmul-sizes", "16", "--json", str(out), "--no-progress"]) == 0  # fmt: skip
+    text = capsys.readouterr().out
+    assert "quick: 2^10, 2^11 float32 elements per elementwise row, matmul 16x16x16" in text
+    result = _strict_json(out)
+    rows = {row["name"]: row for row in result["rows"]}
+    per_size = ["reference/numpy_copy", "reference/xla_times2", "e2m1fn/fpemu-nearest_even", "e2m1fn/fpemu-toward_zero",
+                "e2m1fn/reduce_precision", "e2m1fn/astype_roundtrip", "e2m1fn/ml_dtypes_roundtrip", "e2m1fn/fpemu-encode",
+                "e2m1fn/fpemu-encode+pack", "mxfp4/scaled-qdq"]  # fmt: skip
+    expected = [f"{row}@{n}" for n in (1024, 2048) for row in per_size]
+    expected += ["matmul/fp32", "matmul/bf16xbf16-f32", "matmul/fpemu-e4m3fn", "matmul/native-fp8xfp8-f32",
+                 "matmul/scaled-mxfp4"]  # fmt: skip
+    optional = {f"e2m1fn/gfloat@{n}" for n in (1024, 2048)} if _bench.gfloat_version() else set()
+    assert set(expected) <= set(rows) <= set(expected) | optional
+    for name, row in rows.items():
+        n = name.rsplit("@", 1)[1] if "@" in name else "1024"
+        copy = rows[f"reference/numpy_copy@{n}"]
+        assert row["ratio_to_copy"] == pytest.approx(row["ns_per_element"] / copy["ns_per_element"], rel=1e-12)
+        assert row["baseline"].endswith(f"@{n}") or row["group"] == "matmul"
+    settings = result["meta"]["settings"]
+    assert (settings["formats"], settings["recipes"], settings["modes"]) == (
+        ["e2m1fn"], ["mxfp4"], ["nearest_even", "toward_zero"])  # fmt: skip
+    assert (settings["sizes"], settings["matmul_sizes"], settings["elements"], settings["matmul_size"]) == (
+        [1024, 2048], [16], 1024, 16)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--formats", "e4m3f"], "argument --formats: unknown format 'e4m3f'; did you mean 'e4m3fn'"),
+        (["--formats", "fp64"], "argument --formats: the bench rounds float32 inputs and fp64 does not fit"),
+        (["--recipes", "nv"], "argument --recipes: unknown recipe 'nv'; did you mean 'nvfp4'? recipes: mxfp8_e4m3"),
+        (
+            ["--modes", "stoch"],
+            "argument --modes: unknown rounding mode 'stoch'; did you mean 'stochastic'? choose from",
+        ),
+        (["--sizes", "2^"], "argument --sizes: sizes must be positive integers (like 4096 or 2^12), got '2^'"),
+        (["--matmul-sizes", "-5"], "argument --matmul-sizes: sizes must be positive integers"),
+        (["--sizes", "64,,128"], "argument --sizes: expected a comma-separated list without empty items"),
+    ],
+)
+def test_cli_bad_choices_name_the_flag(capsys, argv, says):
+    with pytest.raises(SystemExit) as exc_info:
+        main(["bench", "--quick", *argv])
+    assert exc_info.value.code == 2
+    assert says in capsys.readouterr().err
 
 
 # -- without matplotlib, the progress bar, errors -----------------------------------------------------

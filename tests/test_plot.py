@@ -1,8 +1,11 @@
-"""``fpemu plot`` and `fpemu.tools.plot`: every picture at small settings, opened and checked; errors."""
+"""``fpemu plot`` and `fpemu.tools.plot`: every picture at small settings, opened and checked, its CSV read back
+and compared with the numbers computed directly; the options and their errors."""
 
 from __future__ import annotations
 
+import csv
 import dataclasses
+import math
 import sys
 import types
 
@@ -11,6 +14,7 @@ import numpy as np
 import pytest
 
 import fpemu
+from fpemu.tools import accuracy, data, rounding
 from fpemu.tools import plot as _plot
 from fpemu.tools.cli import main
 
@@ -30,6 +34,11 @@ def usage_error(capsys, *argv: str) -> str:
         main(list(argv))
     assert exc_info.value.code == 2
     return capsys.readouterr().err
+
+
+def read_csv(path) -> list[dict[str, str]]:
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
 
 
 # -- the values ---------------------------------------------------------------------------------------
@@ -54,33 +63,91 @@ def test_positive_values_facts():
         _plot.positive_values("fp32")
 
 
-def test_plot_values(tmp_path):
+def test_plot_values_and_its_csv(tmp_path):
     path = _plot.plot_values(["e4m3fn", "e2m1fn", "fp16"], tmp_path / "sub" / "values.png")
     assert path == tmp_path / "sub" / "values.png"
     assert_png_has_content(path, colors=("C0", "C1"))  # normal values in C0, subnormals in C1
+    rows = read_csv(tmp_path / "sub" / "values.csv")
+    for name in ("e4m3fn", "e2m1fn", "fp16"):
+        fmt = fpemu.get_format(name)
+        mine = [r for r in rows if r["format"] == name]
+        values = np.array([float(r["value"]) for r in mine])
+        np.testing.assert_array_equal(values, _plot.positive_values(name))
+        assert [r["subnormal"] == "1" for r in mine] == (values < fmt.min_normal).tolist()
+    assert len(rows) == 126 + 7 + 0x7BFF
 
 
-# -- rounding error, QSNR ---------------------------------------------------------------------------------
+def test_log2_ticks():
+    assert [math.log2(t) for t in _plot.log2_ticks(2.0**-149, 2.0**127)] == [-128, -64, 0, 64]
+    assert [math.log2(t) for t in _plot.log2_ticks(2.0**-9, 448)] == [-8, -4, 0, 4, 8]
 
 
-def test_plot_rounding_error(tmp_path):
-    path = _plot.plot_rounding_error(["e4m3fn", "bf16", "fp64"], tmp_path / "err.png", samples=2000)
-    assert_png_has_content(path, colors=("C0", "C1", "C2"), min_share=0.0003)  # the dashed eps/2 lines at least
+# -- rounding error -----------------------------------------------------------------------------------
+
+
+def test_rounding_error_table_facts():
+    """Independent facts: S = 40 evenly spaced values put one exactly on e4m3fn's tie 1 + 1/16 of every normal
+    binade ((2 + 0.5) / 40 = 1/16), which rounds to even (down): the largest relative error is (1/16) / (17/16)
+    in every normal binade. Below the smallest subnormal 2**-9, toward_zero gives 0: relative error 1."""
+    table = rounding.rounding_error_table(["e4m3fn"], modes=["nearest_even", "toward_zero"], samples_per_binade=40)
+    fmt = fpemu.get_format("e4m3fn")
+    nearest = [r for r in table if r.mode == "nearest_even"]
+    assert [r.exponent for r in nearest] == list(range(-10, 9))  # from below 2**-9 to max 448 = 1.75 * 2**8
+    assert nearest[-1].high == 448 and all(r.high == 2.0 ** (r.exponent + 1) for r in nearest[:-1])
+    normal = [r for r in nearest if 2.0**r.exponent >= fmt.min_normal and r.high == 2.0 ** (r.exponent + 1)]
+    assert len(normal) == 14  # 2**-6 to 2**8, without the top binade [256, 448)
+    assert {r.max_relative_error for r in normal} == {0.0625 / 1.0625}
+    assert all(r.mean_relative_error < r.max_relative_error < r.unit_roundoff == 2**-4 for r in normal)
+    zero = [r for r in table if r.mode == "toward_zero"]
+    assert zero[0].exponent == -10 and zero[0].max_relative_error == zero[0].mean_relative_error == 1.0
+    assert all(2**-4 < r.max_relative_error < 2**-3 for r in zero if 2.0**r.exponent >= fmt.min_normal)
+    assert [rounding.family(f) for f in ("fp32", "tf32", "e5m2", "e8m0fnu", "e3m2fn", "e2m1fn")] == [
+        "wide", "wide", "fp8", "fp8", "fp6_fp4", "fp6_fp4"]  # fmt: skip
+    with pytest.raises(ValueError, match="unknown rounding mode 'nearest'; did you mean 'nearest_even'"):
+        rounding.rounding_error_table(["e4m3fn"], modes=["nearest"])
+
+
+def test_plot_rounding_error_and_its_csv(tmp_path):
+    formats = ["e4m3fn", "bf16", "e2m1fn", "fp64"]
+    modes = ["nearest_even", "stochastic"]
+    path = _plot.plot_rounding_error(formats, tmp_path / "err.png", modes=modes, samples_per_binade=40, seed=2)
+    colors = _plot.SERIES_COLORS[:3]  # one colour per format in the whole figure
+    assert_png_has_content(path, min_width=1200, colors=colors, min_share=0.0003)
+    rows = read_csv(tmp_path / "err.csv")
+    table = rounding.rounding_error_table(formats, modes=modes, samples_per_binade=40, seed=2)
+    assert len(rows) == len(table)
+    for row, expected in zip(rows, table):
+        assert (row["format"], row["family"], row["mode"], int(row["exponent"])) == (
+            expected.format, expected.family, expected.mode, expected.exponent)  # fmt: skip
+        for key in ("high", "max_relative_error", "mean_relative_error", "unit_roundoff"):
+            assert float(row[key]) == getattr(expected, key)
+        assert float(row["low"]) == 2.0**expected.exponent
+    assert {r["family"] for r in rows} == {"wide", "fp8", "fp6_fp4"}
+    assert all(float(r["max_relative_error"]) == 0 for r in rows if r["format"] == "fp64")  # float64 samples
+
+
+# -- QSNR of the recipes ---------------------------------------------------------------------------------
 
 
 def test_qsnr_table_matches_scaled_qsnr():
     table = _plot.qsnr_table(["mxfp8_e4m3", "nvfp4"], shape=(16, 256), seed=1)
-    assert list(table) == list(_plot.QSNR_DISTRIBUTIONS)
-    gaussian = np.random.default_rng(1).standard_normal((16, 256), dtype=np.float32)
-    x = jnp.asarray(gaussian)
-    direct = float(fpemu.scaled.qsnr(x, fpemu.scaled.quantize_dequantize(x, "nvfp4")))
-    assert table["Gaussian"]["nvfp4"] == direct
-    assert 28 < table["Gaussian"]["mxfp8_e4m3"] < 33  # docs/scaling.md: 30.65 dB on 256 x 4096 values
+    assert list(table) == list(data.DISTRIBUTIONS)
+    for index, name in enumerate(data.DISTRIBUTIONS):  # documented: default_rng([seed, distribution index])
+        x = jnp.asarray(data.sample(name, (16, 256), np.random.default_rng([1, index])))
+        assert table[name]["nvfp4"] == float(fpemu.scaled.qsnr(x, fpemu.scaled.quantize_dequantize(x, "nvfp4")))
+    assert 28 < table["gaussian"]["mxfp8_e4m3"] < 33  # docs/scaling.md: 30.65 dB on 256 x 4096 values
+    only = _plot.qsnr_table(["mxfp4"], distributions=(), arrays={"mine": np.ones((2, 64), np.float32)})
+    assert only == {"mine": {"mxfp4": math.inf}}  # ones are exact in MXFP4
 
 
-def test_plot_qsnr(tmp_path):
-    path = _plot.plot_qsnr(["mxfp8_e4m3", "mxfp4"], tmp_path / "qsnr.png", shape=(16, 256))
-    assert_png_has_content(path, colors=("C0", "C1"))  # Gaussian bars in C0, Student-t in C1
+def test_plot_qsnr_and_its_csv(tmp_path):
+    arrays = {"w.npy": np.random.default_rng(4).laplace(size=(8, 128)).astype(np.float32)}
+    path = _plot.plot_qsnr(["mxfp8_e4m3", "mxfp4"], tmp_path / "qsnr.png", shape=(16, 256), arrays=arrays)
+    assert_png_has_content(path, colors=_plot.SERIES_COLORS[:4])  # a bar colour per data set
+    table = _plot.qsnr_table(["mxfp8_e4m3", "mxfp4"], shape=(16, 256), arrays=arrays)
+    rows = read_csv(tmp_path / "qsnr.csv")
+    assert [(r["data"], r["recipe"]) for r in rows] == [(d, r) for d in table for r in ("mxfp8_e4m3", "mxfp4")]
+    assert all(float(r["qsnr_db"]) == table[r["data"]][r["recipe"]] for r in rows)
 
 
 def test_unknown_recipe_lists_the_names():
@@ -91,11 +158,19 @@ def test_unknown_recipe_lists_the_names():
 # -- matmul error ------------------------------------------------------------------------------------
 
 
+def test_recipe_styles_are_distinct():
+    styles = [_plot.recipe_style(r) for r in accuracy.MATMUL_RECIPES]
+    assert len({color for color, _ in styles}) == len({marker for _, marker in styles}) == len(styles)
+    assert set(_plot.RECIPE_STYLES) == set(accuracy.MATMUL_RECIPES)
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class FakeMatmulError:
     recipe: str
     distribution: str
     size: int
+    m: int
+    n: int
     relative_error: float
     max_abs_error: float
     qsnr_db: float
@@ -106,44 +181,63 @@ def fake_accuracy(monkeypatch):
     """A stand-in `fpemu.tools.accuracy` that records its calls (the interface, not the numbers, is tested)."""
     calls = []
 
-    def matmul_accuracy(recipes, distributions, sizes, *, seed):
-        calls.append(dict(recipes=recipes, distributions=distributions, sizes=sizes, seed=seed))
+    def matmul_accuracy(recipes, distributions, sizes, *, seed, outer, data):
+        calls.append(dict(recipes=recipes, distributions=distributions, sizes=sizes, seed=seed, outer=outer,
+                          data=data))  # fmt: skip
         error = {"fp32": 0.0, "bf16": 2.0**-9, "mxfp4": 0.15}
         return [
-            FakeMatmulError(recipe=r, distribution=d, size=s, relative_error=error[r] * (s / 64) ** 0.5,
-                            max_abs_error=0.0, qsnr_db=0.0)
+            FakeMatmulError(recipe=r, distribution=d, size=s, m=outer, n=outer,
+                            relative_error=error[r] * (s / 64) ** 0.5, max_abs_error=0.5,
+                            qsnr_db=-20 * math.log10(error[r] * (s / 64) ** 0.5) if error[r] else math.inf)
             for r in recipes for d in distributions for s in sizes
         ]  # fmt: skip
 
     module = types.ModuleType("fpemu.tools.accuracy")
     module.MATMUL_RECIPES = ("fp32", "bf16", "mxfp4")
     module.DISTRIBUTIONS = ("gaussian", "heavy_tailed")
-    module.MatmulError = FakeMatmulError
+    module.MatmulData = accuracy.MatmulData
     module.matmul_accuracy = matmul_accuracy
     monkeypatch.setattr(_plot, "accuracy", module)  # the module plot draws its numbers from
     return calls
 
 
 def test_plot_matmul_error_calls_accuracy(tmp_path, fake_accuracy):
-    path = _plot.plot_matmul_error(None, [16, 64, 256], tmp_path / "mm.png", seed=3)
-    assert fake_accuracy == [dict(recipes=["fp32", "bf16", "mxfp4"], distributions=["gaussian"],
-                                  sizes=[16, 64, 256], seed=3)]  # fmt: skip
-    assert_png_has_content(path, colors=("C1", "C2"), min_share=0.0005)  # fp32 (C0) is exact: a legend entry
+    path = _plot.plot_matmul_error(None, [16, 64, 256], tmp_path / "mm.png", outer=8, seed=3)
+    assert fake_accuracy == [dict(recipes=["fp32", "bf16", "mxfp4"], distributions=["gaussian", "heavy_tailed"],
+                                  sizes=[16, 64, 256], seed=3, outer=8, data=None)]  # fmt: skip
+    colors = [_plot.RECIPE_STYLES[r][0] for r in ("bf16", "mxfp4")]  # fp32 is exact: a legend entry only
+    assert_png_has_content(path, colors=colors, min_share=0.0005)
+    rows = read_csv(tmp_path / "mm.csv")
+    assert [(r["recipe"], r["distribution"], int(r["k"]), int(r["m"]), int(r["n"])) for r in rows] == [
+        (r, d, k, 8, 8) for r in ("fp32", "bf16", "mxfp4") for d in ("gaussian", "heavy_tailed") for k in (16, 64, 256)
+    ]
+    for row in rows:  # the numbers the figure shows, read back exactly
+        rel = {"fp32": 0.0, "bf16": 2.0**-9, "mxfp4": 0.15}[row["recipe"]] * (int(row["k"]) / 64) ** 0.5
+        assert float(row["relative_error"]) == rel
+        assert float(row["qsnr_db"]) == (-20 * math.log10(rel) if rel else math.inf)
+
+
+def test_plot_matmul_error_refuses_bad_arguments(tmp_path, fake_accuracy):
     with pytest.raises(ValueError, match=r"unknown matmul recipe 'mxfp3'; did you mean 'mxfp4'") as exc_info:
         _plot.plot_matmul_error(["mxfp3"], [16], tmp_path / "no.png")
     assert str(exc_info.value).endswith("choose from: fp32, bf16, mxfp4")
     with pytest.raises(ValueError, match="choose from: gaussian, heavy_tailed"):
-        _plot.plot_matmul_error(["bf16"], [16], tmp_path / "no.png", distribution="uniform")
+        _plot.plot_matmul_error(["bf16"], [16], tmp_path / "no.png", distributions=["uniform"])
     with pytest.raises(ValueError, match="sizes must be positive"):
         _plot.plot_matmul_error(["bf16"], [], tmp_path / "no.png")
-    assert not (tmp_path / "no.png").exists()
+    assert not (tmp_path / "no.png").exists() and fake_accuracy == []
 
 
 def test_plot_matmul_error_with_the_accuracy_module(tmp_path):
-    accuracy = pytest.importorskip("fpemu.tools.accuracy")
-    assert {"fp32", "mxfp4"} <= set(accuracy.MATMUL_RECIPES) and "gaussian" in accuracy.DISTRIBUTIONS
-    path = _plot.plot_matmul_error(["bf16", "mxfp4"], [16, 32], tmp_path / "mm.png")
-    assert_png_has_content(path, colors=("C0", "C1"), min_share=0.0005)
+    kwargs = dict(distributions=["gaussian", "outlier_channels"], outer=8, seed=1)
+    path = _plot.plot_matmul_error(["bf16", "mxfp4"], [16, 32], tmp_path / "mm.png", **kwargs)
+    assert_png_has_content(path, colors=[_plot.RECIPE_STYLES[r][0] for r in ("bf16", "mxfp4")], min_share=0.0005)
+    expected = accuracy.matmul_accuracy(["bf16", "mxfp4"], sizes=[16, 32], **kwargs)
+    rows = read_csv(tmp_path / "mm.csv")
+    assert len(rows) == len(expected) == 8
+    for row, e in zip(rows, expected):
+        assert (row["recipe"], row["distribution"], int(row["k"])) == (e.recipe, e.distribution, e.size)
+        assert (float(row["qsnr_db"]), float(row["relative_error"])) == (e.qsnr_db, e.relative_error)
 
 
 # -- bench chart ------------------------------------------------------------------------------------------
@@ -158,6 +252,10 @@ def test_plot_bench_from_json_dicts(tmp_path):
     for metric in ("ns_per_element", "ratio_to_fpemu"):
         path = _plot.plot_bench(rows, tmp_path / f"{metric}.png", metric=metric)
         assert_png_has_content(path, colors=("C0", "C1", "C7"))
+        written = read_csv(tmp_path / f"{metric}.csv")
+        assert [(r["name"], r["kind"], float(r[metric])) for r in written] == [
+            (r["name"], r["kind"], r[metric]) for r in rows
+        ]
     with pytest.raises(ValueError, match="choose from: ns_per_element"):
         _plot.plot_bench(rows, tmp_path / "x.png", metric="speed")
 
@@ -166,27 +264,73 @@ def test_plot_bench_from_json_dicts(tmp_path):
 
 
 def test_cli_plot_all(tmp_path, capsys):
-    pytest.importorskip("fpemu.tools.accuracy")
     out = tmp_path / "plots"
-    lines = run_cli(capsys, "plot", "all", "--formats", "e4m3fn,e2m1fn", "--recipes", "mxfp4",
-                    "--sizes", "16,32", "--out", str(out))  # fmt: skip
-    names = ["values.png", "rounding_error.png", "qsnr.png", "matmul_error.png"]
-    assert lines == [str(out / name) for name in names]
-    for line in lines:
+    lines = run_cli(capsys, "plot", "all", "--formats", "e4m3fn,e2m1fn", "--recipes", "mxfp4", "--sizes", "16,32",
+                    "--outer", "8", "--distributions", "gaussian", "--out", str(out))  # fmt: skip
+    names = ["values", "rounding_error", "qsnr", "matmul_error"]
+    assert lines == [str(out / f"{name}{suffix}") for name in names for suffix in (".png", ".csv")]
+    for line in lines[::2]:
         assert_png_has_content(line)
+    assert {r["format"] for r in read_csv(out / "rounding_error.csv")} == {"e4m3fn", "e2m1fn"}
+    assert {(r["data"], r["recipe"]) for r in read_csv(out / "qsnr.csv")} == {("gaussian", "mxfp4")}
+    assert [(r["k"], r["m"]) for r in read_csv(out / "matmul_error.csv")] == [("16", "8"), ("32", "8")]
+
+
+def test_cli_data_round_trip(tmp_path, capsys):
+    """--data: the .npy files measured as they are, the same numbers as the API on the loaded arrays."""
+    rng = np.random.default_rng(9)
+    np.save(tmp_path / "x.npy", rng.standard_normal((8, 40), dtype=np.float32))
+    np.save(tmp_path / "w.npy", rng.standard_t(3, (40, 6)).astype(np.float32))
+    files = f"{tmp_path / 'x.npy'},{tmp_path / 'w.npy'}"
+    run_cli(capsys, "plot", "matmul-error", "--data", files, "--distributions", "none", "--recipes", "bf16",
+            "--sizes", "16", "--out", str(tmp_path))  # fmt: skip
+    operands = data.load_matmul_data(tmp_path / "x.npy", tmp_path / "w.npy")
+    expected = accuracy.matmul_accuracy(["bf16"], (), [16], data=operands)
+    rows = read_csv(tmp_path / "matmul_error.csv")
+    assert [(r["distribution"], int(r["k"]), int(r["m"]), int(r["n"])) for r in rows] == [
+        ("x.npy @ w.npy", 16, 8, 6), ("x.npy @ w.npy", 40, 8, 6)]  # fmt: skip
+    assert [float(r["qsnr_db"]) for r in rows] == [e.qsnr_db for e in expected]
+    run_cli(capsys, "plot", "qsnr", "--data", files, "--distributions", "none", "--recipes", "mxfp4",
+            "--out", str(tmp_path))  # fmt: skip
+    table = _plot.qsnr_table(["mxfp4"], distributions=(), arrays={"x.npy": operands.lhs, "w.npy": operands.rhs})
+    assert {(r["data"], float(r["qsnr_db"])) for r in read_csv(tmp_path / "qsnr.csv")} == {
+        (name, by_recipe["mxfp4"]) for name, by_recipe in table.items()}  # fmt: skip
 
 
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["values", "--formats", "e4m3f"], "did you mean 'e4m3fn'"),
-        (["values", "--formats", "e4m3fn,,bf16"], "without empty items"),
-        (["rounding-error", "--formats", "bogus"], "unknown format 'bogus'"),
-        (["values", "--formats", "fp32"], "too many to draw"),
-        (["qsnr", "--recipes", "mxfp9"], "mxfp8_e4m3"),  # the names of the recipes
+        (["values", "--formats", "e4m3f"], "argument --formats: unknown format 'e4m3f'; did you mean 'e4m3fn'"),
+        (["values", "--formats", "e4m3fn,,bf16"], "argument --formats: expected a comma-separated list"),
+        (["rounding-error", "--formats", "bogus"], "registered formats: fp64, fp32"),
+        (["values", "--formats", "fp32"], "argument --formats: values: fp32 has 2,139,095,039"),
+        (["qsnr", "--recipes", "mxfp9"], "argument --recipes: qsnr: unknown recipe 'mxfp9'"),
+        (["matmul-error", "--recipes", "mxfp8"], "did you mean 'mxfp8_e4m3', 'mxfp8_e5m2'"),  # prefix matches
+        (
+            ["matmul-error", "--recipes", "nv"],
+            "argument --recipes: matmul-error: unknown matmul recipe 'nv'; did you mean 'nvfp4'",
+        ),
+        (
+            ["rounding-error", "--modes", "nearest"],
+            "argument --modes: unknown rounding mode 'nearest'; did you mean "
+            "'nearest_even', 'nearest_away'? choose from: nearest_even,",
+        ),
+        (
+            ["qsnr", "--distributions", "student"],
+            "argument --distributions: unknown distribution 'student'; "
+            "choose from: gaussian, heavy_tailed, outlier_channels",
+        ),
+        (["qsnr", "--distributions", "outliers"], "did you mean 'outlier_channels'"),
+        (["matmul-error", "--distributions", "none"], "argument --distributions: 'none' leaves nothing to draw"),
+        (["matmul-error", "--data", "a.npy"], "argument --data: matmul-error takes two .npy files"),
+        (["matmul-error", "--data", "nope.npy,nope2.npy"], "argument --data: --data file 'nope.npy' is not a readable"),
+        (["matmul-error", "--sizes", "0"], "argument --sizes: sizes must be positive integers"),
+        (["matmul-error", "--outer", "-4"], "argument --outer: sizes must be positive integers"),
+        (["qsnr", "--seed", "x"], "argument --seed: must be a non-negative integer"),
         (["qsnr", "--formats", "e4m3fn"], "--formats is only used by the values and rounding-error plots"),
         (["values", "--sizes", "64"], "--sizes is only used by the matmul-error plot"),
-        (["matmul-error", "--sizes", "0"], "sizes must be positive integers"),
+        (["values", "--modes", "toward_zero"], "--modes is only used by the rounding-error plot"),
+        (["rounding-error", "--data", "a.npy"], "--data is only used by the qsnr and matmul-error plots"),
         (["sideways"], "invalid choice: 'sideways'"),
     ],
 )
@@ -195,9 +339,14 @@ def test_cli_usage_errors(capsys, argv, message):
 
 
 def test_cli_unknown_matmul_recipe_lists_the_recipes(capsys):
-    accuracy = pytest.importorskip("fpemu.tools.accuracy")
     err = usage_error(capsys, "plot", "matmul-error", "--recipes", "bf17")
     assert "unknown matmul recipe 'bf17'" in err and ", ".join(accuracy.MATMUL_RECIPES) in err
+
+
+def test_cli_bad_npy_names_the_file(tmp_path, capsys):
+    np.save(tmp_path / "bad.npy", np.array([[np.nan, 1.0]], np.float32))
+    err = usage_error(capsys, "plot", "qsnr", "--data", str(tmp_path / "bad.npy"))
+    assert "argument --data:" in err and "bad.npy" in err and "holds 1 NaN or infinite values" in err
 
 
 # -- without matplotlib -------------------------------------------------------------------------------

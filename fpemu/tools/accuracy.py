@@ -1,42 +1,51 @@
 """Accuracy of quantized matmuls: the error of each recipe's product against a float64 reference.
 
-For a recipe, a distribution and a size ``n``, two ``n x n`` float32 matrices ``A`` and ``B`` are
-drawn from the distribution (`matmul_inputs`), and the recipe's emulated product ``C``
+For a recipe, a distribution and an inner dimension ``K`` (``size``), a float32 ``M x K`` matrix
+``A`` and a ``K x N`` matrix ``B`` are drawn from the distribution (`matmul_inputs`; square,
+``M = N = K``, unless ``outer`` sets ``M = N``), and the recipe's emulated product ``C``
 (`fpemu.scaled.matmul`) is compared with the float64 product of the *unquantized* float32 inputs,
-``C64 = float64(A) @ float64(B)`` (`reference_matmul`). docs/accuracy.md is the contract and holds
-the measured table; bench/accuracy.py regenerates it.
+``C64 = float64(A) @ float64(B)`` (`reference_matmul`). A user's own operands (`MatmulData`, e.g.
+from ``.npy`` files) are measured the same way, over prefixes of their inner dimension.
+docs/accuracy.md is the contract and holds the measured table; bench/accuracy.py regenerates it.
 
-The recipes (`MATMUL_RECIPES`) are those of `fpemu.scaled.matmul`, whose docstring says how each
-quantizes its operands: ``"fp32"`` (the baseline: float32 accumulation alone), ``"bf16"`` and
-``"fp16"`` (operands rounded, float32 accumulation), the per-tensor FP8 recipes and the block-scaled
-`fpemu.scaled` recipes (blocks along the contraction dimension).
+The distributions (`DISTRIBUTIONS`: Gaussian, Student-t with 3 degrees of freedom, activations with
+LLM-style outlier channels) are those of `fpemu.tools.data`. The recipes (`MATMUL_RECIPES`) are those
+of `fpemu.scaled.matmul`, whose docstring says how each quantizes its operands: ``"fp32"`` (the
+baseline: float32 accumulation alone), ``"bf16"`` and ``"fp16"`` (operands rounded, float32
+accumulation), the per-tensor FP8 recipes and the block-scaled `fpemu.scaled` recipes (blocks along
+the contraction dimension).
 
 The measures (`MatmulError`): ``relative_error = ||C - C64||_F / ||C64||_F``,
 ``max_abs_error = max|C - C64| / max|C64|`` (the largest error relative to the largest reference
-magnitude), and ``qsnr_db = -20 log10(relative_error)`` (`fpemu.scaled.qsnr_from_relative_error`).
-They are computed in float64. A product with any infinite or NaN element is reported as it is: both
-errors are +inf and the QSNR is -inf.
+magnitude), and ``qsnr_db = -20 log10(relative_error)`` (`fpemu.scaled.qsnr_from_relative_error`,
+the float64 form of `fpemu.scaled.qsnr`, whose float32 sums would round the reference itself by
+2**-24, as much as the fp32 recipe's whole error). They are computed in float64. A product with any
+infinite or NaN element is reported as it is: both errors are +inf and the QSNR is -inf.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
+import functools
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, cast
 
 import numpy as np
 
 import fpemu
 from fpemu.testing import text_table
+from fpemu.tools import choices
+from fpemu.tools.data import DISTRIBUTIONS, STUDENT_T_DF, MatmulData, matmul_operands
 
 __all__ = [
     "DISTRIBUTIONS",
     "MATMUL_RECIPES",
     "SIZES",
+    "MatmulData",
     "MatmulError",
+    "data_sizes",
     "markdown_table",
     "matmul_accuracy",
     "matmul_error",
@@ -47,10 +56,8 @@ __all__ = [
 #: The recipes measured, in table order: those of `fpemu.scaled.matmul` (the same tuple).
 MATMUL_RECIPES: tuple[str, ...] = fpemu.scaled.MATMUL_RECIPES
 
-#: ``"gaussian"``: standard normal. ``"heavy_tailed"``: Student's t with 3 degrees of freedom
-#: (variance 3, infinite fourth moment: a few elements are tens of standard deviations out).
-DISTRIBUTIONS: tuple[str, ...] = ("gaussian", "heavy_tailed")
-HEAVY_TAILED_DF = 3
+#: Student's t degrees of freedom of ``"heavy_tailed"`` (`fpemu.tools.data.STUDENT_T_DF`).
+HEAVY_TAILED_DF = STUDENT_T_DF
 
 #: The default sizes of `matmul_accuracy`: square ``(n x n) @ (n x n)`` products.
 SIZES: tuple[int, ...] = (256, 512, 1024, 2048, 4096, 8192)
@@ -61,18 +68,16 @@ _ROWS_PER_CHUNK = 1024  # the error sums run over row blocks, so that float64 te
 # -- names -------------------------------------------------------------------------------------------
 
 
-def _choice(value: Any, choices: tuple[str, ...], what: str) -> str:
-    """``value`` if it is one of ``choices``; else a ValueError naming the closest and listing all."""
-    if isinstance(value, str) and value in choices:
+def _choice(value: Any, valid: tuple[str, ...], what: str) -> str:
+    """``value`` if it is one of ``valid``; else a ValueError naming the closest (prefixes first) and listing all."""
+    if isinstance(value, str) and value in valid:
         return value
-    close = difflib.get_close_matches(value, choices, n=2, cutoff=0.6) if isinstance(value, str) else []
-    hint = f"did you mean {', '.join(repr(c) for c in close)}? " if close else ""
-    raise ValueError(f"unknown {what} {value!r}; {hint}{what}s: {', '.join(choices)}")
+    raise ValueError(choices.unknown(what, [str(value)], valid))
 
 
-def _size(value: Any) -> int:
+def _size(value: Any, what: str = "size") -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"size must be a positive int (the n of an (n x n) @ (n x n) product), got {value!r}")
+        raise ValueError(f"{what} must be a positive int (the K of an (M x K) @ (K x N) product), got {value!r}")
     return int(value)
 
 
@@ -82,13 +87,45 @@ def _seed(value: Any) -> int:
     return int(value)
 
 
-def _names(values: Any, choices: tuple[str, ...], what: str) -> tuple[str, ...]:
+def _outer(value: Any) -> int | None:
+    return None if value is None else _size(value, "outer")
+
+
+def _names(values: Any, valid: tuple[str, ...], what: str) -> tuple[str, ...]:
     """None (all), one name, or an iterable of names, validated, in the given order."""
     if values is None:
-        return choices
+        return valid
     if isinstance(values, str):
         values = (values,)
-    return tuple(_choice(v, choices, what) for v in values)
+    return tuple(_choice(v, valid, what) for v in values)
+
+
+def _data_list(data: Any) -> tuple[MatmulData, ...]:
+    if data is None:
+        return ()
+    items = (data,) if isinstance(data, MatmulData) else tuple(data)
+    for item in items:
+        if not isinstance(item, MatmulData):
+            raise TypeError(f"data must be MatmulData objects (fpemu.tools.data), got {type(item).__name__}")
+    return items
+
+
+def _prefix(data: MatmulData, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The first ``k`` steps of the contraction: ``lhs[:, :k]`` and ``rhs[:k]``."""
+    return data.lhs[:, :k], data.rhs[:k]
+
+
+def data_sizes(data: MatmulData, sizes: Iterable[int]) -> tuple[int, ...]:
+    """The inner dimensions measured on ``data``: the ``sizes`` below its ``K``, and ``K`` itself, ascending.
+
+    Each is a prefix of the contraction: ``lhs[:, :k] @ rhs[:k, :]``.
+
+    Example:
+      >>> d = MatmulData(name="d", lhs=np.ones((2, 300), np.float32), rhs=np.ones((300, 2), np.float32))
+      >>> data_sizes(d, (64, 256, 1024))
+      (64, 256, 300)
+    """
+    return tuple(sorted({_size(s) for s in sizes if _size(s) < data.k} | {data.k}))
 
 
 # -- the measures ------------------------------------------------------------------------------------
@@ -96,12 +133,13 @@ def _names(values: Any, choices: tuple[str, ...], what: str) -> tuple[str, ...]:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class MatmulError:
-    """The error of one recipe's ``(size x size) @ (size x size)`` product against the float64 reference.
+    """The error of one recipe's ``(m x size) @ (size x n)`` product against the float64 reference.
 
     Attributes:
       recipe: A name from `MATMUL_RECIPES`.
-      distribution: A name from `DISTRIBUTIONS`.
-      size: ``n``: both operands are ``n x n``, the contraction has ``n`` products.
+      distribution: A name from `DISTRIBUTIONS`, or the name of the user's `MatmulData`.
+      size: ``K``, the inner (contraction) dimension: each output sums ``K`` products.
+      m, n: The outer dimensions: ``A`` is ``m x K``, ``B`` is ``K x n``.
       relative_error: ``||C - C64||_F / ||C64||_F`` (Frobenius norms), computed in float64.
       max_abs_error: ``max|C - C64| / max|C64|``: the largest absolute error, relative to the
         largest reference magnitude (a max-norm relative error, not an element-wise relative one).
@@ -114,13 +152,15 @@ class MatmulError:
     recipe: str
     distribution: str
     size: int
+    m: int
+    n: int
     relative_error: float
     max_abs_error: float
     qsnr_db: float
 
     @classmethod
     def from_product(cls, c: Any, reference: np.ndarray, *, recipe: str, distribution: str, size: int) -> MatmulError:
-        """The measures of a computed product ``c`` against ``reference`` (float64, same shape).
+        """The measures of a computed product ``c`` against ``reference`` (float64, same shape ``m x n``).
 
         The sums run in float64 over blocks of rows (``c`` is widened exactly).
 
@@ -128,8 +168,8 @@ class MatmulError:
           >>> ref = np.array([[3.0, -4.0]])
           >>> e = MatmulError.from_product(np.array([[3.0, -4.5]], np.float32), ref, recipe="fp32",
           ...                              distribution="gaussian", size=2)
-          >>> e.relative_error, e.max_abs_error, round(e.qsnr_db, 2)
-          (0.1, 0.125, 20.0)
+          >>> e.relative_error, e.max_abs_error, round(e.qsnr_db, 2), (e.m, e.n)
+          (0.1, 0.125, 20.0, (1, 2))
         """
         c = np.asarray(c)
         reference = np.asarray(reference)
@@ -162,6 +202,8 @@ class MatmulError:
             recipe=recipe,
             distribution=distribution,
             size=size,
+            m=c2.shape[0],
+            n=c2.shape[1],
             relative_error=rel,
             max_abs_error=max_rel,
             qsnr_db=fpemu.scaled.qsnr_from_relative_error(rel),
@@ -177,32 +219,37 @@ def _ratio(num: float, den: float) -> float:
 # -- inputs and reference ----------------------------------------------------------------------------
 
 
-def matmul_inputs(distribution: str, size: int, *, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """The operands ``A`` and ``B``: two ``size x size`` float32 matrices of i.i.d. draws.
+def matmul_inputs(
+    distribution: str, size: int, *, seed: int = 0, outer: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """The operands ``A`` (``M x size``) and ``B`` (``size x N``), float32; ``M = N = outer or size``.
 
-    ``"gaussian"`` draws standard normal values, ``"heavy_tailed"`` Student's t with 3 degrees of
-    freedom (drawn in float64, rounded once to float32). The generator is NumPy's PCG64 seeded with
-    ``(seed, distribution index, size)``: each (distribution, size, seed) has its own independent
-    stream, and the same arguments give the same matrices on every machine.
+    `fpemu.tools.data.matmul_operands` draws them: ``"gaussian"`` standard normal values,
+    ``"heavy_tailed"`` Student's t with 3 degrees of freedom, ``"outlier_channels"`` Gaussian
+    activations ``A`` with a few channels (columns, along K) scaled by 10 to 100, and Gaussian weights
+    ``B``. The generator is NumPy's PCG64 seeded with ``[seed, distribution index, size]`` for square
+    products and ``[seed, distribution index, size, outer]`` otherwise: each (distribution, shape,
+    seed) has its own independent stream, and the same arguments give the same matrices on every
+    machine.
 
     Raises:
-      ValueError: for an unknown distribution (listing them), a size below 1 or a negative seed.
+      ValueError: for an unknown distribution (listing them), a size or outer below 1 or a negative seed.
 
     Example:
       >>> a, b = matmul_inputs("heavy_tailed", 4)
       >>> a.shape, b.dtype.name
       ((4, 4), 'float32')
+      >>> [x.shape for x in matmul_inputs("outlier_channels", 64, outer=8)]
+      [(8, 64), (64, 8)]
     """
     distribution = _choice(distribution, DISTRIBUTIONS, "distribution")
-    size, seed = _size(size), _seed(seed)
-    rng = np.random.default_rng([seed, DISTRIBUTIONS.index(distribution), size])
-    shape = (size, size)
-    if distribution == "gaussian":
-        return rng.standard_normal(shape, dtype=np.float32), rng.standard_normal(shape, dtype=np.float32)
-    return (
-        rng.standard_t(HEAVY_TAILED_DF, shape).astype(np.float32),
-        rng.standard_t(HEAVY_TAILED_DF, shape).astype(np.float32),
-    )
+    size, seed, outer = _size(size), _seed(seed), _outer(outer)
+    entropy = [seed, DISTRIBUTIONS.index(distribution), size]
+    if outer is not None and outer != size:
+        entropy.append(outer)
+    rng = np.random.default_rng(entropy)
+    mn = size if outer is None else outer
+    return matmul_operands(distribution, mn, size, mn, rng)
 
 
 def reference_matmul(a: Any, b: Any) -> np.ndarray:
@@ -228,12 +275,12 @@ def _measure(recipe: str, distribution: str, size: int, a: np.ndarray, b: np.nda
     return MatmulError.from_product(c, ref, recipe=recipe, distribution=distribution, size=size)
 
 
-def matmul_error(recipe: str, distribution: str, size: int, *, seed: int = 0) -> MatmulError:
-    """The error of one recipe's ``(size x size) @ (size x size)`` product on `matmul_inputs`.
+def matmul_error(recipe: str, distribution: str, size: int, *, seed: int = 0, outer: int | None = None) -> MatmulError:
+    """The error of one recipe's product on `matmul_inputs` (``size`` is K; square unless ``outer``).
 
     Raises:
-      ValueError: for an unknown recipe or distribution (listing the valid ones), a size below 1 or
-        a negative seed.
+      ValueError: for an unknown recipe or distribution (listing the valid ones), a size or outer
+        below 1 or a negative seed.
 
     Example:
       >>> e = matmul_error("bf16", "gaussian", 64)
@@ -242,58 +289,80 @@ def matmul_error(recipe: str, distribution: str, size: int, *, seed: int = 0) ->
     """
     recipe = _choice(recipe, MATMUL_RECIPES, "recipe")
     distribution = _choice(distribution, DISTRIBUTIONS, "distribution")
-    size, seed = _size(size), _seed(seed)
-    a, b = matmul_inputs(distribution, size, seed=seed)
+    size, seed, outer = _size(size), _seed(seed), _outer(outer)
+    a, b = matmul_inputs(distribution, size, seed=seed, outer=outer)
     return _measure(recipe, distribution, size, a, b, reference_matmul(a, b))
 
 
 def matmul_accuracy(
     recipes: Iterable[str] | str | None = None,
     distributions: Iterable[str] | str | None = None,
-    sizes: Iterable[int] = SIZES,
+    sizes: Iterable[int] | int = SIZES,
     *,
     seed: int = 0,
+    outer: int | None = None,
+    data: MatmulData | Sequence[MatmulData] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> list[MatmulError]:
     """`matmul_error` for every recipe, distribution and size, each reference computed once.
 
     Args:
       recipes: Names from `MATMUL_RECIPES` (default: all of them), or one name.
-      distributions: Names from `DISTRIBUTIONS` (default: both), or one name.
-      sizes: Positive ints (default `SIZES`, 256 to 8192).
+      distributions: Names from `DISTRIBUTIONS` (default: all of them; ``()`` for none, e.g. to
+        measure only ``data``), or one name.
+      sizes: Positive ints, the inner dimensions K (default `SIZES`, 256 to 8192).
       seed: The seed of `matmul_inputs`.
+      outer: ``M = N`` of every drawn product; None: square (``M = N = K``).
+      data: A user's operands (`MatmulData`), or several: each is measured at the ``sizes`` below its
+        own K and at K (`data_sizes`), on prefixes ``lhs[:, :k] @ rhs[:k, :]``; its rows carry its
+        name as ``distribution``.
       progress: Called with one status line (a str, with timings) after each reference and each
         product, e.g. to print them; None: silent.
 
     Returns:
-      One `MatmulError` per (recipe, distribution, size), ordered by recipe (in the order given),
-      then distribution, then size. Every argument is validated before anything is computed.
+      One `MatmulError` per (recipe, distribution or data, size), ordered by recipe (in the order
+      given), then distribution (then data), then size (as given; ascending for data). Every argument
+      is validated before anything is computed.
 
     The inputs and the float64 reference of each (distribution, size) are computed once and shared
     by all recipes; at 8192 the reference takes most of a minute on two CPU cores.
     """
     recipes = _names(recipes, MATMUL_RECIPES, "recipe")
     distributions = _names(distributions, DISTRIBUTIONS, "distribution")
-    sizes = tuple(_size(s) for s in ((sizes,) if isinstance(sizes, (int, np.integer)) else sizes))
-    seed = _seed(seed)
+    size_list = tuple(dict.fromkeys(_size(s) for s in ((sizes,) if isinstance(sizes, (int, np.integer)) else sizes)))
+    seed, outer = _seed(seed), _outer(outer)
+    datasets = _data_list(data)
+    if not size_list and not datasets:
+        raise ValueError("no sizes given")
+    names = [*distributions, *(d.name for d in datasets)]
+    if len(set(names)) < len(names):
+        raise ValueError(f"the distributions and data names must be distinct, got {names}")
     say = progress or (lambda line: None)
     results: dict[tuple[str, str, int], MatmulError] = {}
-    for distribution in distributions:
-        for size in dict.fromkeys(sizes):
+    order: list[tuple[str, int]] = []
+
+    def run(name: str, size: int, make: Callable[[], tuple[np.ndarray, np.ndarray]]) -> None:
+        t0 = time.perf_counter()
+        a, b = make()
+        ref = reference_matmul(a, b)
+        say(f"{name} {size}: inputs and float64 reference in {time.perf_counter() - t0:.1f} s")
+        for recipe in recipes:
             t0 = time.perf_counter()
-            a, b = matmul_inputs(distribution, size, seed=seed)
-            ref = reference_matmul(a, b)
-            say(f"{distribution} {size}: inputs and float64 reference in {time.perf_counter() - t0:.1f} s")
-            for recipe in recipes:
-                t0 = time.perf_counter()
-                row = _measure(recipe, distribution, size, a, b, ref)
-                results[recipe, distribution, size] = row
-                say(
-                    f"{distribution} {size} {recipe}: relative error {row.relative_error:.3g}, "
-                    f"QSNR {row.qsnr_db:.2f} dB ({time.perf_counter() - t0:.1f} s)"
-                )
-            del a, b, ref
-    return [results[r, d, s] for r in dict.fromkeys(recipes) for d in distributions for s in dict.fromkeys(sizes)]
+            row = _measure(recipe, name, size, a, b, ref)
+            results[recipe, name, size] = row
+            say(
+                f"{name} {size} {recipe}: relative error {row.relative_error:.3g}, "
+                f"QSNR {row.qsnr_db:.2f} dB ({time.perf_counter() - t0:.1f} s)"
+            )
+        order.append((name, size))
+
+    for distribution in distributions:
+        for size in size_list:
+            run(distribution, size, functools.partial(matmul_inputs, distribution, size, seed=seed, outer=outer))
+    for dataset in datasets:
+        for size in data_sizes(dataset, size_list):
+            run(dataset.name, size, functools.partial(_prefix, dataset, size))
+    return [results[r, name, size] for r in dict.fromkeys(recipes) for name, size in order]
 
 
 # -- the table ---------------------------------------------------------------------------------------
@@ -321,8 +390,8 @@ def markdown_table(rows: list[MatmulError], *, metric: str = "relative_error") -
       ValueError: for an unknown metric, or two rows for the same (recipe, distribution, size).
 
     Example:
-      >>> rows = [MatmulError(recipe="bf16", distribution="gaussian", size=64, relative_error=0.00225,
-      ...                     max_abs_error=0.0011, qsnr_db=52.96)]
+      >>> rows = [MatmulError(recipe="bf16", distribution="gaussian", size=64, m=64, n=64,
+      ...                     relative_error=0.00225, max_abs_error=0.0011, qsnr_db=52.96)]
       >>> print(markdown_table(rows))
       | recipe | gaussian 64 |
       |---|---:|

@@ -24,7 +24,7 @@ import subprocess
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import jax
 import jax.numpy as jnp
@@ -34,6 +34,7 @@ import numpy as np
 from jax import lax
 
 import fpemu
+from fpemu.tools import choices
 
 SCHEMA = "fpemu.bench/1"
 SEED = 20261121
@@ -161,6 +162,7 @@ class Case:
     bytes_moved: int
     baseline: str
     make: Callable[[], Callable[[], Any]]
+    copy: str = "reference/numpy_copy"  # the NumPy copy row of ratio_to_copy (the same size, for elementwise rows)
 
     @property
     def name(self) -> str:
@@ -273,10 +275,10 @@ def _gfloat_call(fmt: str, x: jax.Array) -> Callable[[], Any]:
 
 
 def _dtype(fmt: str) -> np.dtype:
-    """The NumPy / ml_dtypes dtype of a format of the bench (each has one)."""
+    """The NumPy / ml_dtypes dtype of a format, or `Skip` for a format without one (tf32, P3109, int8_ocp)."""
     dtype = fpemu.get_format(fmt).dtype
     if dtype is None:
-        raise ValueError(f"{fmt} has no NumPy/ml_dtypes dtype to cast to")
+        raise Skip(f"{fmt} has no NumPy/ml_dtypes dtype to cast to")
     return dtype
 
 
@@ -340,28 +342,141 @@ def _kernel_matmul_call(a: jax.Array, b: jax.Array) -> Callable[[], Any]:
     return _checked(matmul, "the Pallas matmul")
 
 
-def plan(settings: Settings, *, x_np: np.ndarray | None = None, backend: str | None = None) -> list[Case]:
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Selection:
+    """What a run times (`select` fills it in): formats, recipes, rounding modes and sizes, all canonical names."""
+
+    formats: tuple[str, ...]  # the quantize groups
+    recipes: tuple[str, ...]  # fpemu.scaled recipes: a scaled-qdq row each, and a matmul row for matmul recipes
+    modes: tuple[str, ...]  # rounding modes of the quantize rows; nearest_even (the baseline) comes first
+    sizes: tuple[int, ...]  # elements of the elementwise rows
+    matmul_sizes: tuple[int, ...]  # n of the n x n x n matmul rows
+
+
+def _positive_sizes(values: Any, what: str) -> tuple[int, ...]:
+    values = (values,) if isinstance(values, (int, np.integer)) else tuple(values)
+    if not values or any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1 for v in values):
+        raise ValueError(f"{what} must be positive integers, got {list(values)!r}")
+    return tuple(dict.fromkeys(int(v) for v in values))
+
+
+def select(
+    settings: Settings,
+    *,
+    formats: Sequence[fpemu.FormatLike] | None = None,
+    recipes: Sequence[Any] | None = None,
+    modes: Sequence[str] | None = None,
+    sizes: Sequence[int] | int | None = None,
+    matmul_sizes: Sequence[int] | int | None = None,
+) -> Selection:
+    """The rows to time: the defaults of ``settings`` (`QUICK` or `FULL`) where an argument is None.
+
+    Args:
+      formats: formats of the quantize groups (default `QUICK_FORMATS` or `FULL_FORMATS`).
+      recipes: `fpemu.scaled` recipes (default `QUICK_RECIPES` or `FULL_RECIPES`).
+      modes: rounding modes of ``fpemu.quantize`` (default nearest_even and stochastic, and toward_zero
+        in full mode); nearest_even always runs first: it is every group's baseline.
+      sizes: elements per elementwise row (default ``settings.elements``); several sizes time every
+        elementwise row at each, and the row names get ``@SIZE``.
+      matmul_sizes: ``n`` of the matmul rows (default ``settings.matmul_size``), likewise.
+
+    Raises:
+      fpemu.UnknownFormatError, fpemu.scaled.UnknownRecipeError: for an unknown format or recipe.
+      ValueError: for a format wider than float32 (fp64), an unknown rounding mode (listing them), or a
+        size below 1.
+
+    Example:
+      >>> s = select(QUICK, formats=["e2m1fn"], modes=["toward_zero"], sizes=[1024, 4096])
+      >>> s.formats, s.modes, s.sizes, s.matmul_sizes
+      (('e2m1fn',), ('nearest_even', 'toward_zero'), (1024, 4096), (256,))
+    """
+    full = settings.mode == "full"
+    fmts = tuple(dict.fromkeys(fpemu.get_format(f).name for f in (formats if formats is not None else
+                                                                   FULL_FORMATS if full else QUICK_FORMATS)))  # fmt: skip
+    if not fmts:
+        raise ValueError("no formats given")
+    fp32 = fpemu.get_format("fp32")
+    wide = [f for f in fmts if not fpemu.get_format(f).fits_in(fp32)]
+    if wide:
+        fitting = [f.name for f in fpemu.formats() if f.fits_in(fp32)]
+        raise ValueError(f"the bench rounds float32 inputs: {', '.join(wide)} does not fit in float32; "
+                         f"choose from: {', '.join(fitting)}")  # fmt: skip
+    default_recipes = FULL_RECIPES if full else QUICK_RECIPES
+    chosen = tuple(dict.fromkeys(fpemu.scaled.get_recipe(r).name for r in (default_recipes if recipes is None
+                                                                            else recipes)))  # fmt: skip
+    default_modes = ("toward_zero", "stochastic") if full else ("stochastic",)
+    mode_list = choices.check_names("rounding mode", list(default_modes if modes is None else modes) or
+                                    ["nearest_even"], fpemu.ROUNDING_MODES)  # fmt: skip
+    return Selection(
+        formats=fmts,
+        recipes=chosen,
+        modes=tuple(dict.fromkeys(["nearest_even", *mode_list])),
+        sizes=_positive_sizes(settings.elements if sizes is None else sizes, "sizes"),
+        matmul_sizes=_positive_sizes(settings.matmul_size if matmul_sizes is None else matmul_sizes, "matmul sizes"),
+    )
+
+
+def _dtype_name(fmt: str) -> str:
+    dtype = fpemu.get_format(fmt).dtype
+    return "(no dtype)" if dtype is None else dtype.name
+
+
+def _element_name(recipe: str) -> str:
+    element = fpemu.scaled.get_recipe(recipe).element
+    return element if isinstance(element, str) else element.name
+
+
+def plan(
+    settings: Settings,
+    *,
+    selection: Selection | None = None,
+    x_np: np.ndarray | None = None,
+    backend: str | None = None,
+) -> list[Case]:
     """The rows of a run, in the order they run.
 
     Args:
       settings: `QUICK` or `FULL`.
-      x_np: the elementwise input (`make_input` when None); its device copy is made lazily.
+      selection: what to time (`select`); ``select(settings)`` when None.
+      x_np: the elementwise input of a run with one size (`make_input` when None); its device copy is
+        made lazily.
       backend: JAX's default backend when None; it decides how the Pallas row runs.
     """
-    n = settings.elements
+    selection = selection or select(settings)
     backend = backend or jax.default_backend()
-    if x_np is None:
-        x_np = make_input(n)
+    if x_np is not None and (len(selection.sizes) != 1 or x_np.shape != (selection.sizes[0],)):
+        raise ValueError(f"x_np must have the shape ({selection.sizes[0]},) of a run with one size, got {x_np.shape}")
+    copy = "reference/numpy_copy" + (f"@{selection.sizes[0]}" if len(selection.sizes) > 1 else "")
+    cases: list[Case] = []
+    for n in selection.sizes:
+        suffix = f"@{n}" if len(selection.sizes) > 1 else ""
+        cases += _elementwise_cases(settings, selection, n, suffix, x_np, backend)
+    for m in selection.matmul_sizes:
+        suffix = f"@{m}" if len(selection.matmul_sizes) > 1 else ""
+        cases += _matmul_cases(selection, m, suffix, copy, backend)
+    return cases
+
+
+def _elementwise_cases(
+    settings: Settings, selection: Selection, n: int, suffix: str, x_np: np.ndarray | None, backend: str
+) -> list[Case]:
+    host: dict[str, np.ndarray] = {}
     device: dict[str, jax.Array] = {}
+
+    def xn() -> np.ndarray:
+        if "x" not in host:
+            host["x"] = make_input(n) if x_np is None else x_np
+        return host["x"]
 
     def x() -> jax.Array:
         if "x" not in device:
-            device["x"] = jnp.asarray(x_np).block_until_ready()
+            device["x"] = jnp.asarray(xn()).block_until_ready()
         return device["x"]
 
     key = jax.random.key(0)
     shape = (n,)
     f32 = 8 * n  # bytes: float32 in and out
+    copy = f"reference/numpy_copy{suffix}"
     cases: list[Case] = []
 
     # `make` is called without arguments; `Callable[..., ...]` admits the lambdas that bind loop variables as defaults.
@@ -377,34 +492,35 @@ def plan(settings: Settings, *, x_np: np.ndarray | None = None, backend: str | N
         shape: tuple[int, ...] = shape,
         bytes_moved: int = f32,
     ) -> None:
-        cases.append(Case(group=group, row=row, what=what, kind=kind, elements=elements, shape=shape,
-                          bytes_moved=bytes_moved, baseline=baseline, make=make))  # fmt: skip
+        cases.append(Case(group=group, row=row + suffix, what=what, kind=kind, elements=elements, shape=shape,
+                          bytes_moved=bytes_moved, baseline=baseline + suffix, make=make, copy=copy))  # fmt: skip
 
-    formats = FULL_FORMATS if settings.mode == "full" else QUICK_FORMATS
+    formats = selection.formats
     first = f"{formats[0]}/fpemu-nearest_even"
     add("reference", "numpy_copy", "NumPy x.copy(): the memory-bandwidth reference", "reference",
-        lambda: x_np.copy, baseline=first)  # fmt: skip
+        lambda: xn().copy, baseline=first)  # fmt: skip
     add("reference", "xla_times2", "jit x * 2: the cheapest jitted elementwise op", "reference",
         lambda: _jitted(lambda v: v * 2, x()), baseline=first)  # fmt: skip
 
     full = settings.mode == "full"
-    modes = ("nearest_even", "toward_zero", "stochastic") if full else ("nearest_even", "stochastic")
     for fmt in formats:
         f = fpemu.get_format(fmt)
         base = f"{fmt}/fpemu-nearest_even"
-        for mode in modes:
+        for mode in selection.modes:
             what = f"jit fpemu.quantize(x, {fmt!r}, rounding={mode!r}"
             what += ", key=key), the key a jit argument" if mode == "stochastic" else ")"
-            add(fmt, f"fpemu-{mode}", what, "fpemu", lambda fmt=fmt, mode=mode: _quantize_call(fmt, mode, x(), key),
+            add(fmt, f"fpemu-{mode}", what, "fpemu",
+                lambda fmt=fmt, mode=mode: _quantize_call(fmt, cast(fpemu.Rounding, mode), x(), key),
                 baseline=base)  # fmt: skip
         add(fmt, "reduce_precision",
             f"jit lax.reduce_precision(x, {f.exponent_bits}, {f.mantissa_bits}) (a speed peer: other rounding rules)",
-            "peer", lambda f=f: _jitted(lambda v: lax.reduce_precision(v, f.exponent_bits, f.mantissa_bits), x()),
+            "peer", lambda f=f: _checked(_jitted(lambda v: lax.reduce_precision(v, f.exponent_bits, f.mantissa_bits),
+                                                 x()), f"lax.reduce_precision with {f.name}'s widths"),
             baseline=base)  # fmt: skip
-        add(fmt, "astype_roundtrip", f"jit x.astype({_dtype(fmt).name}).astype(float32)", "peer",
+        add(fmt, "astype_roundtrip", f"jit x.astype({_dtype_name(fmt)}).astype(float32)", "peer",
             lambda fmt=fmt: _astype_call(fmt, x(), backend), baseline=base)  # fmt: skip
-        add(fmt, "ml_dtypes_roundtrip", f"NumPy x.astype({_dtype(fmt).name}).astype(float32), one thread", "peer",
-            lambda fmt=fmt: _ml_dtypes_call(fmt, x_np), baseline=base)  # fmt: skip
+        add(fmt, "ml_dtypes_roundtrip", f"NumPy x.astype({_dtype_name(fmt)}).astype(float32), one thread", "peer",
+            lambda fmt=fmt: _ml_dtypes_call(fmt, xn()), baseline=base)  # fmt: skip
         if fmt in _GFLOAT_FORMATS and gfloat_version() is not None:
             add(fmt, "gfloat", f"jit gfloat.round_ndarray(format_info_{_GFLOAT_FORMATS[fmt]}, x)", "peer",
                 lambda fmt=fmt: _gfloat_call(fmt, x()), baseline=base)  # fmt: skip
@@ -425,15 +541,20 @@ def plan(settings: Settings, *, x_np: np.ndarray | None = None, backend: str | N
                 "fpemu", lambda fmt=fmt: _jitted(lambda v: fpemu.pack(fpemu.encode(v, fmt), fmt), x()),
                 baseline=base, bytes_moved=4 * n + n // 2)  # fmt: skip
 
-    recipes = FULL_RECIPES if full else QUICK_RECIPES
-    for recipe in recipes:
-        element = fpemu.scaled.get_recipe(recipe).element
-        element_name = element if isinstance(element, str) else element.name
+    for recipe in selection.recipes:
+        element = _element_name(recipe)
+        base = f"{element}/fpemu-nearest_even"
+        if element not in formats and not any(c.name == base + suffix for c in cases):  # the recipe's baseline
+            add(element, "fpemu-nearest_even", f"jit fpemu.quantize(x, {element!r}, rounding='nearest_even') "
+                f"(the baseline of {recipe})", "fpemu",
+                lambda element=element: _quantize_call(element, "nearest_even", x(), key), baseline=base)  # fmt: skip
         add(recipe, "scaled-qdq", f"jit fpemu.scaled.quantize_dequantize(x, {recipe!r}), blocks along x",
             "fpemu", lambda recipe=recipe: _jitted(lambda v: fpemu.scaled.quantize_dequantize(v, recipe), x()),
-            baseline=f"{element_name}/fpemu-nearest_even")  # fmt: skip
+            baseline=base)  # fmt: skip
+    return cases
 
-    m = settings.matmul_size
+
+def _matmul_cases(selection: Selection, m: int, suffix: str, copy: str, backend: str) -> list[Case]:
     operands: dict[str, tuple[jax.Array, jax.Array]] = {}
 
     def ab() -> tuple[jax.Array, jax.Array]:
@@ -447,6 +568,13 @@ def plan(settings: Settings, *, x_np: np.ndarray | None = None, backend: str | N
         return lax.dot_general(a.astype(jnp.bfloat16), b.astype(jnp.bfloat16), (((1,), (0,)), ((), ())),
                                preferred_element_type=jnp.float32)  # fmt: skip
 
+    cases: list[Case] = []
+
+    def add(row: str, what: str, kind: Kind, make: Callable[..., Callable[[], Any]]) -> None:
+        cases.append(Case(group="matmul", row=row + suffix, what=what, kind=kind, elements=m**3, shape=(m, m),
+                          bytes_moved=3 * 4 * m * m, baseline=_MATMUL_BASELINE + suffix, make=make,
+                          copy=copy))  # fmt: skip
+
     matmuls: dict[str, tuple[str, Kind, Callable[[jax.Array, jax.Array], jax.Array]]] = {
         "fp32": ("jit jnp.matmul(a, b, precision=HIGHEST), float32", "peer",
                  lambda a, b: jnp.matmul(a, b, precision=lax.Precision.HIGHEST)),
@@ -455,16 +583,23 @@ def plan(settings: Settings, *, x_np: np.ndarray | None = None, backend: str | N
                          lambda a, b: fpemu.matmul(a, b, lhs="e4m3fn", rhs="e4m3fn")),
     }  # fmt: skip
     for row, (what, kind, fn) in matmuls.items():
-        add("matmul", row, what, kind, lambda fn=fn: _jitted(fn, *ab()), baseline=_MATMUL_BASELINE,
-            elements=m**3, shape=(m, m), bytes_moved=3 * 4 * m * m)  # fmt: skip
-    add("matmul", "native-fp8xfp8-f32", "jit lax.dot_general on float8_e4m3fn casts, float32 accumulation (where "
-        "the backend compiles it)", "peer", lambda: _checked(_jitted(_native_fp8_dot, *ab()), "the native FP8 dot"),
-        baseline=_MATMUL_BASELINE, elements=m**3, shape=(m, m), bytes_moved=3 * 4 * m * m)  # fmt: skip
+        add(row, what, kind, lambda fn=fn: _jitted(fn, *ab()))
+    add("native-fp8xfp8-f32", "jit lax.dot_general on float8_e4m3fn casts, float32 accumulation (where the backend "
+        "compiles it)", "peer", lambda: _checked(_jitted(_native_fp8_dot, *ab()), "the native FP8 dot"))  # fmt: skip
+    for recipe in selection.recipes:
+        if recipe in fpemu.scaled.MATMUL_RECIPES:
+            add(f"scaled-{recipe}", f"fpemu.scaled.matmul(a, b, {recipe!r}): both operands quantized along K "
+                "(jitted inside), float32 accumulation", "fpemu",
+                lambda recipe=recipe: _scaled_matmul_call(recipe, *ab()))  # fmt: skip
     if backend == "gpu":  # interpret mode on CPU would time the interpreter, not the kernel
-        add("matmul", "pallas-kernel-e4m3fn", "jit fpemu.kernels.matmul_kernel(a, b, lhs='e4m3fn', rhs='e4m3fn')",
-            "fpemu", lambda: _kernel_matmul_call(*ab()), baseline=_MATMUL_BASELINE, elements=m**3, shape=(m, m),
-            bytes_moved=3 * 4 * m * m)  # fmt: skip
+        add("pallas-kernel-e4m3fn", "jit fpemu.kernels.matmul_kernel(a, b, lhs='e4m3fn', rhs='e4m3fn')", "fpemu",
+            lambda: _kernel_matmul_call(*ab()))  # fmt: skip
     return cases
+
+
+def _scaled_matmul_call(recipe: str, a: jax.Array, b: jax.Array) -> Callable[[], Any]:
+    name = cast("fpemu.scaled.MatmulRecipe", recipe)
+    return lambda: fpemu.scaled.matmul(a, b, name)
 
 
 # -- the run ----------------------------------------------------------------------------------------
@@ -546,6 +681,7 @@ def machine_line() -> str:
 def run(
     settings: Settings = QUICK,
     *,
+    selection: Selection | None = None,
     progress: Callable[[int, int, str], None] | None = None,
     cases: Sequence[Case] | None = None,
 ) -> BenchResult:
@@ -553,20 +689,24 @@ def run(
 
     Args:
       settings: `QUICK` or `FULL`.
+      selection: what to time (`select`: formats, recipes, rounding modes, sizes); ``select(settings)``
+        when None.
       progress: called as ``progress(done, total, name)`` before each row and once at the end
         (``name`` empty).
-      cases: the rows to run instead of ``plan(settings)``; the ``reference/numpy_copy`` row and every
-        row named as a baseline must be among them.
+      cases: the rows to run instead of ``plan(settings, selection=selection)``; each row's NumPy copy
+        row (``reference/numpy_copy``) and baseline row must be among them.
 
     Returns:
-      The rows that ran, in order, and ``meta`` (`environment`, the settings, the skipped rows with
-      their reasons and the wall time of the run).
+      The rows that ran, in order, and ``meta`` (`environment`, the settings and the selection, the
+      skipped rows with their reasons and the wall time of the run).
     """
     start, date = time.perf_counter(), _now()
-    cases = list(plan(settings) if cases is None else cases)
+    selection = selection or select(settings)
+    cases = list(plan(settings, selection=selection) if cases is None else cases)
     names = [case.name for case in cases]
-    if "reference/numpy_copy" not in names:
-        raise ValueError("the cases must include reference/numpy_copy, the reference of ratio_to_copy")
+    for copy in dict.fromkeys(case.copy for case in cases):
+        if copy not in names:
+            raise ValueError(f"the cases must include {copy}, the reference of ratio_to_copy")
     missing = sorted({case.baseline for case in cases} - set(names))
     if missing:
         raise ValueError(f"baseline rows missing from the cases: {', '.join(missing)}")
@@ -593,10 +733,9 @@ def run(
         case, timing = timings[name]
         return timing.median_s / case.elements
 
-    for name in {"reference/numpy_copy"} | {case.baseline for case, _ in timings.values()}:
+    for name in {case.copy for case, _ in timings.values()} | {case.baseline for case, _ in timings.values()}:
         if name not in timings:
             raise RuntimeError(f"the reference row {name} was skipped: {[s for s in skipped if s['name'] == name]}")
-    copy = per_element("reference/numpy_copy")
     rows = []
     for name, (case, timing) in timings.items():
         ns = per_element(name)
@@ -605,13 +744,20 @@ def run(
             shape=case.shape, bytes_moved=case.bytes_moved, repeats=timing.repeats,
             first_call_s=timing.first_call_s, median_s=timing.median_s, min_s=timing.min_s,
             ns_per_element=ns * 1e9, gb_per_s=case.bytes_moved / timing.median_s / 1e9,
-            ratio_to_copy=ns / copy, baseline=case.baseline, ratio_to_fpemu=ns / per_element(case.baseline),
+            ratio_to_copy=ns / per_element(case.copy), baseline=case.baseline,
+            ratio_to_fpemu=ns / per_element(case.baseline),
         ))  # fmt: skip
     meta = environment()
+    chosen = {k: list(v) for k, v in dataclasses.asdict(selection).items()}
     meta.update(
         date=date,
         mode=settings.mode,
-        settings={k: v for k, v in dataclasses.asdict(settings).items() if k != "mode"},
+        settings={
+            **{k: v for k, v in dataclasses.asdict(settings).items() if k != "mode"},
+            "elements": selection.sizes[0],
+            "matmul_size": selection.matmul_sizes[0],
+            **chosen,
+        },
         skipped=skipped,
         seconds=round(time.perf_counter() - start, 3),
     )

@@ -1,16 +1,16 @@
-"""The commands of the ``fpemu`` command line: ``formats``, ``info``, ``cast``, ``demo``, ``bench``, ``plot``.
+"""The commands of the ``fpemu`` command line: ``formats``, ``info``, ``cast``, ``demo``.
 
 Each ``cmd_*`` function takes the parsed arguments (`fpemu.tools.cli` builds the parser) and prints
 its report; tables are laid out by `fpemu.testing.text_table` and numbers by `fpemu.tools.numbers`.
+``bench`` and ``plot`` are in `fpemu.tools.measure`.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import sys
 import textwrap
+import threading
 import time
 from collections.abc import Sequence
 from fractions import Fraction
@@ -20,9 +20,20 @@ import jax.numpy as jnp
 import numpy as np
 
 import fpemu
-from fpemu.testing import text_table
-from fpemu.tools import accuracy, bench, plot
-from fpemu.tools.numbers import approx, code_bits, code_hex, exact, exact_full, hex_float, layout
+from fpemu.testing import reference, text_table
+from fpemu.tools.numbers import (
+    Number,
+    approx,
+    code_bits,
+    code_hex,
+    describe_number,
+    exact,
+    exact_full,
+    float64_of,
+    hex_float,
+    layout,
+    short,
+)
 
 _CODE_TABLE_MAX_BITS = 8
 _DEMO_SIZE = 2**14
@@ -34,8 +45,23 @@ _SPECIALS_DOC = {
     "fn": "finite: no infinity; only the all-ones magnitude code is NaN",
     "fnuz": "finite, unsigned zero: no infinity, no -0; the -0 code is the only NaN",
     "none": "every code is a finite number: no infinity, no NaN",
-    "p3109": "IEEE P3109 extended domain: infinity at the top magnitude code, one NaN (signed: the -0 code)",
+    "p3109": "IEEE P3109 extended domain: one NaN (signed: the -0 code; unsigned: the all-ones code) and "
+    "infinity at the largest magnitude code that is not NaN",
 }
+
+# -- Ctrl-C ----------------------------------------------------------------------------------------
+
+# Set by `fpemu.tools.cli.main`'s SIGINT handler. Its KeyboardInterrupt is lost when the signal lands in a
+# garbage-collection callback or a ``__del__`` (JAX runs some), so long commands also check this flag.
+INTERRUPTED = threading.Event()
+
+
+def check_interrupted() -> None:
+    """Raise KeyboardInterrupt if Ctrl-C was pressed while `fpemu.tools.cli.main` runs, even if that interrupt was
+    swallowed where it landed; long commands call it between steps."""
+    if INTERRUPTED.is_set():
+        raise KeyboardInterrupt
+
 
 # -- formatting helpers ----------------------------------------------------------------------------
 
@@ -77,14 +103,22 @@ def _nan_codes(fmt: fpemu.Format) -> int:
     return {"fn": 2 if fmt.signed else 1, "fnuz": 1, "none": 0, "p3109": 1}[fmt.specials]
 
 
+def _fixed_point(fmt: fpemu.Format) -> bool:
+    """No exponent field (OCP INT8, P3109 with P = K): values are integer multiples of ``fmt.min_subnormal``, and the
+    smallest normal, ``2^emin``, lies above max, so every nonzero value is a subnormal as fpemu (and gfloat) count
+    them, but the two's-complement ``min`` (-2 for OCP INT8)."""
+    return fmt.exponent_bits == 0
+
+
 def _format_row(fmt: fpemu.Format) -> list[str]:
+    fixed = _fixed_point(fmt)
     return [
         fmt.name,
         str(fmt.bits),
         f"{fmt.exponent_bits}/{fmt.mantissa_bits}",
-        str(fmt.bias),
+        "-" if fixed else str(fmt.bias),
         exact(fmt.max),
-        exact(fmt.min_normal),
+        "-" if fixed else exact(fmt.min_normal),
         exact(fmt.min_subnormal) if fmt.has_subnormals else "-",
         exact(fmt.eps),
         _yes(fmt.signed),
@@ -135,7 +169,9 @@ def cmd_formats(args: argparse.Namespace) -> None:
             "Values are exact: 2^k for powers of two, (2-2^-n)*2^k for the largest values of the wide formats. "
             "min subnormal is '-' for formats without subnormals. sign/inf/nan/-0 say which codes exist; "
             "specials is the layout (ieee: inf and NaN in the all-ones exponent; fn: no inf, the all-ones "
-            "code is NaN; fnuz: no inf and no -0, the -0 code is NaN; none: no inf, no NaN)."
+            "code is NaN; fnuz: no inf and no -0, the -0 code is NaN; none: no inf, no NaN; p3109: one NaN, inf at "
+            "the largest other magnitude code). Fixed-point formats (e/m 0/n: int8_ocp, two's complement) have no bias and "
+            "no normal values: their min subnormal is the step between values."
             + ("" if args.aliases else " Add --aliases for the other accepted names.")
         )
     )
@@ -153,7 +189,7 @@ def _facts(fmt: fpemu.Format) -> list[list[str]]:
         if fmt.signed:
             inf_text += f", -inf {code_hex(fmt.inf_code | sign_code, fmt)}"
     dtype = fmt.dtype
-    return [
+    rows = [
         ["name", fmt.name],
         ["aliases", ", ".join(fpemu.format_aliases(fmt)[1:]) or "-"],
         ["bits", f"{fmt.bits} = {int(fmt.signed)} sign + {fmt.exponent_bits} exponent + {fmt.mantissa_bits} mantissa"],
@@ -162,7 +198,7 @@ def _facts(fmt: fpemu.Format) -> list[list[str]]:
         ["max", exact_full(fmt.max)],
         ["min normal", exact_full(fmt.min_normal)],
         ["min subnormal", exact_full(fmt.min_subnormal) if fmt.has_subnormals else "none (no subnormals)"],
-        ["eps", exact_full(fmt.eps)],
+        ["eps", _eps_text(fmt)],
         ["specials", f"{fmt.specials} ({_SPECIALS_DOC[fmt.specials]})"],
         ["signed", _yes(fmt.signed) + (" (two's-complement codes)" if fmt.twos_complement else "")],
         ["zero", _yes(fmt.has_zero)],
@@ -174,6 +210,51 @@ def _facts(fmt: fpemu.Format) -> list[list[str]]:
         ["codes", str(fmt.num_codes)],
         ["dtype", dtype.name if dtype is not None else "none (no NumPy/ml_dtypes dtype with this encoding)"],
     ]
+    if _fixed_point(fmt):
+        _fixed_point_facts(fmt, dict((row[0], row) for row in rows))
+    if fmt.twos_complement:
+        min_code = code_hex(fmt.sign_mask, fmt)
+        rows.insert(
+            6, ["min", f"{exact_full(fmt.min)}; code {min_code}, the most negative value, has no positive twin"]
+        )
+    return rows
+
+
+def _fixed_point_facts(fmt: fpemu.Format, rows: dict[str, list[str]]) -> None:
+    """Rewrite the facts that mean nothing without an exponent field (bias, exponents, normal values)."""
+    step, n = fmt.min_subnormal, fmt.mantissa_bits
+    if fmt.twos_complement:
+        rows["bits"][1] = (
+            f"{fmt.bits}: a two's-complement integer i from {-(1 << n)} to {(1 << n) - 1}, value i * {exact(step)} "
+            "(fixed point, no exponent field)"
+        )
+    else:
+        sign = "1 sign + " if fmt.signed else ""
+        rows["bits"][1] = (
+            f"{fmt.bits} = {sign}{n} magnitude bits: an integer i from 0 to {(1 << n) - 1}, value "
+            f"{'+-' if fmt.signed else ''}i * {exact(step)} (fixed point, no exponent field)"
+        )
+    rows["bias"][1] = "none (no exponent field)"
+    rows["exponents"][1] = f"none (fixed point: every value is an integer multiple of {exact(step)})"
+    normal = exact(fmt.min_normal)
+    if fmt.twos_complement:  # only the most negative value reaches 2^emin
+        rows["min normal"][1] = (
+            f"none (no exponent field: 2^emin = {normal} is beyond max; only min = -{normal} is not subnormal)"
+        )
+        subnormal = f"every nonzero value but -{normal}"
+    else:
+        rows["min normal"][1] = f"none (no exponent field: 2^emin = {normal} is beyond max)"
+        subnormal = "every nonzero value"
+    rows["min subnormal"][1] = f"{exact_full(step)}: the step, the spacing of all values"
+    rows["subnormals"][1] = f"yes: {subnormal} (fixed point); subnormals=False (--no-subnormals) flushes them to 0"
+
+
+def _eps_text(fmt: fpemu.Format) -> str:
+    """``eps``, the spacing of values at 1, with a note where 1 + eps is not a value of the format."""
+    text = exact_full(fmt.eps)
+    if 1.0 + fmt.eps > fmt.max:
+        text += f"; the spacing at 1 (1 + eps is beyond max {exact(fmt.max)})"
+    return text
 
 
 def _code_table(fmt: fpemu.Format, codes: Sequence[int]) -> str:
@@ -193,8 +274,11 @@ def _notable_codes(fmt: fpemu.Format) -> list[int]:
         codes.append(fmt.sign_mask)
     if fmt.has_subnormals:
         codes.append(1)
-    codes.append((1 << m) if fmt.has_zero else 0)
-    one = fmt.bias << m
+    if _fixed_point(fmt):  # no normal values; 1 is a whole number of steps
+        one = int(1 / fmt.min_subnormal)
+    else:
+        codes.append((1 << m) if fmt.has_zero else 0)
+        one = fmt.bias << m
     if 0 < one <= fmt.max_code and fmt.magnitude_value(one) == 1.0:
         codes.append(one)
     codes.append(fmt.max_code)
@@ -217,6 +301,25 @@ def cmd_info(args: argparse.Namespace) -> None:
         print(_code_table(fmt, _notable_codes(fmt)))
 
 
+def _round_exactly(number: Number, fmt: fpemu.Format, options: dict, random: int | None) -> tuple[float, int, str]:
+    """(result, code, what rounded it): `fpemu.quantize`/`fpemu.encode` for a float64, else the exact oracle."""
+    as_float = float64_of(number.value)
+    if as_float is not None:
+        result = float(fpemu.quantize(np.float64(as_float), fmt, **options))
+        code = int(fpemu.encode(np.float64(as_float), fmt, **options))
+        return result, code, "fpemu.quantize and fpemu.encode"
+    oracle = {k: v for k, v in options.items() if k != "key"}
+    if random is not None:
+        oracle["random"] = random
+    result = reference.round_scalar(number.value, fmt, **oracle)
+    code = reference.encode_scalar(number.value, fmt, **oracle)
+    return (
+        result,
+        code,
+        "fpemu.testing.reference (the exact oracle: VALUE is not a float64, fpemu.quantize's widest input)",
+    )
+
+
 def cmd_cast(args: argparse.Namespace) -> None:
     fmt: fpemu.Format = args.to
     stochastic = args.rounding == "stochastic"
@@ -224,15 +327,15 @@ def cmd_cast(args: argparse.Namespace) -> None:
         args.cast_parser.error("--seed and --random-bits are only used with --rounding stochastic")
     seed = 0 if args.seed is None else args.seed
     random_bits = fpemu.DEFAULT_RANDOM_BITS if args.random_bits is None else args.random_bits
-    options = dict(rounding=args.rounding, saturate=args.saturate, subnormals=not args.no_subnormals)
+    options: dict = dict(rounding=args.rounding, saturate=args.saturate, subnormals=not args.no_subnormals)
+    random = None
     if stochastic:
-        options.update(key=jax.random.key(seed), random_bits=random_bits)
-    x = args.value
-    try:
-        result = float(fpemu.quantize(np.float64(x), fmt, **options))
-    except ValueError as refused:  # an option fpemu.quantize refuses (--random-bits out of range): a usage error
-        args.cast_parser.error(str(refused))
-    code = int(fpemu.encode(np.float64(x), fmt, **options))
+        key = jax.random.key(seed)
+        options.update(key=key, random_bits=random_bits)
+        random = int(fpemu.stochastic_bits(key, (), random_bits))  # what quantize draws for one value
+    number: Number = args.value
+    x = number.value  # a Fraction, or a float for nan, +-inf and +-0
+    result, code, rounded_by = _round_exactly(number, fmt, options, random)
 
     described = [args.rounding] + ([f"seed {seed}", f"random_bits {random_bits}"] if stochastic else [])
     described.append("saturate" if args.saturate else "no saturation")
@@ -242,17 +345,19 @@ def cmd_cast(args: argparse.Namespace) -> None:
         decoded = exact(_decode_all([code], fmt)[0])
         code_text += f"  ({fmt.name} has no NaN code: encode stores NaN as this code, which decodes to {decoded})"
     rows = [
-        ["input", f"{x!r}  ({hex_float(x)})"],
-        ["format", f"{fmt.name}: {fmt.bits} bits, e{fmt.exponent_bits}m{fmt.mantissa_bits}, max {exact(fmt.max)}"],
+        ["input", describe_number(number)],
+        ["format", f"{fmt.name}: {fmt.bits} bits, {_layout_text(fmt)}, max {exact(fmt.max)}"],
         ["rounding", ", ".join(described)],
+        ["rounded by", rounded_by],
         ["result", exact_full(result)],
         ["code", code_text],
         ["class", _classify(result, fmt)],
     ]
-    if stochastic and math.isfinite(x):
+    finite = not isinstance(x, float) or math.isfinite(x)
+    if stochastic and finite:
         directed = dict(saturate=args.saturate, subnormals=not args.no_subnormals)
         low, high = (
-            float(fpemu.quantize(np.float64(x), fmt, **dict(directed, rounding=mode)))
+            _round_exactly(number, fmt, dict(directed, rounding=mode), None)[0]
             for mode in ("toward_negative", "toward_positive")
         )
         if math.isfinite(low) and math.isfinite(high) and low != high:
@@ -263,12 +368,12 @@ def cmd_cast(args: argparse.Namespace) -> None:
                     f"{exact(low)} and {exact(high)}: rounds up with probability {p_up:.6g} (to within 2^-{random_bits})",
                 ]
             )
-    if math.isfinite(x) and math.isfinite(result):
+    if finite and math.isfinite(result):
         error = Fraction(result) - Fraction(x)
         ulp = _ulp(result, fmt)
         rows.append(["error", f"{approx(error)}  (result - input, exact unless marked ~)"])
         if x != 0:
-            rows.append(["relative", f"{float(error / abs(Fraction(x))):.6g}  ((result - input) / |input|)"])
+            rows.append(["relative", f"{short(error / abs(Fraction(x)))}  ((result - input) / |input|)"])
         rows.append(
             [
                 "in ulps",
@@ -276,14 +381,21 @@ def cmd_cast(args: argparse.Namespace) -> None:
                 f"{fmt.name} just above |result|)",
             ]
         )
-    elif math.isfinite(x):
+    elif finite:
         rows.append(["error", f"none: {_why_not_finite(x, fmt)}"])
     else:
         rows.append(["error", "none: the input is not finite"])
     print(text_table(rows))
 
 
-def _why_not_finite(x: float, fmt: fpemu.Format) -> str:
+def _layout_text(fmt: fpemu.Format) -> str:
+    if _fixed_point(fmt):
+        kind = "two's-complement" if fmt.twos_complement else "sign-magnitude" if fmt.signed else "unsigned"
+        return f"{kind} fixed point, step {exact(fmt.min_subnormal)}"
+    return f"e{fmt.exponent_bits}m{fmt.mantissa_bits}"
+
+
+def _why_not_finite(x: Fraction | float, fmt: fpemu.Format) -> str:
     """Why a finite input gave inf or NaN."""
     if not fmt.signed and (x < 0 or (x == 0 and not fmt.has_zero)):
         return f"the unsigned {fmt.name} has no {'negative values' if x < 0 else 'zero'}, so NaN"
@@ -328,6 +440,7 @@ def cmd_demo(args: argparse.Namespace) -> None:
     x64 = sample.astype(np.float64)
     demo_formats = _demo_formats()
 
+    check_interrupted()
     print("1. The registered formats")
     print()
     print(formats_table())
@@ -342,12 +455,14 @@ def cmd_demo(args: argparse.Namespace) -> None:
     )
     print()
 
+    check_interrupted()
     print(f"2. Quantization error of {_DEMO_SIZE} standard-normal float32 values (numpy default_rng(0))")
     print()
     rows = []
     for fmt in demo_formats:
         row, nonfinite = [fmt.name], set()
         for mode in fpemu.ROUNDING_MODES:
+            check_interrupted()
             q = fpemu.quantize(x32, fmt, rounding=mode, key=key if mode == "stochastic" else None)
             qsnr, bad = _error_stats(x64, np.asarray(q, dtype=np.float64))
             row.append(_db(qsnr))
@@ -374,12 +489,14 @@ def cmd_demo(args: argparse.Namespace) -> None:
     print()
 
     scale = _DEMO_RANGE_SCALE
+    check_interrupted()
     print(f"3. Range: the same values times {scale:g}, nearest_even")
     print()
     scaled32 = x32 * jnp.float32(scale)
     scaled64 = np.asarray(scaled32, dtype=np.float64)
     rows, lost = [], {}
     for fmt in demo_formats:
+        check_interrupted()
         _, lost[fmt.name] = _error_stats(scaled64, np.asarray(fpemu.quantize(scaled32, fmt), dtype=np.float64))
         qsnr, bad = _error_stats(scaled64, np.asarray(fpemu.quantize(scaled32, fmt, saturate=True), np.float64))
         rows.append([fmt.name, exact(fmt.max), _pct(lost[fmt.name]), _pct(bad), _db(qsnr)])
@@ -404,146 +521,3 @@ def cmd_demo(args: argparse.Namespace) -> None:
     )
     print()
     print(f"Demo done in {time.perf_counter() - start:.1f} s.")
-
-
-# -- bench and plot --------------------------------------------------------------------------------
-
-# The pictures of ``fpemu plot`` (``all`` draws every one) and the file each is written to.
-PLOT_KINDS = ("values", "rounding-error", "qsnr", "matmul-error")
-PLOT_FILES = {kind: kind.replace("-", "_") + ".png" for kind in PLOT_KINDS}
-
-
-class ProgressBar:
-    """A one-line textual progress bar, redrawn in place with ``\\r``: ``[######......] 12/29 row``."""
-
-    def __init__(self, stream, width: int = 30):
-        self.stream, self.width, self.shown, self.start = stream, width, 0, time.perf_counter()
-
-    def __call__(self, done: int, total: int, name: str) -> None:
-        filled = self.width * done // max(total, 1)
-        line = f"[{'#' * filled}{'.' * (self.width - filled)}] {done}/{total} {time.perf_counter() - self.start:5.1f} s"
-        line += f"  {name}" if name else ""
-        line = line[: WIDTH + 20]
-        self.stream.write("\r" + line.ljust(self.shown))
-        self.shown = len(line)
-        if done >= total:  # finished: clear the line
-            self.stream.write("\r" + " " * self.shown + "\r")
-        self.stream.flush()
-
-
-def _elements_text(row) -> str:
-    if row.group == "matmul":
-        return "x".join(map(str, (*row.shape, row.shape[-1])))
-    n = row.elements
-    return f"2^{n.bit_length() - 1}" if n & (n - 1) == 0 else str(n)
-
-
-def _g3(value: float) -> str:
-    return f"{value:.3g}"
-
-
-def bench_report(result: bench.BenchResult) -> str:
-    """The text report of a `fpemu.tools.bench.run`: the machine, one row per timed call, how to read it."""
-    meta = result.meta
-    settings, device, versions = meta["settings"], meta["device"], meta["versions"]
-    n, m = settings["elements"], settings["matmul_size"]
-    version_text = ", ".join(f"{lib} {version or 'not installed'}" for lib, version in versions.items())
-    count = device["count"]
-    head = [
-        ["mode", f"{meta['mode']}: 2^{n.bit_length() - 1} float32 elements per elementwise row, matmul {m}x{m}x{m}"],
-        ["device", f"{device['device_kind']} ({device['platform']}, {count} device{'s' if count > 1 else ''}); "
-                   f"CPU {device['cpu']}, {device['cpus_usable']} usable"],
-        ["versions", version_text],
-        ["commit", meta["git_commit"] or "unknown"],
-        ["date", meta["date"]],
-    ]  # fmt: skip
-    header = ["group", "row", "elements", "ns/element", "GB/s", "x copy", "x fpemu", "baseline"]
-    rows = [
-        [r.group, r.row, _elements_text(r), _g3(r.ns_per_element), _g3(r.gb_per_s), _g3(r.ratio_to_copy),
-         _g3(r.ratio_to_fpemu), "itself" if r.baseline == r.name else r.baseline]
-        for r in result.rows
-    ]  # fmt: skip
-    lines = [text_table(head), "", text_table(rows, header, align="llrrrrrl"), ""]
-    lines.append(
-        _prose(
-            "ns/element is the median time per element (per multiply-add for matmul rows) after two untimed "
-            "warm-up calls (the first compiles); each timed call blocks until the result is ready. GB/s counts "
-            "the input read and the output written once (8 bytes per element for float32 in and out). "
-            "'x copy' is the ratio of ns/element to the NumPy copy's (the memory-bandwidth reference); "
-            "'x fpemu' the ratio to the baseline row (fpemu nearest_even of the same format; for a scaled "
-            "recipe, of its element format). Compare ratios within one run, not absolute times across runs."
-        )
-    )
-    for skip in meta["skipped"]:
-        lines.append(f"skipped {skip['name']}: {skip['reason']}")
-    lines.append(f"Bench done in {meta['seconds']:.1f} s.")
-    return "\n".join(lines)
-
-
-def cmd_bench(args: argparse.Namespace) -> int:
-    if args.plot is not None:
-        try:
-            plot.require_matplotlib()  # before the run, not after it
-        except plot.MissingMatplotlibError as error:
-            print(f"fpemu bench: error: --plot: {error}", file=sys.stderr)
-            return 1
-    show_progress = not args.no_progress and sys.stderr.isatty()
-    result = bench.run(bench.QUICK if args.quick else bench.FULL,
-                        progress=ProgressBar(sys.stderr) if show_progress else None)  # fmt: skip
-    print(bench_report(result))
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(result.to_json(), f, indent=2, allow_nan=False)
-            f.write("\n")
-        print(f"wrote {args.json}")
-    if args.plot is not None:
-        for metric, name in (("ns_per_element", "bench.png"), ("ratio_to_fpemu", "bench_ratio_to_fpemu.png")):
-            title = f"fpemu bench ({result.meta['mode']}, {result.meta['device']['device_kind']}): {metric}"
-            print(f"wrote {plot.plot_bench(result.rows, args.plot / name, metric=metric, title=title)}")
-    return 0
-
-
-def cmd_plot(args: argparse.Namespace) -> int:
-    parser = args.plot_parser
-    kinds = PLOT_KINDS if args.kind == "all" else (args.kind,)
-    for option, used_by in (("formats", ("values", "rounding-error")), ("recipes", ("qsnr", "matmul-error")),
-                            ("sizes", ("matmul-error",))):  # fmt: skip
-        if getattr(args, option) is not None and not set(kinds) & set(used_by):
-            plural = "s" if len(used_by) > 1 else ""
-            parser.error(f"--{option} is only used by the {' and '.join(used_by)} plot{plural}")
-    formats = args.formats or [fpemu.get_format(name) for name in plot.DEFAULT_FORMATS]
-    if "values" in kinds:
-        for fmt in formats:
-            try:
-                plot.check_drawable(fmt)
-            except ValueError as error:
-                parser.error(f"values: {error}")
-    if "qsnr" in kinds and args.recipes is not None:
-        for name in args.recipes:
-            try:
-                fpemu.scaled.get_recipe(name)
-            except fpemu.scaled.UnknownRecipeError as error:
-                parser.error(f"qsnr: {error}")
-    if "matmul-error" in kinds and args.recipes is not None:
-        try:
-            plot.check_choices("matmul recipe", args.recipes, plot.names_of(accuracy.MATMUL_RECIPES))
-        except ValueError as error:
-            parser.error(f"matmul-error: {error}")
-    try:
-        plot.require_matplotlib()
-    except plot.MissingMatplotlibError as error:
-        print(f"fpemu plot: error: {error}", file=sys.stderr)
-        return 1
-    for kind in kinds:
-        path = args.out / PLOT_FILES[kind]
-        if kind == "values":
-            written = plot.plot_values(formats, path)
-        elif kind == "rounding-error":
-            written = plot.plot_rounding_error(formats, path)
-        elif kind == "qsnr":
-            written = plot.plot_qsnr(args.recipes, path)
-        else:
-            written = plot.plot_matmul_error(args.recipes, args.sizes or plot.DEFAULT_MATMUL_SIZES, path)
-        print(written)
-    return 0

@@ -1,41 +1,72 @@
-"""The pictures behind ``fpemu plot`` and ``fpemu bench --plot``: one PNG per function.
+"""The pictures behind ``fpemu plot`` and ``fpemu bench --plot``: one PNG per function, its numbers beside it.
 
 matplotlib is optional (``pip install 'fpemu[plot]'``) and imported on first use; without it every
 function raises `MissingMatplotlibError` (a RuntimeError) with that hint. Figures are drawn on
 `matplotlib.figure.Figure` objects with the Agg canvas, never through pyplot: no display is needed,
 no global backend is switched and no figure is left open.
 
+Every function writes the PNG and, next to it with the same stem, a CSV file holding the numbers the
+figure shows (`table_path`), one row per drawn point or bar, floats written with ``repr`` so that
+they read back exactly.
+
 - `plot_values`: every finite positive value of each format on a log2 axis, one row per format.
-- `plot_rounding_error`: the relative rounding error ``|q(x) - x| / |x|`` against ``|x|`` (log axes),
-  with each format's unit roundoff ``eps / 2``.
-- `plot_qsnr`: the QSNR of scaling recipes (`fpemu.scaled`) on Gaussian and heavy-tailed data.
-- `plot_matmul_error`: the relative error of quantized matmuls against their size
-  (`fpemu.tools.accuracy.matmul_accuracy`).
+- `plot_rounding_error`: the largest relative rounding error per binade against magnitude, one
+  panel per family of formats (`fpemu.tools.rounding`).
+- `plot_qsnr`: the QSNR of scaling recipes (`fpemu.scaled`) on each data distribution (`fpemu.tools.data`).
+- `plot_matmul_error`: the QSNR of quantized matmuls against the inner dimension, one panel per
+  distribution (`fpemu.tools.accuracy.matmul_accuracy`).
 - `plot_bench`: a bar chart of ``fpemu bench`` rows.
 """
 
 from __future__ import annotations
 
-import difflib
+import csv
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
 import fpemu
-from fpemu.tools import accuracy
+from fpemu.tools import accuracy, choices, rounding
+from fpemu.tools import data as datasets
 
 INSTALL_HINT = "pip install 'fpemu[plot]'"
+#: The formats of ``values`` (each at most 2**20 values) and of ``rounding-error`` (every family).
 DEFAULT_FORMATS = ("e4m3fn", "e5m2", "e3m2fn", "e2m1fn", "bf16", "fp16")
-DEFAULT_MATMUL_SIZES = (64, 128, 256, 512)
+ROUNDING_ERROR_FORMATS = ("fp32", "tf32", "bf16", "fp16", "e4m3fn", "e5m2", "e3m2fn", "e2m3fn", "e2m1fn")
+#: The inner dimensions K and the outer ones (M = N) of ``matmul-error``.
+DEFAULT_MATMUL_SIZES = (32, 128, 512, 2048)
+DEFAULT_OUTER = 128
 MAX_VALUES_CODES = 1 << 20  # plot_values draws every value: formats with at most this many positive codes
-_DPI = 100
+_DPI = 120
 _KIND_COLORS = {"fpemu": "C0", "peer": "C1", "reference": "C7"}
-_MARKERS = "osD^v<>ph*"
+#: Colour and marker of each recipe: no two recipes share either, in every figure.
+RECIPE_STYLES: dict[str, tuple[str, str]] = {
+    "fp32": ("#000000", "o"),
+    "bf16": ("#1f77b4", "s"),
+    "fp16": ("#17becf", "D"),
+    "fp8_e4m3": ("#d62728", "^"),
+    "fp8_e5m2": ("#8c564b", "v"),
+    "mxfp8_e4m3": ("#ff7f0e", "<"),
+    "mxfp8_e5m2": ("#bcbd22", ">"),
+    "mxfp6_e3m2": ("#9467bd", "p"),
+    "mxfp6_e2m3": ("#e377c2", "h"),
+    "mxfp4": ("#2ca02c", "*"),
+    "nvfp4": ("#7f7f7f", "X"),
+    "mxint8": ("#b8860b", "P"),
+}
+_EXTRA_MARKERS = "o^sDv*<>phXP"
+_DODGE = 0.25  # plot_matmul_error spreads a row's recipes over +-0.25 binade of K, so that equal values stay visible
+#: Colours of formats and of distributions (bars), one per series in a figure: Okabe-Ito's colour-blind-safe
+#: colours first (without its yellow), then four of matplotlib's tab10.
+SERIES_COLORS = ("#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00", "#000000", "#8c564b", "#9467bd",
+                 "#7f7f7f", "#bcbd22")  # fmt: skip
+#: The recipes drawn in the upper row of `plot_matmul_error` (errors far below the narrow formats').
+WIDE_RECIPES = ("fp32", "bf16", "fp16")
+_MODE_STYLES: tuple[Any, ...] = ("-", "--", "-.", ":")
 
 
 class MissingMatplotlibError(RuntimeError):
@@ -64,18 +95,77 @@ def _figure(width: float, height: float):
     return fig
 
 
-def _save(fig, path: str | Path) -> Path:
+def table_path(path: str | Path) -> Path:
+    """The CSV file written next to the PNG ``path``: same folder and stem, suffix ``.csv``.
+
+    Example:
+      >>> table_path("plots/matmul_error.png").as_posix()
+      'plots/matmul_error.csv'
+    """
+    return Path(path).with_suffix(".csv")
+
+
+def _text(value: Any) -> str:
+    return repr(float(value)) if isinstance(value, (float, np.floating)) else str(value)
+
+
+def write_table(path: str | Path, header: Sequence[str], rows: Iterable[Sequence[Any]]) -> Path:
+    """Write ``rows`` under ``header`` as CSV; floats as ``repr`` (``inf``, ``nan`` included: exact on reading back)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f, lineterminator="\n")
+        writer.writerow(header)
+        writer.writerows([_text(v) for v in row] for row in rows)
+    return path
+
+
+def _save(fig, path: str | Path, header: Sequence[str], rows: Iterable[Sequence[Any]]) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, format="png", dpi=_DPI)
+    write_table(table_path(path), header, rows)
     return path
 
 
 def _formats(formats: Iterable[Any]) -> list[fpemu.Format]:
-    fmts = [fpemu.get_format(f) for f in formats]  # UnknownFormatError names the closest formats
+    fmts = list(dict.fromkeys(fpemu.get_format(f) for f in formats))  # UnknownFormatError names the closest
     if not fmts:
         raise ValueError("no formats given")
     return fmts
+
+
+def recipe_style(name: str, index: int = 0) -> tuple[str, str]:
+    """The colour and marker of a recipe (`RECIPE_STYLES`; others by their position ``index``)."""
+    return RECIPE_STYLES.get(name) or (SERIES_COLORS[index % len(SERIES_COLORS)], _EXTRA_MARKERS[index % 12])
+
+
+def log2_ticks(low: float, high: float, most: int = 6) -> list[float]:
+    """Powers of two ``2**k`` spanning ``[low, high]``, ``k`` a multiple of the smallest power-of-two step
+    that gives at most ``most + 1`` ticks.
+
+    Example:
+      >>> [math.log2(t) for t in log2_ticks(2.0**-150, 2.0**128)]
+      [-128.0, -64.0, 0.0, 64.0, 128.0]
+      >>> [math.log2(t) for t in log2_ticks(0.25, 6.0)]
+      [-2.0, -1.0, 0.0, 1.0, 2.0]
+    """
+    (m_low, e_low), e_high = math.frexp(low), math.frexp(high)[1]  # exact: log2 of a float64 may round up
+    lo, hi = (e_low - 1 if m_low == 0.5 else e_low), e_high - 1
+    step = 1
+    while (hi - lo) // step > most:
+        step *= 2
+    return [math.ldexp(1.0, k) for k in range(-(-lo // step) * step, hi + 1, step)]
+
+
+def _set_log2_ticks(axis, low: float, high: float) -> None:
+    from matplotlib.ticker import NullLocator
+
+    axis.set_ticks(log2_ticks(low, high))
+    axis.set_minor_locator(NullLocator())
+
+
+# -- the values --------------------------------------------------------------------------------------
 
 
 def check_drawable(fmt: fpemu.Format) -> None:
@@ -109,7 +199,8 @@ def plot_values(formats: Sequence[Any] = DEFAULT_FORMATS, path: str | Path = "va
     """Every finite positive value of each format as a tick on a log2 axis, one row per format.
 
     Subnormals are drawn in a second colour. The density of ticks per octave is ``2**mantissa_bits``:
-    the picture shows range (width) against precision (density) at a glance.
+    the picture shows range (width) against precision (density) at a glance. The CSV has one row per
+    value: ``format, value, subnormal``.
 
     Args:
       formats: names, dtypes or `fpemu.Format` objects with at most 2**20 positive values (bf16, fp16, tf32
@@ -125,107 +216,171 @@ def plot_values(formats: Sequence[Any] = DEFAULT_FORMATS, path: str | Path = "va
       MissingMatplotlibError: without matplotlib.
     """
     fmts = _formats(formats)
-    values = [positive_values(fmt) for fmt in fmts]
-    fig = _figure(10, 1.5 + 0.55 * len(fmts))
-    ax = fig.subplots()
-    ax.set_xscale("log", base=2)
-    labels = []
-    for i, (fmt, v) in enumerate(zip(fmts, values)):
-        row = len(fmts) - 1 - i
-        subnormal = v < fmt.min_normal
-        style = dict(lineoffsets=row, linelengths=0.7, linewidths=0.6)
-        ax.eventplot(v[~subnormal], colors="C0", **style)
-        if subnormal.any():
-            ax.eventplot(v[subnormal], colors="C1", **style)
-        labels.append(f"{fmt.name}\n{v.size:,} values")
-    ax.set_yticks(range(len(fmts)), labels=labels[::-1])
-    ax.set_ylim(-0.6, len(fmts) - 0.4)
-    ax.set_xlabel("positive finite values (log2 axis)")
-    ax.set_title("Every finite positive value of each format (blue: normal, orange: subnormal)")
-    ax.grid(axis="x", alpha=0.3)
-    return _save(fig, path)
+    values = {fmt: positive_values(fmt) for fmt in fmts}
+    families = [f for f in rounding.FAMILIES if any(rounding.family(fmt) == f for fmt in fmts)]
+    members = {fam: [fmt for fmt in fmts if rounding.family(fmt) == fam] for fam in families}
+    fig = _figure(10, 1.2 + sum(0.5 + 0.55 * len(m) for m in members.values()))
+    axes = fig.subplots(len(families), 1, squeeze=False, height_ratios=[0.5 + len(m) for m in members.values()])
+    rows = []
+    for ax, fam in zip(axes[:, 0], families):
+        labels = []
+        for i, fmt in enumerate(members[fam]):
+            v = values[fmt]
+            row = len(members[fam]) - 1 - i
+            subnormal = v < fmt.min_normal
+            style = dict(lineoffsets=row, linelengths=0.7, linewidths=0.6)
+            ax.eventplot(v[~subnormal], colors="C0", **style)
+            if subnormal.any():
+                ax.eventplot(v[subnormal], colors="C1", **style)
+            labels.append(f"{fmt.name}\n{v.size:,} values")
+            rows += [(fmt.name, value, int(sub)) for value, sub in zip(v.tolist(), subnormal.tolist())]
+        ax.set_xscale("log", base=2)
+        low = min(values[fmt][0] for fmt in members[fam])
+        high = max(values[fmt][-1] for fmt in members[fam])
+        ax.set_xlim(low / 2 ** (0.03 * math.log2(high / low) + 0.5), high * 2 ** (0.03 * math.log2(high / low) + 0.5))
+        _set_log2_ticks(ax.xaxis, low, high)
+        ax.set_yticks(range(len(labels)), labels=labels[::-1])
+        ax.set_ylim(-0.6, len(labels) - 0.4)
+        ax.set_title(rounding.FAMILY_TITLES[fam], fontsize="medium")
+        ax.grid(axis="x", alpha=0.3)
+    axes[-1, 0].set_xlabel("positive finite values (log2 axis)")
+    fig.suptitle("Every finite positive value of each format (blue: normal, orange: subnormal)")
+    return _save(fig, path, ("format", "value", "subnormal"), rows)
+
+
+# -- rounding error ----------------------------------------------------------------------------------
 
 
 def plot_rounding_error(
-    formats: Sequence[Any] = DEFAULT_FORMATS,
+    formats: Sequence[Any] = ROUNDING_ERROR_FORMATS,
     path: str | Path = "rounding_error.png",
     *,
-    samples: int = 20000,
+    modes: Sequence[str] = ("nearest_even",),
+    samples_per_binade: int = 1000,
     seed: int = 0,
 ) -> Path:
-    """The relative error ``|q(x) - x| / |x|`` of round-to-nearest-even against ``|x|``, log axes.
+    """The largest relative rounding error ``|q(x) - x| / |x|`` in each binade against ``|x|``, log2 axes.
 
-    ``samples`` values per format are drawn log-uniformly from half the smallest subnormal to the
-    largest finite value (float64, with ``jax_enable_x64`` on inside this function, so each value is
-    rounded once from float64). The dashed lines are each format's unit roundoff ``eps / 2``: the
-    bound in the normal range. Below ``min_normal`` the absolute error is fixed, so the relative error
-    grows, up to 1 where values round to zero. Exact results (error 0) cannot be drawn on a log axis
-    and are left out.
+    One panel per family (`fpemu.tools.rounding.family`: 9 to 64 bits, 8 bits, 6 bits and fewer),
+    each with its own axes, so that bf16's range does not squeeze the narrow formats. Each format is
+    one colour and marker; each rounding mode one line style. A step spans its binade; the dotted
+    horizontal line of a format's colour is its unit roundoff ``u = eps / 2``, the bound of
+    round-to-nearest in the normal range. Left of the normal range the error doubles per binade, up to
+    1 where values round to zero. The numbers come from `fpemu.tools.rounding.rounding_error_table`
+    and the CSV has its rows (``format, family, mode, exponent, low, high, samples,
+    max_relative_error, mean_relative_error, unit_roundoff``). A format whose samples all round
+    exactly (fp64: they are float64) has nothing to draw; its legend entry says so.
 
     Raises:
-      fpemu.UnknownFormatError, MissingMatplotlibError: as `plot_values`.
+      fpemu.UnknownFormatError: for an unknown format. ValueError: for an unknown rounding mode.
+      MissingMatplotlibError: without matplotlib.
     """
     fmts = _formats(formats)
     require_matplotlib()
-    rng = np.random.default_rng(seed)
-    points = []
-    with jax.enable_x64(True):
-        for fmt in fmts:
-            low, high = max(fmt.min_subnormal_exponent - 1, -1074), math.log2(fmt.max)  # float64 holds 2**-1074
-            x = np.exp2(rng.uniform(low, high, samples))
-            q = np.asarray(fpemu.quantize(jnp.asarray(x, jnp.float64), fmt), np.float64)
-            error = np.abs(q - x) / x
-            keep = np.isfinite(error) & (error > 0)
-            points.append((x[keep], error[keep]))
-    fig = _figure(10, 6)
-    ax = fig.subplots()
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log", base=2)
-    for i, (fmt, (x, error)) in enumerate(zip(fmts, points)):
-        color = f"C{i % 10}"
-        ax.scatter(x, error, s=1, color=color, alpha=0.5, linewidths=0, rasterized=True,
-                   label=f"{fmt.name} (eps/2 = 2^{-fmt.precision})")  # fmt: skip
-        ax.axhline(fmt.eps / 2, color=color, linestyle="--", linewidth=0.8)
-    ax.set_xlabel("|x| (log2 axis)")
-    ax.set_ylabel("relative error |q(x) - x| / |x| (log2 axis)")
-    ax.set_title("Relative rounding error, nearest even (dashed: unit roundoff eps/2)")
-    ax.legend(loc="lower left", markerscale=8, fontsize="small")
-    ax.grid(alpha=0.3)
-    return _save(fig, path)
+    from matplotlib.lines import Line2D
+
+    table = rounding.rounding_error_table(fmts, modes=modes, samples_per_binade=samples_per_binade, seed=seed)
+    modes = list(dict.fromkeys(modes))
+    families = [f for f in rounding.FAMILIES if any(rounding.family(fmt) == f for fmt in fmts)]
+    fig = _figure(5.2 * len(families), 5.4 + 0.2 * len(modes))
+    axes = fig.subplots(1, len(families), squeeze=False)[0]
+    for ax, fam in zip(axes, families):
+        members = [fmt for fmt in fmts if rounding.family(fmt) == fam]
+        handles = []
+        for fmt in members:
+            i = fmts.index(fmt)  # one colour and marker per format in the whole figure
+            color, marker = SERIES_COLORS[i % len(SERIES_COLORS)], _EXTRA_MARKERS[i % 12]
+            drawn = False
+            for j, mode in enumerate(modes):
+                rows = [r for r in table if r.format == fmt.name and r.mode == mode and r.max_relative_error > 0]
+                if not rows:
+                    continue
+                drawn = True
+                edges = [math.ldexp(1.0, r.exponent) for r in rows] + [rows[-1].high]
+                ax.stairs([r.max_relative_error for r in rows], edges, color=color,
+                          linestyle=_MODE_STYLES[j % len(_MODE_STYLES)], linewidth=1.6, baseline=None)  # fmt: skip
+                middle = [math.sqrt(math.ldexp(1.0, r.exponent) * r.high) for r in rows]
+                every = max(1, len(rows) // 8)
+                ax.plot(middle[j % every :: every], [r.max_relative_error for r in rows][j % every :: every],
+                        linestyle="none", marker=marker, color=color, markersize=5)  # fmt: skip
+            if drawn:
+                ax.axhline(fmt.eps / 2, color=color, linestyle=":", linewidth=0.9)
+            label = f"{fmt.name} ($u = 2^{{-{fmt.precision}}}$)" if drawn else f"{fmt.name} (exact on float64 samples)"
+            handles.append(Line2D([], [], color=color, marker=marker, label=label))
+        if len(modes) > 1:
+            handles += [Line2D([], [], color="0.3", linestyle=_MODE_STYLES[j % len(_MODE_STYLES)], label=mode)
+                        for j, mode in enumerate(modes)]  # fmt: skip
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log", base=2)
+        shown = [r for r in table if r.family == fam and r.max_relative_error > 0]
+        shown = shown or [r for r in table if r.family == fam]  # nothing drawn (fp64): the samples' range
+        _set_log2_ticks(ax.xaxis, min(math.ldexp(1.0, r.exponent) for r in shown), max(r.high for r in shown))
+        ax.set_ylim(top=2.0)
+        ax.set_title(rounding.FAMILY_TITLES[fam], fontsize="medium")
+        ax.set_xlabel("|x| (log2 axis)")
+        ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncols=2, fontsize="small",
+                  frameon=False)  # fmt: skip
+        ax.grid(alpha=0.3, which="major")
+    axes[0].set_ylabel("largest relative error |q(x) - x| / |x| in the binade")
+    mode_text = modes[0] if len(modes) == 1 else ", ".join(modes)
+    fig.suptitle(f"Relative rounding error per binade ({mode_text}; dotted: unit roundoff u = eps/2)")
+    header = ("format", "family", "mode", "exponent", "low", "high", "samples", "max_relative_error",
+              "mean_relative_error", "unit_roundoff")  # fmt: skip
+    rows_out = [(r.format, r.family, r.mode, r.exponent, math.ldexp(1.0, r.exponent), r.high, r.samples,
+                 r.max_relative_error, r.mean_relative_error, r.unit_roundoff) for r in table]  # fmt: skip
+    return _save(fig, path, header, rows_out)
 
 
-def _heavy_tailed(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
-    return rng.standard_t(accuracy.HEAVY_TAILED_DF, size=shape).astype(np.float32)
-
-
-# The distributions of the matmul accuracy benchmark (fpemu.tools.accuracy), drawn as one array.
-QSNR_DISTRIBUTIONS = {
-    "Gaussian": lambda rng, shape: rng.standard_normal(shape, dtype=np.float32),
-    f"Student-t (df={accuracy.HEAVY_TAILED_DF})": _heavy_tailed,
-}
+# -- QSNR of the recipes -------------------------------------------------------------------------------
 
 
 def qsnr_table(
-    recipes: Sequence[Any], *, shape: tuple[int, ...] = (256, 1024), seed: int = 0
+    recipes: Sequence[Any],
+    *,
+    shape: tuple[int, ...] = (256, 1024),
+    seed: int = 0,
+    distributions: Sequence[str] | None = None,
+    arrays: Mapping[str, np.ndarray] | None = None,
 ) -> dict[str, dict[str, float]]:
-    """QSNR in dB of ``scaled.quantize_dequantize(x, recipe)`` for each data distribution and recipe.
+    """QSNR in dB (`fpemu.scaled.qsnr`) of ``scaled.quantize_dequantize(x, recipe)`` for each data set and recipe.
+
+    Args:
+      recipes: recipe names (aliases accepted) or `fpemu.scaled.Recipe` objects.
+      shape: the float32 values of each distribution.
+      seed: distribution ``d`` is drawn with ``numpy.random.default_rng([seed, DISTRIBUTIONS.index(d)])``.
+      distributions: names from `fpemu.tools.data.DISTRIBUTIONS` (default: all; ``()``: none).
+      arrays: a user's own float32 arrays by name (`fpemu.tools.data.load_array`), measured as they are.
 
     Returns:
-      ``{distribution: {recipe name: dB}}``, the distributions of `QSNR_DISTRIBUTIONS`, blocks and
-      scales along the last axis (each recipe's default).
+      ``{data set: {recipe name: dB}}``: the distributions in order, then ``arrays``. Blocks and
+      scales run along the last axis (each recipe's default); where its length is not a multiple of
+      the block size, the last block is shorter (``pad=True``).
+
+    Raises:
+      fpemu.scaled.UnknownRecipeError, ValueError: for an unknown recipe or distribution (listing them).
     """
     recipe_list = [fpemu.scaled.get_recipe(r) for r in recipes]  # UnknownRecipeError lists the names
     if not recipe_list:
         raise ValueError("no recipes given")
-    rng = np.random.default_rng(seed)
+    names = datasets.DISTRIBUTIONS if distributions is None else tuple(distributions)
+    if names:
+        choices.check_names("distribution", names, datasets.DISTRIBUTIONS)
+    sets = {d: datasets.sample(d, shape, np.random.default_rng([seed, datasets.DISTRIBUTIONS.index(d)])) for d in names}
+    sets.update(arrays or {})
+    if not sets:
+        raise ValueError("no distributions or arrays given")
     table: dict[str, dict[str, float]] = {}
-    for label, draw in QSNR_DISTRIBUTIONS.items():
-        x = jnp.asarray(draw(rng, shape))
+    for label, values in sets.items():
+        x = jnp.asarray(values)
         table[label] = {
-            recipe.name: float(fpemu.scaled.qsnr(x, fpemu.scaled.quantize_dequantize(x, recipe)))
+            recipe.name: float(fpemu.scaled.qsnr(x, fpemu.scaled.quantize_dequantize(x, recipe, pad=True)))
             for recipe in recipe_list
         }
     return table
+
+
+def _data_label(name: str) -> str:
+    return datasets.DISTRIBUTION_LABELS.get(name, name)
 
 
 def plot_qsnr(
@@ -234,41 +389,52 @@ def plot_qsnr(
     *,
     shape: tuple[int, ...] = (256, 1024),
     seed: int = 0,
+    distributions: Sequence[str] | None = None,
+    arrays: Mapping[str, np.ndarray] | None = None,
 ) -> Path:
-    """Bar chart of the QSNR (dB, higher is better) of scaling recipes on Gaussian and heavy-tailed data.
+    """Bars of the QSNR (dB, higher is better) of scaling recipes, one bar per data set in each recipe's group.
+
+    The numbers are `qsnr_table`'s; the CSV has one row per bar: ``data, recipe, qsnr_db``.
 
     Args:
       recipes: recipe names or `fpemu.scaled.Recipe` objects; every built-in recipe when None.
       path: the PNG to write.
-      shape, seed: the float32 test data (`qsnr_table`).
+      shape, seed, distributions, arrays: the data (`qsnr_table`).
 
     Raises:
-      fpemu.scaled.UnknownRecipeError: for an unknown name (the message lists the closest ones).
+      fpemu.scaled.UnknownRecipeError, ValueError: for an unknown recipe or distribution.
       MissingMatplotlibError: without matplotlib.
     """
     require_matplotlib()
-    table = qsnr_table(fpemu.scaled.recipes() if recipes is None else recipes, shape=shape, seed=seed)
+    table = qsnr_table(fpemu.scaled.recipes() if recipes is None else recipes, shape=shape, seed=seed,
+                       distributions=distributions, arrays=arrays)  # fmt: skip
     names = list(next(iter(table.values())))
-    fig = _figure(max(6.0, 1.1 * len(names) + 2), 5)
+    fig = _figure(max(7.0, 0.45 * len(names) * len(table) + 3), 5)
     ax = fig.subplots()
     width = 0.8 / len(table)
     positions = np.arange(len(names))
+    rows = []
     for i, (label, by_recipe) in enumerate(table.items()):
         heights = [by_recipe[name] if math.isfinite(by_recipe[name]) else 0.0 for name in names]
-        bars = ax.bar(positions + (i - (len(table) - 1) / 2) * width, heights, width, label=label, color=f"C{i}")
-        ax.bar_label(bars, labels=[f"{by_recipe[n]:.1f}" for n in names], fontsize="x-small", padding=2)
+        bars = ax.bar(positions + (i - (len(table) - 1) / 2) * width, heights, width, label=_data_label(label),
+                      color=SERIES_COLORS[i % len(SERIES_COLORS)])  # fmt: skip
+        ax.bar_label(bars, labels=[f"{by_recipe[n]:.1f}" for n in names], fontsize="x-small", padding=2,
+                     rotation=90 if len(table) > 2 else 0)  # fmt: skip
+        rows += [(label, name, by_recipe[name]) for name in names]
     ax.set_xticks(positions, labels=names, rotation=30, ha="right")
     ax.set_ylabel("QSNR (dB), higher is better")
-    ax.set_title(f"QSNR of fpemu.scaled.quantize_dequantize on {'x'.join(map(str, shape))} float32 values")
-    ax.legend(fontsize="small")
+    about = [f"{'x'.join(map(str, shape))} values per distribution, seed {seed}"] if any(
+        name in datasets.DISTRIBUTIONS for name in table) else []  # fmt: skip
+    about += ["your arrays as given"] if arrays else []
+    ax.set_title(f"QSNR of fpemu.scaled.quantize_dequantize (blocks along the last axis; {'; '.join(about)})",
+                 fontsize="medium")  # fmt: skip
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), title="data")
     ax.grid(axis="y", alpha=0.3)
-    ax.margins(y=0.12)
-    return _save(fig, path)
+    ax.margins(y=0.15)
+    return _save(fig, path, ("data", "recipe", "qsnr_db"), rows)
 
 
-def names_of(collection: Iterable[Any]) -> list[str]:
-    """The names of recipes or formats (their ``name`` attribute), or the strings themselves."""
-    return [str(getattr(item, "name", item)) for item in collection]
+# -- matmul error ------------------------------------------------------------------------------------
 
 
 def plot_matmul_error(
@@ -276,20 +442,27 @@ def plot_matmul_error(
     sizes: Sequence[int] = DEFAULT_MATMUL_SIZES,
     path: str | Path = "matmul_error.png",
     *,
-    distribution: str = "gaussian",
+    distributions: Sequence[str] | None = None,
+    data: accuracy.MatmulData | Sequence[accuracy.MatmulData] | None = None,
+    outer: int | None = DEFAULT_OUTER,
     seed: int = 0,
 ) -> Path:
-    """Relative error of quantized matmuls against their size (log-log), one line per recipe.
+    """The QSNR (dB) of quantized matmuls against the inner dimension K, one panel per distribution.
 
-    The numbers come from `fpemu.tools.accuracy.matmul_accuracy` (recipes from its ``MATMUL_RECIPES``,
-    data from its ``DISTRIBUTIONS``). Errors of exactly 0 cannot be drawn on a log axis; such points
-    are left out and the recipe is marked "exact" in the legend.
+    Each panel is one distribution of `fpemu.tools.accuracy.DISTRIBUTIONS` (and one per `MatmulData`),
+    all on the same y axis; each recipe is one line with its own colour and marker (`RECIPE_STYLES`),
+    named in the legend to the right. The numbers come from `fpemu.tools.accuracy.matmul_accuracy`
+    (``M = N = outer``, K = each size); the CSV has one row per point: ``recipe, distribution, m, k,
+    n, qsnr_db, relative_error, max_abs_error``. A QSNR of +inf (an exact product) cannot be drawn:
+    the legend marks the recipe "exact"; -inf (a non-finite product) is marked "overflow".
 
     Args:
       recipes: names from ``MATMUL_RECIPES``; all of them when None.
-      sizes: the matmul sizes ``n`` (n x n times n x n).
+      sizes: the inner dimensions K.
       path: the PNG to write.
-      distribution: one of ``DISTRIBUTIONS``.
+      distributions: names from ``DISTRIBUTIONS``; all when None, none with ``()`` (then ``data``).
+      data: a user's operands, measured at the sizes below their K and at K.
+      outer: ``M = N`` of the drawn operands; None: square (``M = N = K``).
       seed: passed to ``matmul_accuracy``.
 
     Raises:
@@ -297,45 +470,67 @@ def plot_matmul_error(
       MissingMatplotlibError: without matplotlib.
     """
     require_matplotlib()
-    known = names_of(accuracy.MATMUL_RECIPES)
-    recipe_names = known if recipes is None else [str(r) for r in recipes]
-    check_choices("matmul recipe", recipe_names, known)
-    check_choices("distribution", [distribution], names_of(accuracy.DISTRIBUTIONS))
+    from matplotlib.lines import Line2D
+
+    known = list(accuracy.MATMUL_RECIPES)
+    recipe_names = known if recipes is None else choices.check_names("matmul recipe", [str(r) for r in recipes], known)
+    names = list(accuracy.DISTRIBUTIONS if distributions is None else distributions)
+    if names:
+        choices.check_names("distribution", names, accuracy.DISTRIBUTIONS)
+    operands = [] if data is None else [data] if isinstance(data, accuracy.MatmulData) else list(data)
     size_list = list(sizes)
     if not size_list or any(isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 1 for s in size_list):
         raise ValueError(f"sizes must be positive integers, got {list(sizes)!r}")
-    results = accuracy.matmul_accuracy(recipes=recipe_names, distributions=[distribution], sizes=size_list, seed=seed)
-    fig = _figure(9.5, 5.5)
-    ax = fig.subplots()
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    for i, name in enumerate(recipe_names):
-        points = sorted((r.size, r.relative_error) for r in results if r.recipe == name)
-        drawn = [(s, e) for s, e in points if e > 0 and math.isfinite(e)]
-        label = name + ("" if drawn or not points else " (exact)")
-        style = dict(color=f"C{i % 10}", marker=_MARKERS[i % len(_MARKERS)], linestyle="-" if i < 10 else "--")
-        ax.plot(*(zip(*drawn) if drawn else ([], [])), label=label, **style)  # no points: the legend entry
-    ax.set_xticks(sorted(set(size_list)), labels=[str(s) for s in sorted(set(size_list))])
-    ax.set_xlabel("n (n x n @ n x n, log2 axis)")
-    ax.set_ylabel("relative error ||C - C_exact|| / ||C_exact||")
-    ax.set_title(f"Error of quantized matmuls against size ({distribution} data, seed {seed})")
-    ax.legend(fontsize="small", loc="center left", bbox_to_anchor=(1.01, 0.5))
-    ax.grid(alpha=0.3, which="both")
-    return _save(fig, path)
+    results = accuracy.matmul_accuracy(recipes=recipe_names, distributions=names, sizes=size_list, seed=seed,
+                                       outer=outer, data=operands or None)  # fmt: skip
+    panels = [*names, *(d.name for d in operands)]
+    groups = [g for g in ([r for r in recipe_names if r in WIDE_RECIPES], [r for r in recipe_names
+              if r not in WIDE_RECIPES]) if g]  # fmt: skip
+    fig = _figure(3.7 * len(panels) + 2.4, 3.3 * len(groups) + 0.9)
+    axes = fig.subplots(len(groups), len(panels), squeeze=False, sharey="row", sharex="col")
+    handles = []
+    for g, group in enumerate(groups):
+        for j, name in enumerate(group):
+            index = recipe_names.index(name)
+            color, marker = recipe_style(name, index)
+            face = "none" if index % 2 else color  # alternate hollow and filled markers
+            dodge = 2.0 ** (_DODGE * (j - (len(group) - 1) / 2) / max(1, (len(group) - 1) / 2))
+            label = name
+            for p, panel in enumerate(panels):
+                points = sorted((r.size, r.qsnr_db) for r in results if r.recipe == name and r.distribution == panel)
+                drawn = [(k * dodge, q) for k, q in points if math.isfinite(q)]
+                if len(drawn) < len(points):
+                    label = name + (" (exact)" if any(q > 0 and math.isinf(q) for _, q in points) else " (overflow)")
+                if drawn:
+                    axes[g][p].plot(*zip(*drawn), color=color, marker=marker, markersize=6, linewidth=1.3,
+                                    markerfacecolor=face, markeredgewidth=1.3)  # fmt: skip
+            handles.append(Line2D([], [], color=color, marker=marker, markerfacecolor=face, markeredgewidth=1.3,
+                                  label=label))  # fmt: skip
+        which = "16- and 32-bit recipes" if group[0] in WIDE_RECIPES else "8-bit and narrower recipes"
+        axes[g][0].set_ylabel(f"QSNR (dB)\n{which}")
+    for p, panel in enumerate(panels):
+        ks = sorted({r.size for r in results if r.distribution == panel})
+        title = _data_label(panel)
+        if panel not in names:  # a user's data: its own M and N
+            title += f"\n(M = {operands[p - len(names)].lhs.shape[0]}, N = {operands[p - len(names)].rhs.shape[1]})"
+        axes[0][p].set_title(title, fontsize="medium")
+        axes[-1][p].set_xlabel("inner dimension K (log2 axis)")
+        for row in axes[:, p]:
+            row.set_xscale("log", base=2)
+            row.set_xticks(ks, labels=[str(k) for k in ks])
+            row.minorticks_off()
+            row.set_xlim(ks[0] / 2**0.6, ks[-1] * 2**0.6)
+            row.grid(alpha=0.3)
+    fig.legend(handles=handles, loc="outside right upper", title="recipe", fontsize="small")
+    shape = f"drawn data: M = N = {outer}" if outer is not None else "drawn data: M = N = K"
+    fig.suptitle(f"QSNR of quantized matmuls C = A B against the float64 product ({shape}; higher is better)")
+    header = ("recipe", "distribution", "m", "k", "n", "qsnr_db", "relative_error", "max_abs_error")
+    table = [(r.recipe, r.distribution, r.m, r.size, r.n, r.qsnr_db, r.relative_error, r.max_abs_error)
+             for r in results]  # fmt: skip
+    return _save(fig, path, header, table)
 
 
-def check_choices(what: str, names: Sequence[str], choices: Sequence[str]) -> None:
-    """Raise ValueError naming the unknown ``names`` and listing the valid ``choices``."""
-    unknown = [name for name in names if name not in choices]
-    if unknown:
-        close = [c for name in unknown for c in difflib.get_close_matches(name, choices, n=2, cutoff=0.6)]
-        hint = f"did you mean {', '.join(map(repr, dict.fromkeys(close)))}? " if close else ""
-        raise ValueError(
-            f"unknown {what}{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
-            f"{hint}choose from: {', '.join(choices)}"
-        )
-    if not names:
-        raise ValueError(f"no {what}s given; choose from: {', '.join(choices)}")
+# -- bench chart ---------------------------------------------------------------------------------------
 
 
 def _field(row: Any, key: str) -> Any:
@@ -355,6 +550,8 @@ def plot_bench(
 ) -> Path:
     """Horizontal bars of one metric for every ``fpemu bench`` row, coloured by kind.
 
+    The CSV has one row per bar: ``name, kind, <metric>``.
+
     Args:
       rows: `fpemu.tools.bench.BenchRow` objects, or their JSON dicts (``"rows"`` of ``--json`` output).
       path: the PNG to write.
@@ -364,10 +561,12 @@ def plot_bench(
     Raises:
       ValueError: for an unknown metric or no rows. MissingMatplotlibError: without matplotlib.
     """
-    check_choices("metric", [metric], list(BENCH_METRICS))
+    choices.check_names("metric", [metric], list(BENCH_METRICS))
     if not rows:
         raise ValueError("no bench rows to plot")
     require_matplotlib()
+    from matplotlib.patches import Patch
+
     names = [_field(r, "name") for r in rows]
     values = [float(_field(r, metric)) for r in rows]
     kinds = [_field(r, "kind") for r in rows]
@@ -384,10 +583,8 @@ def plot_bench(
         ax.axvline(1.0, color="black", linewidth=0.8)
     ax.margins(x=0.15)
     ax.set_xlabel(BENCH_METRICS[metric])
-    from matplotlib.patches import Patch
-
     ax.legend(handles=[Patch(color=c, label=k) for k, c in _KIND_COLORS.items() if k in kinds],
               loc="lower right", fontsize="small")  # fmt: skip
     ax.set_title(title or f"fpemu bench: {metric}")
     ax.grid(axis="x", alpha=0.3, which="both")
-    return _save(fig, path)
+    return _save(fig, path, ("name", "kind", metric), zip(names, kinds, values))
