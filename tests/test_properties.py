@@ -89,6 +89,9 @@ def test_float64_boundaries_builtin_formats(fmt, rounding, saturate, subnormals,
 # Found by hypothesis: a format whose smallest quantum equals float32's (rounding shift 0 on subnormals).
 @example(fmt=fpemu.Format(name="e8m21b129", exponent_bits=8, mantissa_bits=21, bias=129), rounding="nearest_even",
          saturate=False, subnormals=True, seed=0)  # fmt: skip
+# Found by hypothesis: flushing the subnormals of a format without exponent bits kept its NaN code.
+@example(fmt=fpemu.Format(name="e0m2_fn_b0", exponent_bits=0, mantissa_bits=2, bias=0, specials="fn"),
+         rounding="nearest_even", saturate=False, subnormals=False, seed=0)  # fmt: skip
 def test_custom_formats(fmt, rounding, saturate, subnormals, seed):
     if fits(fmt, fpemu.get_format("fp32")):
         _assert_matches_reference(boundary_inputs(fmt, np.float32, seed), fmt, rounding, saturate, subnormals)

@@ -311,8 +311,8 @@ def round_narrow(
         res = jnp.where(a == u(src.inf_code), v_inf if dst.has_inf else v_max, res)
     elif not clamp and not (ovf_pos and ovf_neg):  # where overflow clamps, infinity still maps to infinity
         res = jnp.where(a == u(src.inf_code), v_overflow, res)
-    if flush and dst.exponent_bits == 0:
-        res = jnp.where(res < v_min_normal, u(0), res)
+    if flush and dst.exponent_bits == 0:  # finite values only: the infinity and NaN codes stay
+        res = jnp.where((res < v_min_normal) & (res <= v_max), u(0), res)
 
     if dst.has_negative_zero:
         res = res | sign

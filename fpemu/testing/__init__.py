@@ -18,6 +18,7 @@
 See docs/testing.md for the guide and docs/tutorial_pallas.md for a worked example.
 """
 
+import types as _types
 import typing as _typing
 
 from fpemu._text import text_table
@@ -72,4 +73,6 @@ def __getattr__(name: str) -> _typing.Any:
 
 
 def __dir__() -> list:
-    return sorted(set(globals()) | set(_STRATEGIES))
+    """The public names: those of ``__all__`` and the public submodules (no private helpers)."""
+    modules = {name for name, value in globals().items() if isinstance(value, _types.ModuleType)}
+    return sorted(set(__all__) | {name for name in modules if not name.startswith("_")})

@@ -322,8 +322,12 @@ def assert_close(
     - ``ulps``: ``ulp_distance(actual, expected, fmt) <= ulps``, in units of ``fmt`` (by default
       the format of ``expected``'s dtype);
     - ``rtol``/``atol`` (a missing one is 0): ``|actual - expected| <= atol + rtol * |expected|``;
-    - ``like``: the ``(rtol, atol)`` another framework uses by default for ``expected``'s dtype,
-      from `tolerances` (``"torch"``, ``"numpy"``, ``"numpy.allclose"``, ``"jax"``).
+    - ``like``: the ``(rtol, atol)`` another framework uses by default, from `tolerances`
+      (``"torch"``, ``"numpy"``, ``"numpy.allclose"``, ``"jax"``), by that framework's rule for two
+      dtypes: the loosest of ``actual``'s and ``expected``'s (torch and JAX; NumPy's defaults do not
+      depend on dtypes), so a float32 result against a float64 reference (``check_dtype=False``)
+      passes at float32's tolerance, as in ``torch.testing.assert_close``. torch has no tolerance
+      for float8: like torch, ``like="torch"`` compares two float8 arrays exactly.
 
     With none of them given the default is ``ulps=1`` in ``fmt`` (or in ``expected``'s own
     format): two correctly rounded results of the same computation are at most one ulp apart.
@@ -334,7 +338,7 @@ def assert_close(
         ``check_dtype=False``, same dtype.
       fmt: The format whose ulps ``ulps`` counts, and that mismatches are described in.
       ulps, rtol, atol: Tolerances (non-negative numbers), see above.
-      like: A framework name, whose default ``(rtol, atol)`` for ``expected``'s dtype to use.
+      like: A framework name, whose default ``(rtol, atol)`` for the two dtypes to use.
       equal_nan: Whether NaN matches NaN.
       check_dtype: Require equal dtypes.
       err_msg: Text to put first in the failure message.
@@ -343,12 +347,15 @@ def assert_close(
     Raises:
       AssertionError: listing the count and the first mismatches (index, values, bits, absolute
         and relative error, codes in ``fmt`` and ulp distance).
-      ValueError: for a negative tolerance, ``like`` together with ``rtol``/``atol``, or ``ulps``
-        without a format (an expected dtype outside the registry and no ``fmt``).
+      ValueError: for a negative tolerance, ``like`` together with ``rtol``/``atol``, ``like="jax"``
+        with a dtype JAX has no tolerance for (float6), or ``ulps`` without a format (an expected
+        dtype outside the registry and no ``fmt``).
 
     Example:
       >>> import numpy as np
       >>> assert_close(np.float32([1.0, 2.0]), np.float32([1.125, 2.0]), fmt="e4m3fn")  # 1 ulp
+      >>> # float32 against float64: torch's float32 tolerance, the looser one, applies
+      >>> assert_close(np.float32([1.000002]), np.float64([1.0]), like="torch", check_dtype=False)
       >>> assert_close(np.float32([1.0, 2.0]), np.float32([1.0001, 2.0]), like="torch")
       Traceback (most recent call last):
       ...
@@ -369,7 +376,7 @@ def assert_close(
         like = choice_arg(like, tuple(TOLERANCES), "like")
         if rtol is not None or atol is not None:
             raise ValueError("pass like= or rtol=/atol=, not both")
-        rtol, atol = tolerances(like, expected.dtype)
+        rtol, atol = tolerances(like, actual.dtype, expected.dtype)
     elif rtol is not None or atol is not None:
         rtol, atol = rtol or 0.0, atol or 0.0
     codes = fmt is not None

@@ -10,7 +10,7 @@ import numpy as np
 from fpemu._core.format import Format
 from fpemu._core.registry import UnknownFormatError, get_format
 
-__all__ = ["as_array", "bits", "bits_hex", "code_hex", "container_format", "dtype_arg", "is_float", "widen"]
+__all__ = ["as_array", "bits", "bits_hex", "code_hex", "container_format", "dtype_arg", "in_dtype", "is_float", "widen"]
 
 
 def as_array(x: Any, name: str) -> np.ndarray:
@@ -75,3 +75,17 @@ def container_format(dtype: np.dtype, name: str = "dtype") -> Format:
         return get_format(dtype)
     except (UnknownFormatError, TypeError):
         raise ValueError(f"{name} must be a floating-point dtype in fpemu's registry, got {dtype.name}") from None
+
+
+def in_dtype(value: float, dtype: np.dtype, offset: int) -> float:
+    """``value`` in ``dtype`` (nearest; beyond its range: its largest finite), moved ``offset`` ulps
+    (but not past the largest finite value)."""
+    with np.errstate(over="ignore"):
+        x = np.asarray(value, np.float64).astype(dtype)
+    if np.isinf(x):
+        x = np.asarray(np.finfo(dtype).max, dtype)
+    for _ in range(abs(offset)):
+        with np.errstate(over="ignore"):
+            moved = np.nextafter(x, np.asarray(np.inf if offset > 0 else -np.inf, dtype))
+        x = x if np.isinf(moved) else moved  # the largest finite value stays: inputs stay finite
+    return float(x)

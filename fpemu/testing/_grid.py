@@ -5,6 +5,7 @@ Computed exactly in float64 from each value's binade and its multiple of the bin
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -14,7 +15,22 @@ from fpemu._args import format_arg
 from fpemu._core.format import Format
 from fpemu.testing._bits import as_array, code_hex, widen
 
-__all__ = ["binade_position", "code_text", "position_parts", "representable", "ulp_distance"]
+__all__ = [
+    "CodeRange",
+    "binade_position",
+    "boundary_magnitudes",
+    "checked_code_range",
+    "code_range",
+    "code_text",
+    "finite_code",
+    "magnitude_at_least",
+    "magnitude_at_most",
+    "next_magnitude",
+    "position_parts",
+    "representable",
+    "spacing",
+    "ulp_distance",
+]
 
 
 def binade_position(a: np.ndarray, fmt: Format) -> tuple[np.ndarray, np.ndarray]:
@@ -26,6 +42,180 @@ def binade_position(a: np.ndarray, fmt: Format) -> tuple[np.ndarray, np.ndarray]
     binade = np.maximum(np.where(a == 0, fmt.emin, e), fmt.emin)
     scaled = np.ldexp(a, (fmt.mantissa_bits - binade).astype(np.int32))
     return binade, scaled
+
+
+def spacing(a: float, fmt: Format) -> float:
+    """The distance between neighbouring values of ``fmt`` at magnitude ``a`` (>= 0, finite): the
+    spacing of ``a``'s binade, clamped below at the subnormal spacing; past max, the grid continues."""
+    binade, _ = binade_position(np.array(a, np.float64), fmt)
+    return math.ldexp(1.0, int(binade) - fmt.mantissa_bits)
+
+
+def next_magnitude(fmt: Format, code: int) -> float:
+    """The value of magnitude code ``code + 1``; past max, the grid continues with the top spacing."""
+    if code < fmt.max_code:
+        return fmt.magnitude_value(code + 1)
+    return fmt.max + spacing(fmt.max, fmt)
+
+
+def magnitude_at_most(fmt: Format, x: float, top: int) -> int:
+    """The largest magnitude code ``c <= top`` whose value is ``<= x``, or -1 if there is none."""
+    if fmt.magnitude_value(0) > x:
+        return -1
+    lo, hi = 0, top
+    while lo < hi:  # magnitude_value increases with the code
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fmt.magnitude_value(mid) <= x else (lo, mid - 1)
+    return lo
+
+
+def magnitude_at_least(fmt: Format, x: float, top: int) -> int:
+    """The smallest magnitude code ``c <= top`` whose value is ``>= x``, or ``top + 1`` if there is none."""
+    if fmt.magnitude_value(top) < x:
+        return top + 1
+    lo, hi = 0, top
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if fmt.magnitude_value(mid) >= x else (mid + 1, hi)
+    return lo
+
+
+@dataclasses.dataclass(frozen=True)
+class CodeRange:
+    """The codes of a format whose values lie in a range: an interval of magnitude codes per sign
+    (None where no value of that sign does), and which infinities lie in it."""
+
+    positive: tuple[int, int] | None
+    negative: tuple[int, int] | None  # magnitudes of negative values (two's complement: up to neg_max_code)
+    gap: int | None  # without subnormals: the first normal code (magnitudes 1 .. gap - 1 are left out)
+    pos_inf: bool
+    neg_inf: bool
+
+
+def _negative_zero(x: float) -> bool:
+    return x == 0 and math.copysign(1.0, x) < 0
+
+
+def _side(fmt: Format, top: int, low: float, high: float, zero_ok: bool, gap: int | None) -> tuple[int, int] | None:
+    """Magnitude codes in ``[0, top]`` whose values lie in ``[low, high]``, zero only if ``zero_ok``."""
+    if high < 0:
+        return None
+    lo = magnitude_at_least(fmt, low, top) if low > 0 else 0
+    hi = magnitude_at_most(fmt, high, top)
+    if lo == 0 and fmt.has_zero and not zero_ok:
+        lo = 1
+    if gap is not None:  # no subnormals: magnitudes 1 .. gap - 1 are out
+        lo = gap if 1 <= lo < gap else lo
+        hi = 0 if 1 <= hi < gap else hi
+    return (lo, hi) if lo <= hi else None
+
+
+def code_range(
+    fmt: Format,
+    *,
+    subnormals: bool = True,
+    negative: bool = True,
+    min_value: float | None = None,
+    max_value: float | None = None,
+    min_magnitude: float | None = None,
+    max_magnitude: float | None = None,
+) -> CodeRange:
+    """The finite codes of ``fmt`` whose values ``v`` satisfy ``min_value <= v <= max_value`` and
+    ``min_magnitude <= |v| <= max_magnitude`` (None: no bound), and which infinities do.
+
+    Zeros compare by sign, as in hypothesis: ``min_value=0.0`` leaves out -0.0 and
+    ``max_value=-0.0`` leaves out +0.0; a ``min_magnitude`` above 0 leaves out both.
+    """
+    inf = math.inf
+    gap = (1 << fmt.mantissa_bits) if not subnormals and fmt.has_subnormals else None
+    no_small = not min_magnitude
+    top_magnitude = inf if max_magnitude is None else max_magnitude
+    low = max(0.0 if min_value is None else min_value, min_magnitude or 0.0)
+    high = min(inf if max_value is None else max_value, top_magnitude)
+    zero_ok = (
+        no_small
+        and (min_value is None or min_value <= 0)
+        and (max_value is None or (max_value >= 0 and not _negative_zero(max_value)))
+    )
+    positive = _side(fmt, fmt.max_code, low, high, zero_ok, gap)
+    negative_side = None
+    if fmt.signed and negative:
+        low = max(0.0 if max_value is None else -max_value, min_magnitude or 0.0)
+        high = min(inf if min_value is None else -min_value, top_magnitude)
+        zero_ok = (
+            no_small
+            and fmt.has_negative_zero
+            and (min_value is None or min_value < 0 or _negative_zero(min_value))
+            and (max_value is None or max_value >= 0)
+        )
+        negative_side = _side(fmt, fmt.neg_max_code, low, high, zero_ok, gap)
+    unbounded = top_magnitude == inf
+    return CodeRange(
+        positive=positive,
+        negative=negative_side,
+        gap=gap,
+        pos_inf=fmt.has_inf and unbounded and (max_value is None or max_value == inf),
+        neg_inf=fmt.has_inf and fmt.signed and negative and unbounded and (min_value is None or min_value == -inf),
+    )
+
+
+def _bound_arg(value: Any, name: str, magnitude: bool = False) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a real number or None, got {type(value).__name__} {value!r}")
+    value = float(value)
+    if math.isnan(value) or (magnitude and value < 0):
+        raise ValueError(f"{name} must be {'a non-negative number' if magnitude else 'a number'}, got {value!r}")
+    return value
+
+
+def checked_code_range(fmt: Format, subnormals: bool, negative: bool, bounds: dict[str, Any]) -> CodeRange:
+    """The `code_range` of user bounds, checked: each a number, each pair ordered, some value inside."""
+    b = {name: _bound_arg(v, name, name.endswith("magnitude")) for name, v in bounds.items()}
+    for low, high in (("min_value", "max_value"), ("min_magnitude", "max_magnitude")):
+        lo, hi = b[low], b[high]
+        if lo is not None and hi is not None and lo > hi:
+            raise ValueError(f"{low} must be <= {high}, got {low}={lo!r}, {high}={hi!r}")
+    found = code_range(fmt, subnormals=subnormals, negative=negative, **b)
+    if found.positive is None and found.negative is None:
+        given = ", ".join(f"{name}={v!r}" for name, v in b.items() if v is not None)
+        raise ValueError(
+            f"no finite value of {fmt.name} lies in the range {given or '(unbounded)'} (subnormals={subnormals}, "
+            f"negative={negative}); its values run from {fmt.min!r} to {fmt.max!r}, smallest magnitude "
+            f"{fmt.min_subnormal!r}"
+        )
+    return found
+
+
+def finite_code(fmt: Format, magnitude: int, negative: bool) -> int:
+    """The code of a finite value from its magnitude code and sign (-0 only where the format has it)."""
+    if not negative or (magnitude == 0 and not fmt.has_negative_zero):
+        return magnitude
+    return (1 << fmt.bits) - magnitude if fmt.twos_complement else magnitude | fmt.sign_mask
+
+
+def boundary_magnitudes(
+    fmt: Format, found: CodeRange, lo: int, hi: int, subnormals: bool
+) -> list[tuple[int, bool | None]]:
+    """(magnitude code, sign or None for either) of the boundaries inside the range, simplest first."""
+    first_normal = 1 << fmt.mantissa_bits
+    candidates: list[tuple[int, bool | None]] = [(lo, None)]
+    for ends, negative in ((found.positive, False), (found.negative, True)):
+        if ends is not None:
+            candidates += [(ends[1], negative), (ends[0], negative)]  # the values nearest the range's ends
+    if fmt.has_subnormals and subnormals:
+        candidates += [(1, None), (first_normal - 1, None)]  # the smallest and largest subnormal
+    candidates += [(first_normal, None), (fmt.max_code, None), (fmt.neg_max_code, True)]
+    edges: list[tuple[int, bool | None]] = []
+    for magnitude, sign in candidates:
+        side = found.negative if sign else found.positive
+        if sign is not None and (side is None or not side[0] <= magnitude <= side[1]):
+            continue
+        drawable = lo <= magnitude <= hi and (found.gap is None or not 0 < magnitude < found.gap)
+        if drawable and (magnitude, sign) not in edges:
+            edges.append((magnitude, sign))
+    return edges
 
 
 def position_parts(v: np.ndarray, fmt: Format) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

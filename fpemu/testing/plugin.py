@@ -106,6 +106,8 @@ def pytest_configure(config: pytest.Config) -> None:
     except ValueError as err:
         raise pytest.UsageError(str(err)) from None
     chosen = config.getoption("hypothesis_profile", default=None)
+    if chosen is not None and not chosen.strip():
+        raise pytest.UsageError(f"--hypothesis-profile needs a profile name: {', '.join(PROFILES)} or 'default'")
     if chosen:
         if _HAVE_HYPOTHESIS:
             _check_command_line_profile(chosen)

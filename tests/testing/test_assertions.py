@@ -315,8 +315,45 @@ def test_tolerances_are_the_documented_defaults():
     assert list(TOLERANCES) == ["torch", "numpy", "numpy.allclose", "jax"]
     with pytest.raises(TypeError):
         TOLERANCES["torch"]["float32"] = Tolerance(0, 0)  # read-only
-    with pytest.raises(ValueError, match="torch has no default tolerance for float8_e4m3fn; it has: float64"):
-        tolerances("torch", ml_dtypes.float8_e4m3fn)
+    # torch's table has no float8 (nor integer) entry: `_DTYPE_PRECISIONS.get(dtype, (0.0, 0.0))`, exact.
+    assert tolerances("torch", ml_dtypes.float8_e4m3fn) == Tolerance(0.0, 0.0)
+    assert tolerances("torch", "int32") == Tolerance(0.0, 0.0)
+    # NumPy's defaults do not depend on the dtype.
+    assert tolerances("numpy", ml_dtypes.float8_e5m2) == Tolerance(1e-7, 0.0)
+    assert tolerances("numpy.allclose", "float6_e2m3fn") == Tolerance(1e-5, 1e-8)
+    assert tolerances("jax", "int8") == Tolerance(0.0, 0.0)
+    with pytest.raises(ValueError, match="jax has no default tolerance for float6_e2m3fn; it has: float64"):
+        tolerances("jax", ml_dtypes.float6_e2m3fn)  # not in JAX's table (KeyError there)
+
+
+def test_tolerances_of_two_dtypes_are_the_loosest():
+    """torch and JAX take the largest rtol and the largest atol of the two dtypes."""
+    assert tolerances("torch", "float32", "float64") == Tolerance(1.3e-6, 1e-5)
+    assert tolerances("torch", "float64", "bfloat16") == Tolerance(1.6e-2, 1e-5)
+    assert tolerances("torch", ml_dtypes.float8_e4m3fn, "float32") == Tolerance(1.3e-6, 1e-5)
+    assert tolerances("jax", "float64", ml_dtypes.float8_e4m3fn) == Tolerance(1e-1, 1e-1)
+    assert tolerances("numpy", "float64", "float16") == Tolerance(1e-7, 0.0)
+    with pytest.raises(TypeError, match="dtype must be a dtype"):
+        tolerances("torch", "float32", object())
+
+
+def test_like_uses_the_loosest_of_actual_and_expected():
+    """A float32 result against a float64 reference: torch's float32 tolerance (rtol 1.3e-6, atol
+    1e-5), not float64's (1e-7, 1e-7), as torch.testing.assert_close(..., check_dtype=False) does."""
+    actual, expected = np.float32([1.0000015]), np.float64([1.0])  # 1.55e-6 apart (13 float32 ulps)
+    assert_close(actual, expected, like="torch", check_dtype=False)
+    assert_close(expected, actual, like="torch", check_dtype=False)  # the same either way round
+    _fails(assert_close, actual.astype(np.float64), expected, like="torch")  # both float64: too far
+    assert_close(actual, expected, like="jax", check_dtype=False)  # JAX: float32's 1e-6 + 1e-6
+    _fails(assert_close, actual, expected, like="numpy", check_dtype=False)  # NumPy: 1e-7 whatever the dtypes
+    # torch compares float8 exactly: one ulp apart fails, equal passes; against float32, float32's tolerance.
+    one, next_up = (
+        np.float32([1.0]).astype(ml_dtypes.float8_e4m3fn),
+        np.float32([1.125]).astype(ml_dtypes.float8_e4m3fn),
+    )
+    assert_close(one, one, like="torch")
+    _fails(assert_close, one, next_up, like="torch")
+    assert_close(one, np.float32([1.000005]), like="torch", check_dtype=False)
 
 
 def test_jax_tolerances_match_the_installed_jax():

@@ -3,6 +3,7 @@ where documented, and the report reads well."""
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from fractions import Fraction
 
@@ -49,6 +50,11 @@ def test_maxima_over_elements_and_outputs():
     assert row.max_abs_error == pytest.approx(0.1, abs=1e-15)
     assert row.max_rel_error == pytest.approx(0.05 / 1.3, rel=1e-12)
     assert row.max_ulp_error == pytest.approx(0.4, rel=1e-9)  # 0.05 / 0.125 and 0.1 / 0.25
+    # The worst relative error, 0.05 / 1.3 = 0.1 / 2.6, first in the first output: x[2] = 1.3 -> 1.25.
+    assert (row.worst_output, row.worst_index, row.worst_input) == (0, (2,), (1.3,))
+    assert (row.worst_value, row.worst_reference) == (1.25, 1.3)
+    report = compare(two, x, precisions=["e4m3fn"])
+    assert report.outputs == 2 and "out0[2]" in str(report)
 
 
 def _cube(x):
@@ -147,8 +153,10 @@ def test_report_text_and_rows():
         "sqrt against a fp64 reference, 2 output elements; inputs and output rounded to each precision, "
         "arithmetic in float32"
     )
-    assert text[1].split() == ["precision", "max", "abs", "err", "max", "rel", "err", "max", "ulp", "err", "nonfinite"]
-    assert [line.split()[0] for line in text[2:]] == ["bf16", "e5m2"]
+    assert text[1].split() == ["precision", "max", "abs", "err", "max", "rel", "err", "max", "ulp", "err", "nonfinite",
+                               "status", "worst", "at", "input", "result", "reference"]  # fmt: skip
+    assert [line.split()[0] for line in text[2:4]] == ["bf16", "e5m2"]
+    assert text[4].startswith("rel err: |error| / max(|reference|, 0.000244 * max|reference|)")
     assert isinstance(report, CompareReport) and all(isinstance(r, CompareRow) for r in report.rows)
     with pytest.raises(KeyError, match="no row for 'e4m3fn'; rows: bf16, e5m2"):
         report.row("e4m3fn")
@@ -186,3 +194,74 @@ def test_plot_without_matplotlib_names_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib.backends.backend_agg", None)
     with pytest.raises(ImportError, match="pip install matplotlib"):
         compare(_mul, (np.array([1.1]), np.array([3.0])), ["bf16"]).plot("unused.png")
+
+
+def _gelu_tanh(x):
+    return 0.5 * x * (1 + jnp.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
+
+
+def test_gelu_tanh_fp32_is_not_the_worst_row():
+    """The issue's example: 1 + tanh cancels for x << 0, so float32 arithmetic (every row's) leaves
+    results of 0 where the reference is ~1e-7. Against the floor, that noise no longer makes fp32
+    look worse than bf16, and the row says where its worst element is."""
+    x = np.linspace(-8, 8, 512)
+    report = compare(_gelu_tanh, x, ["fp32", "bf16", "fp16", "e4m3fn"])
+    rows = {r.precision: r for r in report.rows}
+    fp32 = rows.pop("fp32")
+    assert all(fp32.max_rel_error < r.max_rel_error for r in rows.values())
+    assert all(fp32.max_abs_error < r.max_abs_error for r in rows.values())
+    assert fp32.max_rel_error < 2.0**-11  # cancellation noise of float32, measured against 2**-12 * scale
+    assert not any(r.failed for r in report.rows)
+    # The worst fp32 element, recomputed independently: NumPy float64 for the reference, JAX float32 for
+    # the result (what compare runs), the element chosen by the documented relative error.
+    truth = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
+    result = np.asarray(_gelu_tanh(jnp.asarray(x, jnp.float32))).astype(np.float64)
+    floor = 2.0**-12 * np.abs(truth).max()
+    rel = np.abs(result - truth) / np.maximum(np.abs(truth), floor)
+    i = int(np.argmax(rel))
+    assert fp32.worst_index == (i,) and fp32.worst_input == (x[i],) and fp32.worst_value == result[i]
+    assert fp32.worst_reference == pytest.approx(truth[i], rel=1e-12)
+    assert fp32.max_rel_error == pytest.approx(rel[i], rel=1e-9)
+    assert abs(truth[i]) < floor  # a tiny output after cancellation
+    assert f"[{i}]" in str(report).splitlines()[2]
+
+
+def test_rel_floor():
+    """x - 1 at x = 1 + 2**-14 and 3 in bf16: x rounds to 1, the result is 0 against 2**-14 (scale 2)."""
+    x = np.array([1 + 2.0**-14, 3.0])
+
+    def row(**kw):
+        return compare(lambda v: v - 1, x, ["bf16"], **kw).row("bf16")
+
+    assert row(rel_floor=0).max_rel_error == 1.0  # elementwise: the whole value is lost
+    assert row().max_rel_error == 2.0**-14 / (2.0**-12 * 2)  # against the floor 2**-12 * scale
+    assert row(rel_floor=1).max_rel_error == 2.0**-15  # normwise: max|error| / max|reference|
+    worst = row()
+    assert (worst.worst_index, worst.worst_input, worst.worst_value, worst.worst_reference) == (
+        (0,), (1 + 2.0**-14,), 0.0, 2.0**-14,
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="rel_floor must be a finite number >= 0"):
+        row(rel_floor=-1)
+    with pytest.raises(TypeError, match="rel_floor must be a number"):
+        row(rel_floor="small")
+
+
+def test_nonfinite_outputs_read_as_failed(tmp_path):
+    """x * 1e5 overflows e5m2 (to inf) and e4m3fn (to NaN) everywhere: FAILED rows, no '0 error'."""
+    x = np.linspace(1, 2, 16)
+    report = compare(lambda v: v * 1e5, x, ["bf16", "e5m2", "e4m3fn"])
+    assert not report.row("bf16").failed
+    for name, value in (("e5m2", math.inf), ("e4m3fn", math.nan)):
+        row = report.row(name)
+        assert row.failed and row.nonfinite == 16
+        assert all(math.isnan(e) for e in (row.max_abs_error, row.max_rel_error, row.max_ulp_error))
+        assert row.worst_index == (0,) and row.worst_input == (1.0,) and row.worst_reference == 1e5
+        assert row.worst_value == value or (math.isnan(value) and math.isnan(row.worst_value))
+    lines = {line.split()[0]: line.split() for line in str(report).splitlines()[2:5]}
+    assert lines["e5m2"][1:6] == ["-", "-", "-", "16", "FAILED"] and lines["bf16"][5] == "ok"
+    # Partly finite: the finite elements' errors are shown, and the row still fails.
+    partly = compare(lambda v: v * 100, np.array([1.0, 1000.0]), ["e4m3fn"]).row("e4m3fn")
+    assert partly.failed and partly.nonfinite == 1 and partly.max_abs_error == 4.0  # 100 -> 96
+    assert partly.worst_index == (1,)
+    if importlib.util.find_spec("matplotlib"):
+        assert report.plot(tmp_path / "failed.png").stat().st_size > 0

@@ -146,3 +146,42 @@ def test_profiles_are_registered_on_import():
     ci = settings.get_profile("ci")
     assert ci.derandomize and ci.database is None  # what hypothesis' own ci profile promises
     assert plugin.PROFILES["thorough"]["max_examples"] >= 1000 > plugin.PROFILES["ci"]["max_examples"]
+
+
+def test_empty_command_line_profile_is_a_usage_error(pytester):
+    pytester.makepyfile(PROFILE_PROBE)
+    result = pytester.runpytest("--hypothesis-profile=")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--hypothesis-profile needs a profile name: ci, dev, thorough or 'default'*"])
+
+
+def test_profile_registered_by_a_conftest_is_accepted(pytester):
+    """A project's own profile, registered in its conftest.py, is not refused."""
+    pytester.makeconftest("from hypothesis import settings\nsettings.register_profile('mine', max_examples=7)\n")
+    pytester.makepyfile(PROFILE_PROBE)
+    result = pytester.runpytest("-s", "--hypothesis-profile", "mine")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*PROFILE mine 7 *"])
+
+
+def test_unknown_profile_in_a_fresh_process_is_a_usage_error(pytester):
+    """In a new process the plugins load in their installed order (entry points), as when a user runs pytest."""
+    pytester.makepyfile(PROFILE_PROBE)
+    result = pytester.runpytest_subprocess("--hypothesis-profile", "nope")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--hypothesis-profile 'nope' is not a registered hypothesis profile*"])
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+
+
+def test_the_public_namespace_holds_only_public_names():
+    """dir(fpemu.testing) lists __all__ and the public submodules: no typing helpers (Any), no private modules."""
+    import types
+
+    import fpemu.testing
+
+    public = [name for name in dir(fpemu.testing) if not name.startswith("_")]
+    assert set(fpemu.testing.__all__) <= set(public)
+    extra = [name for name in public if name not in fpemu.testing.__all__]
+    assert all(isinstance(getattr(fpemu.testing, name), types.ModuleType) for name in extra), extra
+    assert "Any" not in dir(fpemu.testing) and not hasattr(fpemu.testing, "Any")
+    assert not any(name.startswith("_") for name in dir(fpemu.testing))

@@ -102,7 +102,8 @@ def test_codes_options(fmt, data, specials, subnormals, negative):
         assert specials  # 0x80 is NaN: only drawn as a special
 
 
-@pytest.mark.parametrize("fmt", ["e4m3fn", "e5m2", "bf16", "e4m3fnuz", "e2m1fn", "e8m0fnu"])
+@pytest.mark.parametrize("fmt", ["e4m3fn", "e5m2", "bf16", "e4m3fnuz", "e2m1fn", "e8m0fnu", "p3109_k8p3se",
+                                 "p3109_k8p3ue", "int8_ocp"])  # fmt: skip
 def test_values_cover_every_kind(fmt):
     """Over many draws: zero, subnormals, normals, negatives, and each special the format has."""
     fmt = fpemu.get_format(fmt)
@@ -274,13 +275,13 @@ def test_boundaries_in_other_dtypes(dtype):
 
 def test_boundaries_beyond_the_dtype_range_clamp_to_its_max():
     """fp16's overflow tie 65520 is beyond float16: in float16 inputs it becomes 65504, not inf."""
-    from fpemu.testing._strategies import _in_dtype
+    from fpemu.testing._bits import in_dtype
 
     f16 = np.dtype("float16")
-    assert _in_dtype(65520.0, f16, 0) == 65504.0
-    assert _in_dtype(65520.0, f16, -1) == 65472.0
-    assert _in_dtype(65520.0, f16, 1) == 65504.0  # finite points stay finite
-    assert _in_dtype(65520.0, np.dtype("float32"), 1) == float(np.nextafter(np.float32(65520), np.float32(np.inf)))
+    assert in_dtype(65520.0, f16, 0) == 65504.0
+    assert in_dtype(65520.0, f16, -1) == 65472.0
+    assert in_dtype(65520.0, f16, 1) == 65504.0  # finite points stay finite
+    assert in_dtype(65520.0, np.dtype("float32"), 1) == float(np.nextafter(np.float32(65520), np.float32(np.inf)))
 
     @settings(max_examples=200, database=None)
     @given(boundaries("fp16", dtype="float16"))
@@ -347,8 +348,9 @@ def test_arrays_reject_a_dtype_too_narrow():
 
 @given(fmt=formats())
 def test_formats_are_within_the_documented_ranges(fmt):
-    assert 2 <= fmt.exponent_bits <= 11 and 0 <= fmt.mantissa_bits <= 23
-    assert abs(fmt.bias - (2 ** (fmt.exponent_bits - 1) - 1)) <= 2 or fmt.exponent_bits == 11
+    assert 0 <= fmt.exponent_bits <= 11 and 0 <= fmt.mantissa_bits <= 23
+    ieee_bias = 2 ** (fmt.exponent_bits - 1) - 1 if fmt.exponent_bits else 0
+    assert abs(fmt.bias - ieee_bias) <= 2 or fmt.exponent_bits == 11
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -357,9 +359,13 @@ def test_formats_cover_every_layout(layout):
     expected = {
         "ieee": ("ieee", True, True), "fn": ("fn", True, True), "fnuz": ("fnuz", True, True),
         "none": ("none", True, True), "unsigned_ieee": ("ieee", False, True), "unsigned_fn": ("fn", False, True),
-        "e8m0_like": ("fn", False, False),
+        "e8m0_like": ("fn", False, False), "p3109": ("p3109", True, True), "unsigned_p3109": ("p3109", False, True),
+        "twos_complement": ("none", True, True),
     }[layout]  # fmt: skip
     assert (found.specials, found.signed, found.has_zero) == expected
+    assert found.twos_complement == (layout == "twos_complement")
+    if layout == "twos_complement":
+        assert found.exponent_bits == 0 and found.min == -(found.max + found.min_subnormal)
 
 
 def test_formats_fits_in_and_ranges():
@@ -462,3 +468,208 @@ def test_argument_errors_name_the_argument():
         values("e4m3fn", specials="yes")
     with pytest.raises(ValueError, match="dtype must be one of float16, bfloat16, float32, float64"):
         boundaries("e4m3fn", dtype="int32")
+
+
+# -- value ranges -----------------------------------------------------------------------------------
+
+
+def _all_values(fmt) -> list[float]:
+    """Every finite value of a format (of at most 16 bits), from the oracle's grid: both signs, -0 where
+    the format has it, a two's-complement format's extra negative value."""
+    grid = [float(v) for v in reference.values(fmt)]
+    out = list(grid)
+    if fmt.signed:
+        out += [-v for v in grid if v != 0] + ([-0.0] if fmt.has_negative_zero else [])
+        if fmt.twos_complement:
+            out.append(fmt.min)
+    return out
+
+
+def _key(v: float) -> tuple[float, float]:
+    """Order values with -0 below +0, as the strategies' bounds compare them."""
+    return (v, math.copysign(1.0, v))
+
+
+def _in_range(v, min_value=None, max_value=None, min_magnitude=None, max_magnitude=None) -> bool:
+    return (
+        (min_value is None or _key(v) >= _key(min_value))
+        and (max_value is None or _key(v) <= _key(max_value))
+        and (min_magnitude is None or abs(v) >= min_magnitude)
+        and (max_magnitude is None or abs(v) <= max_magnitude)
+    )
+
+
+RANGES = [
+    ("bf16", {"min_value": -100.0, "max_value": 100.0}),
+    ("bf16", {"min_magnitude": 2.0**-3, "max_magnitude": 2.0**3}),
+    ("e4m3fn", {"min_value": 0.3, "max_value": 17.0}),
+    ("e4m3fn", {"min_value": -1.0, "max_value": -0.0}),
+    ("e5m2", {"min_value": 0.0, "max_magnitude": 1.0}),
+    ("e2m1fn", {"min_value": -2.5, "max_value": 5.0}),
+    ("int8_ocp", {"min_value": -3.0, "max_value": -1.0}),
+    ("p3109_k8p3se", {"max_value": 10.0, "min_magnitude": 1.0}),
+    ("p3109_k8p3ue", {"min_value": 1e-3, "max_value": 1e3}),
+    ("e8m0fnu", {"min_value": 0.75, "max_value": 2.0**10}),
+]
+
+
+@pytest.mark.parametrize("fmt, bounds", RANGES, ids=lambda v: v if isinstance(v, str) else "-".join(v))
+def test_ranges_draw_only_values_inside_and_hit_the_boundaries(fmt, bounds):
+    """Every draw is a value of the format inside the range; over many draws the range's ends (the
+    values nearest min_value and max_value inside it), zero, the smallest subnormal and max come up
+    wherever they lie inside. The expected set comes from the oracle's grid of every value."""
+    fmt = fpemu.get_format(fmt)
+    inside = sorted((v for v in _all_values(fmt) if _in_range(v, **bounds)), key=_key)
+    seen: set[tuple[float, float]] = set()
+
+    @settings(MANY, max_examples=250)
+    @given(values(fmt, **bounds))
+    def collect(v):
+        assert math.isfinite(v), "a range draws no specials by default"
+        assert _in_range(v, **bounds) and _oracle_keeps(v, fmt), v
+        seen.add(_key(v))
+
+    collect()
+    wanted = [inside[0], inside[-1]]  # the ends
+    wanted += [
+        v for v in (0.0, fmt.min_subnormal, -fmt.min_subnormal, fmt.max, fmt.min) if _key(v) in map(_key, inside)
+    ]
+    missing = [v for v in wanted if _key(v) not in seen]
+    assert not missing, f"never drawn: {missing}"
+
+
+def test_ranges_with_specials():
+    """specials=True with a range: NaN, and only the infinities inside it."""
+    kinds: set[str] = set()
+
+    @MANY
+    @given(values("bf16", min_value=-10, specials=True))
+    def collect(v):
+        assert math.isnan(v) or v >= -10
+        kinds.add("nan" if math.isnan(v) else "+inf" if v == math.inf else "finite")
+
+    collect()
+    assert kinds == {"nan", "+inf", "finite"}  # -inf is below the range
+
+
+def test_layernorm_arrays_stay_in_range():
+    """The issue's layernorm test: bf16 arrays within +-1e4 (no overflow when squared), no filter."""
+
+    @settings(max_examples=30)
+    @given(arrays("bf16", (4, 8), min_value=-1e4, max_value=1e4))
+    def check(a):
+        assert (np.abs(a) <= 1e4).all() and np.isfinite(a).all()
+        np.testing.assert_array_equal(
+            a.astype(ml_dtypes.bfloat16).astype(np.float32).view(np.uint32), a.view(np.uint32)
+        )
+
+    check()
+
+
+@given(fmt=formats(), data=st.data())
+def test_ranges_on_custom_formats(fmt, data):
+    """Between any two values of any format: only values of the format inside, in order."""
+    ends = sorted([data.draw(values(fmt, specials=False), label=f"end{i}") for i in range(2)], key=_key)
+    v = data.draw(values(fmt, min_value=ends[0], max_value=ends[1]), label="v")
+    assert _key(ends[0]) <= _key(v) <= _key(ends[1]) and _oracle_keeps(v, fmt)
+
+
+def test_range_argument_errors():
+    with pytest.raises(ValueError, match="min_value must be <= max_value, got min_value=2.0, max_value=1.0"):
+        values("bf16", min_value=2, max_value=1)
+    with pytest.raises(ValueError, match="min_magnitude must be a non-negative number"):
+        values("bf16", min_magnitude=-1)
+    with pytest.raises(ValueError, match="max_value must be a number, got nan"):
+        codes("bf16", max_value=math.nan)
+    with pytest.raises(TypeError, match="min_value must be a real number or None"):
+        arrays("bf16", min_value="1")
+    with pytest.raises(ValueError, match="no finite value of e4m3fn lies in the range min_value=500.0"):
+        values("e4m3fn", min_value=500)
+    with pytest.raises(ValueError, match="no finite value of e4m3fn lies in the range min_value=1.01, max_value=1.1"):
+        values("e4m3fn", min_value=1.01, max_value=1.1)  # between 1 and 1.125
+
+
+# -- elements of arrays -----------------------------------------------------------------------------
+
+
+def test_elements_are_rounded_into_the_format():
+    """The issue's example: st.floats(-10, 10) into bf16 gives bf16 values (nearest even by default)."""
+
+    @settings(max_examples=30)
+    @given(arrays("bf16", 8, elements=st.floats(-10, 10)))
+    def check(a):
+        assert a.dtype == np.float32
+        np.testing.assert_array_equal(
+            a.astype(ml_dtypes.bfloat16).astype(np.float32).view(np.uint32), a.view(np.uint32)
+        )
+
+    check()
+    # 2.9 lies between e2m1fn's 2 and 3: nearest gives 3, toward_zero 2; 7 overflows to max, 6.
+    assert find(arrays("e2m1fn", 2, elements=st.just(2.9)), lambda a: True, settings=SEARCH).tolist() == [3.0, 3.0]
+    down = arrays("e2m1fn", 1, elements=st.just(2.9), rounding="toward_zero")
+    assert find(down, lambda a: True, settings=SEARCH).tolist() == [2.0]
+    assert find(arrays("e2m1fn", 1, elements=st.just(7.0)), lambda a: True, settings=SEARCH).tolist() == [6.0]
+
+
+def test_boundaries_and_unrounded_elements_are_stored_as_drawn():
+    """boundaries() draws inputs around a format, stored unrounded (ties included); rounding=None too,
+    but an element the dtype does not hold is an error, never a silent cast."""
+    tie = find(arrays("e4m3fn", 4, elements=boundaries("e4m3fn")), lambda a: (a == 464.0).any(), settings=SEARCH)
+    assert 464.0 in tie.tolist()  # the overflow tie above 448, not a value of e4m3fn
+    raw = find(arrays("e4m3fn", 1, elements=st.just(1.0625), rounding=None), lambda a: True, settings=SEARCH)
+    assert raw.tolist() == [1.0625]
+
+    @settings(max_examples=5, database=None)
+    @given(arrays("e4m3fn", 2, elements=st.just(0.1), rounding=None))
+    def unrounded(a):
+        pass
+
+    with pytest.raises(ValueError, match="element 0.1 .drawn unrounded. is not a value of dtype float32"):
+        unrounded()
+
+
+def test_elements_argument_errors():
+    with pytest.raises(ValueError, match="min_value bound the values arrays draws itself"):
+        arrays("bf16", elements=st.floats(), min_value=0)
+    with pytest.raises(ValueError, match="rounding must be one of 'nearest_even'"):
+        arrays("bf16", elements=st.floats(), rounding="stochastic")
+    with pytest.raises(ValueError, match="bfloat16 cannot hold every value of fp16"):
+        arrays("fp16", dtype="bfloat16", elements=st.floats(-1, 1))
+
+
+# -- P3109 and two's-complement formats -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "fmt, wanted",
+    [
+        (fpemu.get_format("p3109_k8p3se"), {0x80: "nan", 0x7F: "+inf", 0xFF: "-inf", 0x7E: "max", 0xFE: "-max"}),
+        (fpemu.get_format("p3109_k8p3ue"), {0xFF: "nan", 0xFE: "+inf", 0xFD: "max", 0x01: "min_subnormal"}),
+        (fpemu.p3109_format(8, 8), {0x80: "nan", 0x7F: "+inf", 0xFF: "-inf", 0x01: "min_subnormal"}),
+        (fpemu.p3109_format(8, 1, extended=False), {0x80: "nan", 0x7F: "max", 0xFF: "-max"}),
+        (fpemu.get_format("int8_ocp"), {0x80: "-2.0", 0x7F: "max", 0x81: "-max", 0xFF: "-min_subnormal"}),
+    ],
+    ids=lambda v: v.name if isinstance(v, fpemu.Format) else "",
+)
+def test_codes_of_p3109_and_twos_complement_formats(fmt, wanted):
+    """The specials of P3109 (NaN at 0x80, +-inf at 0x7f/0xff; unsigned: +inf 0xfe, NaN 0xff) and
+    OCP INT8's -2.0 (0x80) are drawn; every code decodes to a value that encodes back to it."""
+    seen = set()
+
+    @settings(MANY, max_examples=200)
+    @given(codes(fmt))
+    def collect(code):
+        value = reference.decode_scalar(code, fmt)
+        assert math.isnan(value) or reference.encode_scalar(value, fmt) == code
+        assert not (value == 0 and math.copysign(1, value) < 0), "no -0 in these formats"
+        seen.add(code)
+
+    collect()
+    assert set(wanted) <= seen, [name for code, name in wanted.items() if code not in seen]
+
+
+def test_boundaries_of_a_twos_complement_format():
+    """int8_ocp (k/64, k = -128..127): -2.0 and the negative overflow tie -2 - 1/128 are drawn; the
+    tie above max 127/64 is 127/64 + 1/128 (its spacing is 1/64 everywhere)."""
+    for point in (-2.0, -2.0 - 2.0**-7, 127 / 64 + 2.0**-7):
+        assert find(boundaries("int8_ocp"), lambda x, p=point: x == p, settings=SEARCH) == point
