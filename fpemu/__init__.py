@@ -18,6 +18,7 @@ from fpemu._core.registry import FormatLike, UnknownFormatError, formats, get_fo
 from fpemu._core.registry import aliases as format_aliases
 from fpemu._emulate.policy import DotPolicy, Policy
 from fpemu._emulate.stats import summary as stats_summary
+from fpemu._emulate.training_state import gemm_roles, init_training_state
 from fpemu._emulate.transform import emulate
 from fpemu._ops.codec import decode, encode, pack, unpack
 from fpemu._ops.matmul import conv_general_dilated, dot_general, matmul
@@ -46,7 +47,9 @@ __all__ = [
     "encode",
     "format_aliases",
     "formats",
+    "gemm_roles",
     "get_format",
+    "init_training_state",
     "kernels",
     "matmul",
     "nvfp4_recipe",

@@ -24,11 +24,11 @@ import jax.numpy as jnp
 from jax import lax
 from jax.typing import ArrayLike
 
-from fpemu._args import check_fits, input_format
+from fpemu._args import check_fits, float_array, input_format, is_host_float64
 from fpemu._core.modes import ExponentTies, Rounding, Saturation, StochasticVariant
 from fpemu._core.registry import FormatLike
 from fpemu._engine import convert, rng
-from fpemu._ops.quantize import RoundingSpec, round_bits, rounding_spec, seeds_for
+from fpemu._ops.quantize import RoundingSpec, quantize, round_bits, rounding_spec, seeds_for
 from fpemu.kernels._pallas import (
     COMPILED_PLATFORM,
     BlockSpec,
@@ -111,7 +111,9 @@ def quantize_kernel(
 
     Args:
       x: float16, bfloat16 or float32 array, any shape (float64 in interpret mode only: Pallas
-        cannot lower the float64 rounding to Triton).
+        cannot lower the float64 rounding to Triton). Host float64 data (a Python float or list,
+        a NumPy float64 array) while x64 is disabled is rounded once from its float64 value on the
+        XLA path, as `fpemu.quantize` does, and returned as float32.
       fmt, rounding, saturate, subnormals, key, random_bits, stochastic_variant, exponent_ties: as for
         `fpemu.quantize` (random bits come from ``key``: explicit ``random=`` bits are the XLA path's).
       block_sizes: elements per grid step; default `BlockSizes.default` for the platform.
@@ -131,7 +133,9 @@ def quantize_kernel(
         fmt, rounding, saturate, subnormals, key, random_bits, stochastic_variant=stochastic_variant,
         exponent_ties=exponent_ties,
     )  # fmt: skip
-    x = jnp.asarray(x)
+    if is_host_float64(x):  # x64 off: rounded once from float64, on the XLA path, as fpemu.quantize does
+        return quantize(x, spec.fmt, key=key, **{**spec.engine_options(), "random_bits": random_bits}, backend="xla")
+    x = float_array(x)
     check_fits(spec.fmt, input_format(x.dtype))
     platform = jax.default_backend()
     if block_sizes is None:

@@ -2,7 +2,7 @@
 
 Each bad input must raise the documented exception type with a message that names the argument and,
 where there is a set of valid choices, shows them. Each unusual input must give its documented value.
-docs/semantics.md ("The input contract") is the table these rows enforce.
+docs/semantics.md ("Input contract") is the table these rows enforce.
 """
 
 from __future__ import annotations
@@ -42,6 +42,17 @@ def bad(name: str, call: Callable[[], Any], error: type[BaseException], *says: s
 
 
 MODES = "nearest_even"  # every rounding-mode error lists the modes; checking the first one is enough
+
+
+def with_x64(call: Callable[[], Any]) -> Callable[[], Any]:
+    """``call``, run with jax_enable_x64 on (thread-local, restored afterwards)."""
+
+    def run() -> Any:
+        with jax.enable_x64(True):
+            return call()
+
+    return run
+
 
 CATALOGUE: list[Bad] = [
     # -- quantize: formats ------------------------------------------------------------------------
@@ -534,6 +545,98 @@ CATALOGUE: list[Bad] = [
         ValueError,
         "exponent_bits",
     ),
+    # -- the input contract (docs/semantics.md, "Input contract") ---------------------------------------
+    bad(
+        "quantize host float64 to fp64",
+        lambda: fpemu.quantize(np.array([1.0]), "fp64"),
+        ValueError,
+        "fp64",
+        "jax_enable_x64",
+    ),
+    bad(
+        "quantize x numpy float8",
+        lambda: fpemu.quantize(np.ones(2, jnp.float8_e4m3fn), "e2m1fn"),
+        TypeError,
+        "x",
+        "float32",
+    ),
+    bad("quantize x tuple of str", lambda: fpemu.quantize(("a",), "e4m3fn"), TypeError, "x"),
+    bad("decode float list", lambda: fpemu.decode([1.0], "e4m3fn"), TypeError, "codes", "integer"),
+    bad("pack code 2**32", lambda: fpemu.pack([2**32, 0], "e2m1fn"), ValueError, "codes", "[0, 16)"),
+    bad("pack bool codes", lambda: fpemu.pack(np.array([True, False]), "e2m1fn"), TypeError, "codes", "integer"),
+    bad("unpack list", lambda: fpemu.unpack([33], "e2m1fn"), TypeError, "packed", "uint8"),
+    bad("matmul float8 operand", lambda: fpemu.matmul(M.astype(jnp.float8_e4m3fn), M), TypeError, "a", "float32"),
+    bad(
+        "dot_general int rhs",
+        lambda: fpemu.dot_general(M, M.astype(jnp.int32), (((1,), (0,)), ((), ()))),
+        TypeError,
+        "b",
+        "integer",
+    ),
+    bad(
+        "emulate fp16 on bfloat16 data",
+        lambda: fpemu.emulate(jnp.sin, "fp16")(F32.astype(jnp.bfloat16)),
+        ValueError,
+        "fp16",
+        "bf16",
+    ),
+    bad(
+        "scaled x float64",
+        lambda: fpemu.scaled.quantize_dequantize(np.ones(32), "mxfp8_e4m3"),
+        TypeError,
+        "x",
+        "float64",
+    ),
+    bad(
+        "scaled x float64 with x64",
+        with_x64(lambda: fpemu.scaled.quantize_dequantize(jnp.ones(32, jnp.float64), "mxfp8_e4m3")),
+        TypeError,
+        "x",
+        "float64",
+    ),
+    bad("scaled x list", lambda: fpemu.scaled.quantize_dequantize([1.0] * 32, "mxfp8_e4m3"), TypeError, "x", "list"),
+    bad(
+        "scaled x float8",
+        lambda: fpemu.scaled.quantize_dequantize(jnp.ones(32, jnp.float8_e4m3fn), "mxfp8_e4m3"),
+        TypeError,
+        "x",
+        "float8_e4m3fn",
+    ),
+    bad(
+        "from_array x float64",
+        lambda: fpemu.scaled.ScaledArray.from_array(np.ones(32), "mxfp8_e4m3"),
+        TypeError,
+        "x",
+        "float64",
+    ),
+    bad(
+        "scaled matmul bfloat16",
+        lambda: fpemu.scaled.matmul(jnp.ones((1, 32), jnp.bfloat16), jnp.ones((32, 1), jnp.bfloat16), "mxfp8_e4m3"),
+        TypeError,
+        "a",
+        "float32",
+    ),
+    bad(
+        "from_codes code out of range",
+        lambda: fpemu.scaled.ScaledArray.from_codes(np.full((1, 32), 16), np.array([[127]], np.uint8), recipe="mxfp4"),
+        ValueError,
+        "codes",
+        "[0, 16)",
+    ),
+    bad(
+        "matmul_kernel float64 with x64",
+        with_x64(lambda: fpemu.kernels.matmul_kernel(M.astype(jnp.float64), M.astype(jnp.float64), interpret=True)),
+        ValueError,
+        "float32",
+        "fpemu.matmul",
+    ),
+    bad(
+        "reference round_array int",
+        lambda: fpemu.testing.reference.round_array(np.array([1]), "e4m3fn"),
+        ValueError,
+        "x",
+        "float64",
+    ),
 ]
 
 
@@ -561,10 +664,13 @@ CLI_BAD = [
     (["cast", "1.0", "--to", "e4m3fx"], ("e4m3fx", "e4m3fn")),
     (["cast", "1.0", "--to", "E4M3"], ("E4M3", "e4m3fn")),
     (["cast", "1.0", "--rounding", "up"], ("up", "nearest_even")),
-    (["cast", "1.0", "--rounding", "stochastic", "--seed", str(2**70)], ("seed",)),
+    (
+        ["cast", "1.0", "--to", "e4m3fn", "--rounding", "stochastic", "--seed", str(2**70)],
+        ("argument --seed", "9223372036854775807"),
+    ),
     (["cast", "1.0", "--to", "e4m3fn", "--rounding", "stochastic", "--random-bits", "40"], ("random-bits", "32")),
     (["cast", "1.0", "--to", "e4m3fn", "--seed", "3"], ("seed", "stochastic")),
-    (["cast", "0x1p2000", "--to", "fp64"], ("0x1p2000",)),
+    (["cast", "0x1p40001", "--to", "fp64"], ("0x1p40001", "VALUE", "hex-float exponents from -40000 to 40000")),
     (["info", "fp5"], ("fp5",)),
     (["info"], ("FORMAT",)),
     (["plot", "bogus"], ("bogus", "values")),
@@ -633,3 +739,87 @@ def test_one_float64_value_one_answer_through_every_door(v: float, fmt):
         answers["x64 jax array"] = fpemu.quantize(jnp.asarray([v], jnp.float64), fmt).astype(jnp.float32)
     for door, got in answers.items():
         assert bits(np.asarray(got, np.float32).ravel()) == bits(expected.astype(np.float32).ravel()), door
+
+
+# -- the input contract: one float64 value through every door (docs/semantics.md, "Input contract") ----
+
+F64 = -431.99999999999994  # e4m3fn: -416 rounded once; float32 first gives -432, a tie that goes to -448
+ONCE, TWICE = -416.0, -448.0
+MATMUL_DIMS = (((1,), (0,)), ((), ()))
+
+
+def jit_quantize(x: Any) -> Any:
+    return jax.jit(lambda v: fpemu.quantize(v, "e4m3fn"))(x)
+
+
+def emulate_same(x: Any) -> Any:
+    return fpemu.emulate(lambda v: v, "e4m3fn")(x)
+
+
+FLOAT64_DOORS = [
+    ("quantize Python float", lambda: fpemu.quantize(F64, "e4m3fn"), ONCE),
+    ("quantize tuple", lambda: fpemu.quantize((F64,), "e4m3fn"), ONCE),
+    ("quantize nested list", lambda: fpemu.quantize([[F64]], "e4m3fn"), ONCE),
+    ("encode list", lambda: fpemu.decode(fpemu.encode([F64], "e4m3fn"), "e4m3fn"), ONCE),
+    ("matmul with a format", lambda: fpemu.matmul(np.array([[F64]]), np.array([[1.0]]), lhs="e4m3fn"), ONCE),
+    ("dot_general of lists", lambda: fpemu.dot_general([[F64]], [[1.0]], MATMUL_DIMS, lhs="e4m3fn"), ONCE),
+    (
+        "conv_general_dilated",
+        lambda: fpemu.conv_general_dilated(np.array([[[F64]]]), np.array([[[1.0]]]), (1,), "VALID", lhs="e4m3fn"),
+        ONCE,
+    ),
+    (
+        "matmul_kernel",
+        lambda: fpemu.kernels.matmul_kernel(np.array([[F64]]), np.array([[1.0]]), lhs="e4m3fn", interpret=True),
+        ONCE,
+    ),
+    ("reference round_array", lambda: fpemu.testing.reference.round_array(np.array([F64]), "e4m3fn"), ONCE),
+    ("reference round_scalar", lambda: fpemu.testing.reference.round_scalar(F64, "e4m3fn"), ONCE),
+    ("emulate after quantize", lambda: emulate_same(fpemu.quantize(np.array([F64]), "e4m3fn")), ONCE),
+    ("matmul without a format: float32", lambda: fpemu.matmul(np.array([[F64]]), np.array([[1.0]])), -432.0),
+    ("quantize_kernel", lambda: fpemu.kernels.quantize_kernel(np.array([F64]), "e4m3fn", interpret=True), ONCE),
+    # the doors that cannot, as the table says: JAX makes float32 of the data first (x64 off)
+    ("quantize under jit", lambda: jit_quantize(np.array([F64])), TWICE),
+    ("quantize of jnp.asarray", lambda: fpemu.quantize(jnp.asarray([F64]), "e4m3fn"), TWICE),
+    ("emulate NumPy float64", lambda: emulate_same(np.array([F64])), TWICE),
+    ("emulate Python float", lambda: fpemu.emulate(lambda v, c: v + c, "e4m3fn")(jnp.zeros(1), F64), TWICE),
+    (
+        "matmul with a scale",
+        lambda: fpemu.matmul(np.array([[F64]]), np.array([[1.0]]), lhs="e4m3fn", lhs_scale=1.0),
+        TWICE,
+    ),
+    # x64 on: every door rounds once
+    ("x64 quantize of a JAX array", with_x64(lambda: fpemu.quantize(jnp.asarray([F64]), "e4m3fn")), ONCE),
+    ("x64 quantize under jit", with_x64(lambda: jit_quantize(np.array([F64]))), ONCE),
+    ("x64 emulate", with_x64(lambda: emulate_same(np.array([F64]))), ONCE),
+    (
+        "x64 matmul with a scale",
+        with_x64(lambda: fpemu.matmul(jnp.array([[F64]]), jnp.array([[1.0]]), lhs="e4m3fn", lhs_scale=1.0)),
+        ONCE,
+    ),
+    (
+        "x64 quantize_kernel",
+        with_x64(lambda: fpemu.kernels.quantize_kernel(jnp.asarray([F64]), "e4m3fn", interpret=True)),
+        ONCE,
+    ),
+]
+
+
+@pytest.mark.parametrize(("door", "call", "expected"), FLOAT64_DOORS, ids=[d[0] for d in FLOAT64_DOORS])
+def test_the_input_contract_for_a_float64_value(door, call, expected):
+    assert np.asarray(call(), np.float64).ravel().tolist() == [expected], door
+
+
+def test_the_input_contract_for_integer_codes():
+    """Every accepted spelling of a code gives its value; every spelling of an out-of-range code is an error."""
+    for codes in (0x7E, [0x7E], (0x7E,), np.array([0x7E], np.uint8), np.array([0x7E], np.int64), jnp.array([0x7E])):
+        assert np.asarray(fpemu.decode(codes, "e4m3fn")).ravel().tolist() == [448.0], codes
+    for codes in (2**32, [2**32], np.array([2**32 + 0x7E]), np.array([2**64 - 1], np.uint64), [2**70], [-1]):
+        with pytest.raises(ValueError, match=r"codes must lie in \[0, 256\) for e4m3fn"):
+            fpemu.decode(codes, "e4m3fn")
+        with pytest.raises(ValueError, match=r"codes must lie in \[0, 16\) for e2m1fn"):
+            fpemu.pack(np.atleast_1d(np.asarray(codes, object)).tolist(), "e2m1fn")
+    scale = np.array([[127]], np.uint8)  # E8M0 1.0
+    from_codes = jax.jit(lambda c: fpemu.scaled.ScaledArray.from_codes(c, scale, recipe="mxfp4").dequantize())
+    out = np.asarray(from_codes(jnp.array([[16, 2] + [0] * 30], jnp.int32)))  # under jit: NaN, never a value
+    assert np.isnan(out[0, 0]) and out[0, 1] == 1.0

@@ -608,3 +608,160 @@ def test_stochastic_narrow_accumulator_without_accumulate_every_gets_a_key():
     policy = fpemu.Policy(default="fp32", dot=fpemu.DotPolicy(accumulate="bf16", accumulate_rounding="stochastic"))
     out = fpemu.emulate(lambda x, y: x @ y, policy, key=jax.random.key(0))(a, b)
     assert out.shape == (4, 3) and np.all(np.isfinite(np.asarray(out)))
+
+
+# -- complex numbers: rounded by parts ---------------------------------------------------------------------
+
+
+def by_parts(r):
+    """Round a complex array as emulate does: real and imaginary parts separately."""
+    return lambda v: lax.complex(r(jnp.real(v)), r(jnp.imag(v)))
+
+
+def as_parts(tree):
+    """Complex leaves as (real, imag) pairs, so that `assert_same_bits` compares the bits of each part."""
+    return jax.tree_util.tree_map(lambda v: (jnp.real(v), jnp.imag(v)) if jnp.iscomplexobj(v) else v, tree)
+
+
+def assert_values_of(tree, fmt):
+    """Every real leaf (every part of a complex one) is a value of ``fmt``: rounding it changes no bit."""
+    for leaf in jax.tree_util.tree_leaves(as_parts(tree)):
+        assert_same_bits(fpemu.quantize(leaf, fmt), leaf)
+
+
+Z = lax.complex(_normal(KEYS[2], (16,), 3.0), _normal(KEYS[3], (16,), 3.0))  # complex64, not format values
+
+
+@pytest.mark.parametrize("fmt", ["e4m3fn", "bf16"])
+def test_complex_results_are_rounded_by_parts(fmt):
+    """Each rule against the program with rounding inserted by hand (complex data by parts), bit for bit."""
+
+    def program(v, r, rc, tenth_j):
+        return (
+            rc(rc(v * v) + tenth_j),
+            r(jnp.abs(v)),  # a new real value: rounded
+            rc(jnp.sign(v)),  # a new unit number: rounded
+            rc(jnp.exp(v)),
+            r(jnp.sum(r(jnp.real(rc(v * 1j))))),
+            -v,  # exact
+            jnp.conj(v).reshape(4, 4)[::-1],  # exact
+            lax.complex(jnp.real(v), jnp.imag(v)),  # exact
+        )
+
+    got = jax.jit(fpemu.emulate(lambda v: program(v, identity, identity, 0.1j), fmt))(Z)
+    r = rounder(fmt)
+    rc = by_parts(r)
+    expected = jax.jit(lambda v: program(rc(v), r, rc, rc(jnp.complex64(0.1j))))(Z)  # the literal too
+    assert_same_bits(as_parts(got), as_parts(expected))
+    assert_values_of(got, fmt)
+
+
+def test_complex_statistics_and_stochastic_rounding():
+    z = jnp.full((256,), 1.1 + 1.1j, jnp.complex64)  # both parts between e4m3fn's 1.0 and 1.125
+    _, stats = jax.jit(fpemu.emulate(lambda v: v * 2.0, "e4m3fn", with_stats=True))(z)
+    assert int(stats["inputs"]["elements"]) == int(stats["mul"]["elements"]) == 512  # each part counts
+    policy = fpemu.Policy(default="e4m3fn", rounding="stochastic")
+    y = jax.jit(fpemu.emulate(lambda v: v, policy, key=jax.random.key(3)))(z)
+    real, imag = np.asarray(jnp.real(y)), np.asarray(jnp.imag(y))
+    assert set(np.unique(real)) == set(np.unique(imag)) == {1.0, 1.125}
+    assert not np.array_equal(real, imag)  # the parts draw independent bits
+
+
+def test_complex_convert_counts_by_the_parts_dtype(x64):
+    v = -431.99999999999994  # float32 gives -432, a tie in e4m3fn (-448); rounded once: -416
+    policy = fpemu.Policy(default="e4m3fn", round_inputs=False)
+    z = jnp.array([v + 1j * v], jnp.complex128)
+    narrowed = fpemu.emulate(lambda a: a.astype(jnp.complex64), policy)(z)
+    assert narrowed.dtype == jnp.complex64 and narrowed.tolist() == [-416 - 416j]
+    real = fpemu.emulate(lambda a: jnp.real(a).astype(jnp.float32), policy)(z)
+    assert real.tolist() == [-416.0]
+    x = jnp.array([0.1], jnp.float32)  # widening: float32 into complex64 is exact
+    widened = fpemu.emulate(lambda a: a.astype(jnp.complex64), fpemu.Policy(default="bf16", round_inputs=False))(x)
+    assert_same_bits(jnp.real(widened), x)
+
+
+# -- the exact class: exact for every dtype and format it meets --------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16, jnp.complex64, jnp.int32])
+def test_exact_primitives_are_exact_for_every_dtype(dtype):
+    """Selection, data movement, sign changes: bit for bit the unemulated program (inputs are e4m3fn
+    values, so rounding them on entry changes nothing; complex abs and sign are the exceptions)."""
+    q = fpemu.quantize(_normal(KEYS[4], (8,), 4.0), "e4m3fn")
+    x = q.astype(dtype) if dtype != jnp.complex64 else lax.complex(q, q[::-1])
+
+    def moves(v):
+        w = jnp.concatenate([-v, v]).reshape(2, 8).T[::-1]
+        picked = jnp.where(jnp.arange(8)[:, None] > 3, w, jnp.zeros_like(w))
+        out = [w, picked, jnp.pad(v, 2), lax.stop_gradient(v[::2]), jnp.roll(v, 3)]
+        if dtype != jnp.complex64:
+            out += [jnp.maximum(w, w[::-1]), jnp.sort(w, axis=0), jnp.max(w), jnp.abs(v), jnp.sign(v)]
+        else:
+            out += [jnp.conj(v), lax.complex(jnp.real(v), jnp.imag(v))]
+        return out
+
+    assert_same_bits(as_parts(jax.jit(fpemu.emulate(moves, "e4m3fn"))(x)), as_parts(jax.jit(moves)(x)))
+
+
+@pytest.mark.parametrize(
+    ("fmt", "f", "x", "expected"),
+    [
+        ("e4m3fnuz", jnp.negative, [0.0, 1.0], [0.0, -1.0]),  # no -0 in fnuz: -(+0) is +0
+        ("p3109_k8p3se", jnp.negative, [0.0, 2.0], [0.0, -2.0]),
+        ("e8m0fnu", jnp.negative, [2.0], [np.nan]),  # no negative values
+        ("p3109_k8p3ue", jnp.negative, [2.0], [np.nan]),
+        ("int8_ocp", jnp.negative, [-2.0, 0.0], [127 / 64, 0.0]),  # -(-2) is beyond max; no -0
+        ("int8_ocp", jnp.abs, [-2.0, -1.0], [127 / 64, 1.0]),
+        ("e4m3fn", jnp.negative, [0.0, 448.0], [-0.0, -448.0]),  # closed under negation: exact
+    ],
+)
+def test_sign_changes_that_leave_the_format_are_rounded(fmt, f, x, expected):
+    got = fpemu.emulate(f, fmt)(jnp.array(x, jnp.float32))
+    assert_same_bits(got, jnp.array(expected, jnp.float32))
+    assert_values_of(got, fmt)
+
+
+# -- float64 ---------------------------------------------------------------------------------------------
+
+F64 = -431.99999999999994  # e4m3fn: -416 rounded once; through float32 (-432, a tie) -448
+
+
+def test_float64_with_x64_off_is_rounded_twice_and_quantize_first_is_exact():
+    same = fpemu.emulate(lambda v: v * 1.0, "e4m3fn")
+    x = np.array([F64])
+    assert same(x).dtype == jnp.float32 and same(x).tolist() == [-448.0]  # JAX's float32 first
+    assert jax.jit(same)(x).tolist() == [-448.0]
+    assert same(fpemu.quantize(x, "e4m3fn")).tolist() == [-416.0]  # rounded once on the host
+    closed = fpemu.emulate(lambda v, c: v + c, "e4m3fn")(jnp.zeros(1), F64)  # a Python float: a float32 constant
+    assert closed.tolist() == [-448.0]
+
+
+def test_float64_with_x64_on_is_rounded_once(x64):
+    same = fpemu.emulate(lambda v: v * 1.0, "e4m3fn")
+    x = np.array([F64])
+    for y in (same(x), jax.jit(same)(x), same(jnp.asarray(x))):
+        assert y.dtype == jnp.float64 and y.tolist() == [-416.0]
+    literal = fpemu.emulate(lambda v: v + F64, "e4m3fn")(jnp.zeros(1, jnp.float64))
+    assert literal.tolist() == [-416.0]
+    tie = np.array([1.0 + 2.0**-8 + 2.0**-40])  # bf16: 1 + 2**-7; through float32 (a tie) 1.0
+    assert fpemu.emulate(lambda v: v, "bf16")(tie).tolist() == [1.0 + 2.0**-7]
+
+
+@pytest.mark.parametrize(
+    "dims, a_shape, b_shape",
+    [
+        ((((2,), (3,)), ((0, 1), (0, 2))), (2, 3, 4, 5), (2, 5, 3, 4)),  # attention's q.k: batch dims not leading
+        ((((2,), (1,)), ((0, 1), (0, 2))), (2, 3, 5, 5), (2, 5, 3, 4)),  # attention's p.v
+        ((((0, 1), (0, 1)), ((), ())), (3, 4, 5), (3, 4, 6)),  # two contracting dimensions
+    ],
+)
+def test_implicit_bf16_dots_of_any_layout(dims, a_shape, b_shape):
+    """The bf16 fast path of a dot without Policy.dot runs in every layout (XLA:CPU refuses bf16 x bf16 ->
+    f32 dots whose batch dimensions are not leading) and gives the products of the bf16-rounded
+    operands (exact in float32 here: small integers)."""
+    rng = np.random.default_rng(5)
+    a = rng.integers(-8, 8, a_shape).astype(np.float32)
+    b = rng.integers(-8, 8, b_shape).astype(np.float32)
+    got = jax.jit(fpemu.emulate(lambda x, y: lax.dot_general(x, y, dims), "bf16"))(a, b)
+    expected = lax.dot_general(a, b, dims, precision=lax.Precision.HIGHEST)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(expected))

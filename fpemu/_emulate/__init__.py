@@ -8,6 +8,11 @@ Modules, lowest first (each imports only the ones above it in this list):
 - `stats`: the range statistics of one rounding, and their summary table.
 - `rounding`: one array rounded to a policy's format; the keys of rounding sites.
 - `interpreter`: the context a rule sees, and the loop over a jaxpr's equations.
+- `gemm_roles`: the pre-pass that classifies every dot of a training step as forward, dgrad or
+  wgrad (docs/training.md).
+- `gemm`: a training recipe's GEMMs (the forward dot's VJP, the backward dots, operand statistics).
+- `training_state`: per-argument input rounding flags, the delayed-scaling state
+  (`fpemu.init_training_state`), and `fpemu.gemm_roles`.
 - `rules_plain`, `rules_dot`, `rules_calls`, `rules_control`: the rules, by kind; importing one
   registers its rules.
 - `transform`: `emulate`, which imports every rule module.

@@ -8,6 +8,12 @@ kind), ``round_output`` (round one result and count it), ``round_operand`` (roun
 counting), ``interpret`` (inline a sub-jaxpr), ``subfunction`` (a sub-jaxpr as an emulated
 function for a control-flow combinator), ``site_key`` and ``merge_stats``. The rule modules import
 this one; control-flow rules recurse through the context, never through an import back.
+
+Under a training recipe the state also carries `Training`: the roles of the program's dots (the
+pre-pass `fpemu._emulate.gemm_roles`), looked up by the path of enclosing equations a context
+keeps, and the amax histories of delayed scaling. The statistics dict is then also the channel
+that brings amax values out of nested bodies (sites of `fpemu._emulate.stats`'s max kind), so it
+exists whenever counts are wanted (``counting``) or histories are kept.
 """
 
 from __future__ import annotations
@@ -23,12 +29,22 @@ import numpy as np
 from fpemu._core.format import Format
 from fpemu._emulate import jax_compat
 from fpemu._emulate import stats as _stats
-from fpemu._emulate.jax_compat import DropVar, Jaxpr, Literal
+from fpemu._emulate.gemm_roles import Entry, GemmRoles
+from fpemu._emulate.jax_compat import DropVar, Jaxpr, Literal, open_jaxpr
 from fpemu._emulate.policy import Policy
 from fpemu._emulate.registry import RULES
-from fpemu._emulate.rounding import fold_key, is_float, round_literal_on_host, round_to_format
+from fpemu._emulate.rounding import counts, fold_key, is_inexact, round_literal_on_host, round_to_format
 
 _DEFAULT = object()  # "the policy's format for the current primitive"
+
+
+@dataclasses.dataclass(frozen=True)
+class Training:
+    """What a training recipe adds to an interpretation: the roles of the program's dots, and the
+    amax histories of delayed scaling (``{"name.gemm.lhs": float32[history]}``; None: stateless)."""
+
+    roles: GemmRoles
+    histories: dict[str, Any] | None = None
 
 
 @dataclasses.dataclass
@@ -37,8 +53,10 @@ class State:
 
     policy: Policy
     key: Any  # None, or the uint32[2] key this body's rounding sites fold their index into
-    stats: dict[str, jax.Array] | None  # None: statistics off
+    stats: dict[str, jax.Array] | None  # None: no statistics channel (no counts, no amax values)
     sites: int = 0
+    counting: bool = False  # count roundings (with_stats); else the channel only carries amax values
+    training: Training | None = None
 
 
 def site_name(stack: tuple, primitive: str) -> str:
@@ -53,10 +71,10 @@ def site_name(stack: tuple, primitive: str) -> str:
 class Context:
     """The interpreter's view of one equation: shared state, the absolute name stack, the equation."""
 
-    __slots__ = ("eqn", "stack", "state")
+    __slots__ = ("eqn", "path", "stack", "state")
 
-    def __init__(self, state: State, stack: tuple = (), eqn: Any = None):
-        self.state, self.stack, self.eqn = state, stack, eqn
+    def __init__(self, state: State, stack: tuple = (), eqn: Any = None, path: tuple[int, ...] = ()):
+        self.state, self.stack, self.eqn, self.path = state, stack, eqn, path
 
     @property
     def policy(self) -> Policy:
@@ -64,7 +82,26 @@ class Context:
 
     @property
     def stats_enabled(self) -> bool:
+        """Whether the statistics dict exists (counts, or amax values of a training recipe)."""
         return self.state.stats is not None
+
+    @property
+    def counting(self) -> bool:
+        """Whether roundings are counted (``with_stats=True``)."""
+        return self.state.counting and self.state.stats is not None
+
+    @property
+    def training(self) -> Training | None:
+        return self.state.training
+
+    def gemm_entry(self) -> Entry | None:
+        """The classification of this dot (None: not classified, or no training recipe)."""
+        training = self.state.training
+        return None if training is None else training.roles.entry(self.path, self.eqn)
+
+    def inner_path(self) -> tuple[int, ...]:
+        """The path of this equation's bodies: the enclosing equations, then this one."""
+        return (*self.path, id(self.eqn)) if self.eqn is not None else self.path
 
     # -- services for the rules
 
@@ -96,18 +133,18 @@ class Context:
 
     def round_and_count(self, x: Any, fmt: Format | None, site: str, rounding: str | None = None) -> Any:
         """``x`` rounded to ``fmt`` (in ``rounding``, default the policy's), counted under ``site``."""
-        if fmt is None or not is_float(jnp.result_type(x)):
+        if fmt is None or not is_inexact(jnp.result_type(x)):
             return x
         rounding = rounding or self.policy.rounding
         key = self.site_key() if rounding == "stochastic" else None
         y = round_to_format(x, fmt, self.policy, rounding, key, site)
-        if self.state.stats is not None:
-            _stats.merge(self.state.stats, {site: _stats.counts(x, y, fmt)})
+        if self.counting:
+            self.merge_stats({site: counts(x, y, fmt)})
         return y
 
     def round_operand(self, x: Any, fmt: Format | None) -> Any:
         """``x`` rounded to ``fmt``, not counted (operands that are already counted where produced)."""
-        if fmt is None or not is_float(jnp.result_type(x)):
+        if fmt is None or not is_inexact(jnp.result_type(x)):
             return x
         key = self.site_key() if self.policy.rounding == "stochastic" else None
         where = site_name(self.stack, self.eqn.primitive.name)
@@ -119,16 +156,17 @@ class Context:
 
     def interpret(self, jaxpr: Jaxpr, consts: list, args: list) -> list:
         """Interpret a sub-jaxpr in place (same state: sites, keys and counts continue)."""
-        return interpret(Context(self.state, self.stack), jaxpr, consts, args)
+        return interpret(Context(self.state, self.stack, path=self.inner_path()), jaxpr, consts, args)
 
     def subfunction(self, jaxpr: Jaxpr) -> Callable:
         """``fn(key, consts, *args) -> (outs, stats)``: the sub-jaxpr as an emulated function with its
         own state, for a combinator to trace (``lax.scan``, ``jax.custom_jvp``...)."""
         policy, with_stats, prefix = self.policy, self.stats_enabled, self.stack  # not the state: it holds tracers
+        counting, training, path = self.state.counting, self.state.training, self.inner_path()
 
         def fn(key, consts, *args):
-            sub = State(policy, key, {} if with_stats else None)
-            outs = interpret(Context(sub, prefix), jaxpr, list(consts), list(args))
+            sub = State(policy, key, {} if with_stats else None, counting=counting, training=training)
+            outs = interpret(Context(sub, prefix, path=path), jaxpr, list(consts), list(args))
             return outs, dict(sub.stats or {})
 
         return fn
@@ -141,18 +179,19 @@ class Context:
         value = literal.val
         fmt = self.policy.default
         dtype = np.result_type(value)
-        if fmt is None or not is_float(dtype) or not isinstance(value, (np.ndarray, np.generic, float)):
+        if fmt is None or not is_inexact(dtype) or not isinstance(value, (np.ndarray, np.generic, float, complex)):
             return value
         array = np.asarray(value, dtype)
-        rounded, counts = round_literal_on_host(dtype.name, array.tobytes(), array.shape, fmt, self.policy)
-        if self.state.stats is not None:
-            _stats.merge(self.state.stats, {"constants": jnp.asarray(counts)})
+        rounded, vector = round_literal_on_host(dtype.name, array.tobytes(), array.shape, fmt, self.policy)
+        if self.counting:
+            self.merge_stats({"constants": jnp.asarray(vector)})
         return value if rounded is None else rounded
 
-    def constant(self, value: Any, site: str) -> Any:
+    def constant(self, value: Any, site: str, *, selected: bool = True) -> Any:
         """An argument (``site="inputs"``) or closed-over constant array (``"constants"``, nearest
-        even when the policy is stochastic), rounded to ``default`` if ``round_inputs``."""
-        if not self.policy.round_inputs or self.policy.default is None:
+        even when the policy is stochastic), rounded to ``default`` unless ``round_inputs`` is False
+        or the caller did not select it (``round_inputs`` naming other arguments)."""
+        if self.policy.round_inputs is False or not selected or self.policy.default is None:
             return value
         stochastic = self.policy.rounding == "stochastic"
         rounding = "nearest_even" if stochastic and site == "constants" else None
@@ -162,13 +201,18 @@ class Context:
 
     def apply(self, eqn: Any, invals: list) -> list:
         name = eqn.primitive.name
-        view = Context(self.state, self.stack + jax_compat.name_stack(eqn), eqn)
+        view = Context(self.state, self.stack + jax_compat.name_stack(eqn), eqn, self.path)
         if view.excluded(name):
             return view.bind(eqn, invals)
+        if name in ("jit", "pjit") and self.state.training is not None:
+            # under a training recipe, nested jit bodies are interpreted in place: each call site keeps
+            # its own dot roles and reads the histories of this trace (a cached jit would not)
+            jaxpr, consts = open_jaxpr(eqn.params["jaxpr"])
+            return view.interpret(jaxpr, consts, invals)
         entry = RULES.get(name)
         if entry is not None:
             return entry.rule(view, eqn, invals)
-        has_float_result = any(is_float(v.aval.dtype) for v in eqn.outvars if hasattr(v.aval, "dtype"))
+        has_float_result = any(is_inexact(v.aval.dtype) for v in eqn.outvars if hasattr(v.aval, "dtype"))
         if not has_float_result and not jax_compat.has_sub_jaxprs(eqn):
             return view.bind(eqn, invals)  # integer, bool and key primitives: nothing to round
         if self.policy.passthrough_unknown:

@@ -3,31 +3,115 @@
 Both are frozen, keyword-only, hashable dataclasses (usable as ``jax.jit`` static arguments).
 Every field is validated and normalised here, in ``__post_init__``: format names become
 `fpemu.Format` objects (so ``"bf16"`` and ``"bfloat16"`` give equal policies), mappings become
-sorted tuples of pairs. A bad field raises ``ValueError``/``TypeError`` quoting the field and the
-valid choices.
+sorted tuples of pairs, a training recipe's name (``Policy(dot="mxfp8")``) becomes its
+`TrainingRecipe`, and ``round_inputs`` becomes a bool, a tuple of argument numbers, a `InputMask`
+or a predicate. A bad field raises ``ValueError``/``TypeError`` quoting the field and the valid
+choices.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, cast
 
+import jax
 import numpy as np
 
 from fpemu._args import bool_arg, format_arg, random_bits_arg, rounding_arg
 from fpemu._core.format import Format
 from fpemu._core.modes import Rounding
-from fpemu._core.registry import FormatLike
+from fpemu._core.registry import FormatLike, UnknownFormatError, get_format
 from fpemu._emulate.registry import ROUNDED_PRIMITIVES
+from fpemu._training.recipes import GEMMS, TRAINING_RECIPES, TrainingRecipe, training_recipe
 
 
 def _format_field(value: Any, field: str, *, optional: bool = True) -> Format | None:
     """A format field (a name, a dtype or a `Format`; None if ``optional``) as a `Format`. Errors
-    quote the field and the value given: ``Policy.default='e9m9': unknown format ...``."""
+    quote the field and the value given: ``Policy.default='e9m9': unknown format ...``. A training
+    recipe's name given as an operand format points to ``Policy(dot=name)``."""
     if value is None and optional:
         return None
-    return format_arg(value, field if value is None else f"{field}={value!r}")
+    try:
+        return format_arg(value, field if value is None else f"{field}={value!r}")
+    except UnknownFormatError as err:
+        if isinstance(value, str) and value in TRAINING_RECIPES:
+            raise UnknownFormatError(
+                f"{field}={value!r}: {value!r} is a training recipe, not an element format: it quantizes both "
+                f"operands of every GEMM, forward and backward, with scales. Use fpemu.Policy(dot={value!r}) "
+                f"(training recipes: {', '.join(TRAINING_RECIPES)})"
+            ) from None
+        raise err from None
+
+
+def _dot_field(value: Any, field: str) -> DotPolicy | TrainingRecipe | None:
+    """``Policy.dot``/``Policy.conv``: a `DotPolicy`, a `TrainingRecipe`, a recipe name (made its
+    `TrainingRecipe`), or None."""
+    if value is None or isinstance(value, (DotPolicy, TrainingRecipe)):
+        return value
+    choices = (
+        f"Policy.{field} must be a fpemu.DotPolicy, a training recipe (one of {', '.join(TRAINING_RECIPES)}, or a "
+        "fpemu.TrainingRecipe) or None"
+    )
+    if isinstance(value, str):
+        if value in TRAINING_RECIPES:
+            return training_recipe(value)
+        try:
+            fmt = get_format(value)
+        except (UnknownFormatError, TypeError) as err:
+            raise ValueError(
+                f"Policy.{field}={value!r} is not a training recipe; training recipes: {', '.join(TRAINING_RECIPES)} "
+                f"(or a fpemu.TrainingRecipe, or a fpemu.DotPolicy for element formats; as a format: {err})"
+            ) from None
+        raise TypeError(
+            f"{choices}, got the format {fmt.name!r}: to round both operands to it, use "
+            f"fpemu.DotPolicy(lhs={fmt.name!r}, rhs={fmt.name!r})"
+        )
+    raise TypeError(f"{choices}, got {type(value).__name__} {value!r}")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class InputMask:
+    """``Policy.round_inputs`` given as a pytree of bools: a prefix of the positional arguments
+    (``(True, {"w": True, "b": False}, False)``), flattened so that the policy stays hashable.
+    Each bool covers every array leaf of the argument subtree it sits on."""
+
+    treedef: Any
+    leaves: tuple[bool, ...]
+
+    def __repr__(self) -> str:
+        return repr(jax.tree_util.tree_unflatten(self.treedef, self.leaves))
+
+
+RoundInputs = bool | tuple[int, ...] | InputMask | Callable[..., bool]
+_ROUND_INPUTS_CHOICES = (
+    "True (every argument), False (none), argument numbers (an int or a tuple of ints: those positional "
+    "arguments), a pytree of bools (a prefix of the positional arguments) or a predicate "
+    "predicate(path, leaf) -> bool (path: the leaf's JAX key path in (args, kwargs))"
+)
+
+
+def _round_inputs_field(value: Any) -> RoundInputs:
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, InputMask) or callable(value):
+        return value
+    if isinstance(value, (int, np.integer)):
+        value = (value,)
+    if isinstance(value, (tuple, list)) and not value:
+        return ()  # no argument numbers: no argument is rounded (closed-over arrays still are)
+    leaves, treedef = jax.tree_util.tree_flatten(value)
+    if (
+        isinstance(value, (tuple, list))
+        and value
+        and all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) for v in value)
+    ):
+        if any(v < 0 for v in value):
+            raise ValueError(f"Policy.round_inputs: argument numbers must be >= 0, got {tuple(value)!r}")
+        return tuple(sorted({int(v) for v in value}))
+    if isinstance(value, (tuple, list, dict)) and leaves and all(isinstance(v, (bool, np.bool_)) for v in leaves):
+        return InputMask(treedef, tuple(bool(v) for v in leaves))
+    raise TypeError(f"Policy.round_inputs must be {_ROUND_INPUTS_CHOICES}; got {type(value).__name__} {value!r}")
 
 
 def _name(fmt: Any) -> str:
@@ -97,7 +181,11 @@ class Policy:
     The full contract, with the table of primitives, is in docs/emulate.md.
 
     A plain format (``"bf16"``, a dtype or a `Format`) given to `fpemu.emulate` means
-    ``Policy(default=fmt)``.
+    ``Policy(default=fmt)``. ``dot`` and ``conv`` also take a training recipe (a name of
+    ``TRAINING_RECIPES`` or a `TrainingRecipe`): every forward, dgrad and wgrad GEMM of the traced
+    training step is then quantized as the recipe says (docs/training.md). ``round_inputs`` names
+    the arguments rounded on entry: True, False, argument numbers, a pytree mask of the positional
+    arguments, or ``predicate(path, leaf)``.
 
     Example:
       >>> import fpemu
@@ -110,13 +198,18 @@ class Policy:
       Traceback (most recent call last):
         ...
       ValueError: Policy.rounding must be one of 'nearest_even', ...; did you mean 'nearest_even', 'nearest_away'? got 'nearest'
+      >>> r = fpemu.Policy(default="bf16", dot="mxfp8", round_inputs=(0, 2))
+      >>> r.dot.name, r.dot.dgrad.lhs.format.name, r.round_inputs, r.stochastic
+      ('mxfp8', 'e5m2', (0, 2), False)
     """
 
     # -- what to round to (configs) -----------------------------------------------------------------
     default: FormatLike | None = None  # format of every floating-point result (None: leave results alone)
     overrides: Mapping[str, FormatLike | None] | tuple[tuple[str, Format | None], ...] = ()  # primitive -> format
-    dot: DotPolicy | None = None  # dot_general: operand/accumulator/output formats (None: a rounded primitive)
-    conv: DotPolicy | None = None  # conv_general_dilated (None: follow `dot`)
+    # dot_general: operand/accumulator/output formats, or a training recipe (a name from fpemu.TRAINING_RECIPES
+    # or a TrainingRecipe: every forward, dgrad and wgrad GEMM quantized as it says); None: a rounded primitive
+    dot: DotPolicy | TrainingRecipe | str | None = None
+    conv: DotPolicy | TrainingRecipe | str | None = None  # conv_general_dilated (None: follow `dot`)
     # -- how to round -------------------------------------------------------------------------------
     rounding: Rounding = "nearest_even"
     saturate: bool = False  # clamp overflow (and infinities) to ±max
@@ -124,19 +217,19 @@ class Policy:
     random_bits: int | None = None  # random bits per element for rounding="stochastic" (None: 32)
     # -- where (keys) -------------------------------------------------------------------------------
     exclude: tuple[str, ...] = ()  # primitive names and named scopes left entirely alone
-    round_inputs: bool = True  # round the function's floating-point arguments to `default` on entry
+    # round the function's floating-point arguments to `default` on entry: True, False, argument numbers,
+    # a pytree mask of the positional arguments or a predicate(path, leaf)
+    round_inputs: RoundInputs | Any = True
     passthrough_unknown: bool = False  # a primitive without a rule: bind it and round its results (else raise)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "default", _format_field(self.default, "Policy.default"))
         object.__setattr__(self, "overrides", self._overrides(self.overrides))
         for field in ("dot", "conv"):
-            value = getattr(self, field)
-            if value is not None and not isinstance(value, DotPolicy):
-                kind = type(value).__name__
-                raise TypeError(f"Policy.{field} must be a fpemu.DotPolicy or None, got {kind} {value!r}")
+            object.__setattr__(self, field, _dot_field(getattr(self, field), field))
         rounding_arg(self.rounding, "Policy.rounding")
-        for field in ("saturate", "subnormals", "round_inputs", "passthrough_unknown"):
+        object.__setattr__(self, "round_inputs", _round_inputs_field(self.round_inputs))
+        for field in ("saturate", "subnormals", "passthrough_unknown"):
             object.__setattr__(self, field, bool_arg(getattr(self, field), f"Policy.{field}"))
         if self.random_bits is not None:  # None stays None: the default of fpemu.quantize
             bits = random_bits_arg(self.random_bits, self.rounding == "stochastic", "Policy.random_bits", self.rounding)
@@ -203,15 +296,34 @@ class Policy:
 
     @property
     def stochastic(self) -> bool:
-        """Whether any rounding of this policy is stochastic (then `fpemu.emulate` needs a key)."""
+        """Whether any rounding of this policy is stochastic (then `fpemu.emulate` needs a key): the
+        policy's rounding, a DotPolicy's accumulator, or a training recipe with a stochastic
+        quantizer (NVFP4's gradients) or a random Hadamard transform."""
         dots = (self.dot, self.conv)
-        accumulators = [d.accumulate_rounding for d in dots if d is not None]
-        return self.rounding == "stochastic" or "stochastic" in accumulators
+        accumulators = [d.accumulate_rounding for d in dots if isinstance(d, DotPolicy)]
+        recipes = [d for d in dots if isinstance(d, TrainingRecipe)]
+        return self.rounding == "stochastic" or "stochastic" in accumulators or any(map(recipe_needs_key, recipes))
 
     @property
-    def conv_policy(self) -> DotPolicy | None:
-        """The `DotPolicy` for convolutions: ``conv``, else ``dot``."""
-        return self.conv if self.conv is not None else self.dot
+    def stateful(self) -> bool:
+        """Whether a training recipe of this policy keeps amax histories (delayed scaling): then
+        `fpemu.emulate` needs ``state=True`` and a state from `fpemu.init_training_state`."""
+        return any(isinstance(d, TrainingRecipe) and d.stateful for d in (self.dot, self.conv))
+
+    @property
+    def conv_policy(self) -> DotPolicy | TrainingRecipe | None:
+        """The `DotPolicy` or training recipe for convolutions: ``conv``, else ``dot``."""
+        return cast("DotPolicy | TrainingRecipe | None", self.conv if self.conv is not None else self.dot)
+
+    @property
+    def dot_policy(self) -> DotPolicy | TrainingRecipe | None:
+        """``dot``, normalised (a `DotPolicy`, a `TrainingRecipe` or None)."""
+        return cast("DotPolicy | TrainingRecipe | None", self.dot)
+
+    @property
+    def has_recipe(self) -> bool:
+        """Whether ``dot`` or ``conv`` is a training recipe (dots then have roles: forward, dgrad, wgrad)."""
+        return isinstance(self.dot, TrainingRecipe) or isinstance(self.conv, TrainingRecipe)
 
     def __repr__(self) -> str:
         pairs = cast(_Overrides, self.overrides)
@@ -224,12 +336,30 @@ class Policy:
         )
 
 
+def gemm_needs_key(recipe: TrainingRecipe, gemm: str) -> bool:
+    """Whether the GEMM ``gemm`` of ``recipe`` draws random bits (a stochastic quantizer, or a
+    Hadamard transform, whose signs come from the key)."""
+    g = recipe.gemm(gemm)
+    return g.hadamard is not None or any(q is not None and q.rounding == "stochastic" for q in g.quantizers)
+
+
+def recipe_needs_key(recipe: TrainingRecipe) -> bool:
+    """Whether any GEMM of ``recipe`` draws random bits."""
+    return any(gemm_needs_key(recipe, g) for g in GEMMS)
+
+
 def as_policy(policy: Policy | FormatLike) -> Policy:
     """A `Policy` from a `Policy` or a plain format (name, dtype, `Format`: ``Policy(default=fmt)``)."""
     if isinstance(policy, Policy):
         return policy
     if isinstance(policy, DotPolicy):
         raise TypeError("emulate needs a fpemu.Policy; wrap the DotPolicy: fpemu.Policy(dot=fpemu.DotPolicy(...))")
+    if isinstance(policy, TrainingRecipe) or (isinstance(policy, str) and policy in TRAINING_RECIPES):
+        name = policy.name if isinstance(policy, TrainingRecipe) else policy
+        raise TypeError(
+            f"{name!r} is a training recipe: it applies to dots, so give it as fpemu.Policy(dot={name!r}) "
+            f"(with default='bf16' for a bf16 model around FP8 GEMMs)"
+        )
     if policy is None:
         raise TypeError("policy must be a fpemu.Policy or a format (e.g. 'bf16'), got None")
     try:

@@ -11,7 +11,9 @@ Kinds, listed in docs/emulate.md:
 - ``rounded``: bind, then round every floating-point result to the policy's format for the
   primitive (its override, else ``default``).
 - ``exact``: bind; no rounding. Data movement, selection and sign changes return values that are
-  already among their inputs (or their negations), so values of a format stay values of it.
+  already among their inputs (or their negations), so values of a format stay values of it. Where
+  that fails the rule rounds: ``abs`` and ``sign`` of complex data (a new modulus, a new unit
+  number), and ``neg`` / ``abs`` into a format that lacks the result (`SIGN_CHANGES`).
 - ``dot``/``conv``: `fpemu.dot_general` / `fpemu.conv_general_dilated` under the policy's
   `DotPolicy`; without one, the program's own dot on operands rounded to the format.
 - ``convert``: ``convert_element_type``, which rounds only when it creates new values.
@@ -62,18 +64,23 @@ ROUNDED = (
 )  # fmt: skip
 
 EXACT = (
-    # sign and selection: the result is an input or its negation
+    # sign and selection: the result is an input or its negation (the first three: see SIGN_CHANGES)
     "neg", "abs", "sign", "max", "min", "clamp", "select_n", "reduce_max", "reduce_min", "argmax", "argmin",
     "cummax", "cummin", "sort", "top_k", "approx_top_k", "reduce_window_max", "reduce_window_min",
     "select_and_gather_add", "scatter", "scatter-min", "scatter-max", "pmax", "pmin",
     # data movement
     "reshape", "broadcast_in_dim", "transpose", "squeeze", "slice", "dynamic_slice", "dynamic_update_slice",
-    "gather", "concatenate", "pad", "rev", "split", "copy", "empty", "zeros_like",
+    "gather", "concatenate", "pad", "rev", "split", "copy", "empty", "zeros_like", "complex", "conj",
     "all_gather", "all_gather_invariant", "all_to_all", "ppermute", "pbroadcast", "pvary",
     # identities and annotations
     "stop_gradient", "name", "optimization_barrier", "sharding_constraint", "device_put", "reshard",
     "layout_constraint",
 )  # fmt: skip
+
+#: The exact primitives whose results can leave the format: ``abs`` and ``sign`` of complex data compute
+#: new values, and negation leaves a format without negative values, without -0 or with an unpaired
+#: two's-complement minimum. Their rule rounds in those cases (`fpemu._emulate.rules_plain`).
+SIGN_CHANGES = ("neg", "abs", "sign")
 
 CONTROL = (
     "cond", "while", "scan", "custom_jvp_call", "custom_vjp_call", "custom_linear_solve", "remat2", "checkpoint",

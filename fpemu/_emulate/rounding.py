@@ -1,9 +1,11 @@
 """Rounding one array to a policy's format, in its own dtype: the operation every rule ends in.
 
 `round_to_format` is `fpemu.quantize` with what emulate adds around it: a format at least as wide
-as the dtype leaves the array alone, a rounding that is provably the identity emits nothing, and
-float8 data is widened to float32 and back. `round_literal_on_host` does the same once, on the
-host, for a literal of the program. `fold_key` derives the key of each rounding site.
+as the dtype leaves the array alone, a rounding that is provably the identity emits nothing, float8
+data is widened to float32 and back, and complex data has its real and imaginary parts rounded
+separately. `counts` is the statistics of one rounding (a complex element counts as its two parts).
+`round_literal_on_host` does the same once, on the host, for a literal of the program. `fold_key`
+derives the key of each rounding site.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from fpemu._args import INPUT_DTYPES
 from fpemu._core.format import Format, fits
@@ -25,7 +28,22 @@ from fpemu._ops.quantize import quantize
 
 
 def is_float(dtype: Any) -> bool:
+    """A real floating-point dtype (float8 to float64)."""
     return jnp.issubdtype(dtype, jnp.floating)
+
+
+def is_complex(dtype: Any) -> bool:
+    return jnp.issubdtype(dtype, jnp.complexfloating)
+
+
+def is_inexact(dtype: Any) -> bool:
+    """A dtype whose values `round_to_format` rounds: real floating point, or complex (by parts)."""
+    return jnp.issubdtype(dtype, jnp.inexact)
+
+
+def component_dtype(dtype: Any) -> np.dtype:
+    """The real dtype of a complex dtype's parts (complex64: float32); a real float dtype itself."""
+    return np.dtype(jnp.finfo(dtype).dtype)
 
 
 def is_identity(container: Format, fmt: Format, policy: Policy) -> bool:
@@ -40,8 +58,10 @@ def is_identity(container: Format, fmt: Format, policy: Policy) -> bool:
 
 def round_to_format(x: jax.Array, fmt: Format, policy: Policy, rounding: str, key: Any, where: str) -> jax.Array:
     """``x`` rounded to ``fmt`` under ``policy``, in ``x``'s dtype (``rounding`` and ``key`` given
-    separately; ``where`` names the site in errors)."""
-    container = get_format(x.dtype)
+    separately; ``where`` names the site in errors). A complex ``x`` has its real and imaginary parts
+    rounded separately (the imaginary part with its own key), as two arrays of its part dtype."""
+    dtype = component_dtype(x.dtype)
+    container = get_format(dtype)
     if not fits(fmt, container):
         if fits(container, fmt):
             return x  # the dtype is narrower than the format: its values are values of the format
@@ -53,12 +73,25 @@ def round_to_format(x: jax.Array, fmt: Format, policy: Policy, rounding: str, ke
         )
     if is_identity(container, fmt, policy):
         return x
+    if is_complex(x.dtype):
+        real = round_to_format(lax.real(x), fmt, policy, rounding, key, where)
+        imag = round_to_format(lax.imag(x), fmt, policy, rounding, fold_key(key, 1), where)
+        return lax.complex(real, imag)
     options: dict[str, Any] = dict(saturate=policy.saturate, subnormals=policy.subnormals, rounding=rounding)
     if rounding == "stochastic":
         options.update(key=key, random_bits=policy.random_bits)
-    if container.name in INPUT_DTYPES:
+    if dtype.name in INPUT_DTYPES:  # float16, bfloat16, float32, float64: rounded from their own value
         return quantize(x, fmt, **options)
     return quantize(x.astype(jnp.float32), fmt, **options).astype(x.dtype)  # float8 data: exact round trip
+
+
+def counts(x: jax.Array, y: jax.Array, fmt: Format) -> jax.Array:
+    """The statistics vector (`fpemu._emulate.stats.FIELDS`) of the rounding ``x -> y`` into ``fmt``;
+    for complex data, of its real and imaginary parts (each part counts as one element)."""
+    if is_complex(x.dtype):
+        x = jnp.concatenate([lax.real(x).ravel(), lax.imag(x).ravel()])
+        y = jnp.concatenate([lax.real(y).ravel(), lax.imag(y).ravel()])
+    return _stats.counts(x, y, fmt)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -70,8 +103,8 @@ def round_literal_on_host(dtype: str, data: bytes, shape: tuple, fmt: Format, po
     with jax.ensure_compile_time_eval():
         x = jnp.asarray(value)
         rounded = round_to_format(x, fmt, policy, rounding, None, "a literal")
-        out, counts = np.asarray(rounded), np.asarray(_stats.counts(x, rounded, fmt))
-    return (None if out.tobytes() == value.tobytes() else out), counts
+        out, vector = np.asarray(rounded), np.asarray(counts(x, rounded, fmt))
+    return (None if out.tobytes() == value.tobytes() else out), vector
 
 
 def fold_key(key: Any, *data: Any) -> Any:

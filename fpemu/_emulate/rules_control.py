@@ -135,7 +135,7 @@ def scan(ctx: Context, eqn: Any, invals: list) -> list:
     carry, (ys, stats) = lax.scan(
         step, list(init), (index, list(xs)), length=length, reverse=p["reverse"], unroll=p["unroll"], **scan_options(p)
     )
-    ctx.merge_stats({site: jnp.sum(vector, axis=0, dtype=jnp.int32) for site, vector in stats.items()})
+    ctx.merge_stats({site: _stats.reduce_stacked(site, vector) for site, vector in stats.items()})
     return [*carry, *ys]
 
 
@@ -172,7 +172,7 @@ def shard_map(ctx: Context, eqn: Any, invals: list) -> list:
         for name in axes if key is not None else ():
             key = fold_key(key, lax.axis_index(name))
         outs, stats = fn(key, consts, *args)
-        return outs, {site: lax.psum(mark_varying(vector, axes), axes) for site, vector in stats.items()}
+        return outs, {site: _stats.all_reduce(site, mark_varying(vector, axes), axes) for site, vector in stats.items()}
 
     P = jax.sharding.PartitionSpec
     mapped = jax.shard_map(

@@ -1,8 +1,10 @@
 """Rules of ``dot_general`` and ``conv_general_dilated``: the ``dot`` and ``conv`` kinds.
 
 Under a `DotPolicy` the primitive is computed by `fpemu.dot_general` /
-`fpemu.conv_general_dilated` with its formats; without one, as the program says on operands
-rounded to the policy's format (`_implicit_dot`). docs/emulate.md has the contract.
+`fpemu.conv_general_dilated` with its formats; under a training recipe, as the forward, dgrad or
+wgrad GEMM of the recipe (`fpemu._emulate.gemm.recipe_dot`; docs/training.md), or in high precision
+where the recipe keeps it; without either, as the program says on operands rounded to the policy's
+format (`_implicit_dot`). docs/emulate.md has the contract.
 """
 
 from __future__ import annotations
@@ -15,12 +17,14 @@ import numpy as np
 
 from fpemu._core.format import Format, fits
 from fpemu._core.registry import get_format
+from fpemu._emulate.gemm import recipe_dot
 from fpemu._emulate.interpreter import Context
 from fpemu._emulate.policy import DotPolicy
 from fpemu._emulate.registry import register
 from fpemu._emulate.rounding import is_float, is_identity
 from fpemu._ops.matmul import conv_general_dilated as emulated_conv
 from fpemu._ops.matmul import dot_general as emulated_dot
+from fpemu._training.recipes import TrainingRecipe
 
 Compute = Callable[[Any, Any, dict], Any]  # (lhs, rhs, options of fpemu.dot_general) -> result
 
@@ -28,7 +32,7 @@ Compute = Callable[[Any, Any, dict], Any]  # (lhs, rhs, options of fpemu.dot_gen
 def _operands(ctx: Context, dot_policy: DotPolicy, a: Any, b: Any) -> tuple:
     """Round the operands here when the counts are wanted or subnormals are flushed (the matmul
     rounds them again, an exact no-op); otherwise the matmul rounds them itself."""
-    if ctx.stats_enabled or not ctx.policy.subnormals:
+    if ctx.counting or not ctx.policy.subnormals:
         a = ctx.round_output(a, fmt=dot_policy.lhs, suffix=".lhs")
         b = ctx.round_output(b, fmt=dot_policy.rhs, suffix=".rhs")
     return a, b
@@ -77,14 +81,39 @@ def _implicit_dot(ctx: Context, eqn: Any, a: Any, b: Any, fmt: Format) -> list:
     if a.dtype == b.dtype == out_dtype == jnp.float32 and fits(fmt, get_format("bf16")):
         a, b = a.astype(jnp.bfloat16), b.astype(jnp.bfloat16)
         overrides["preferred_element_type"] = np.dtype(np.float32)
+        if eqn.primitive.name == "dot_general":
+            a, b, overrides["dimension_numbers"] = _canonical_layout(a, b, eqn.params["dimension_numbers"])
     (y,) = ctx.bind(eqn, [a, b], **overrides)
     return [ctx.round_output(y)]
 
 
-def _dot_like(ctx: Context, eqn: Any, invals: list, explicit: DotPolicy | None, compute: Compute) -> list:
+def _canonical_layout(a: Any, b: Any, dimension_numbers: Any) -> tuple[Any, Any, Any]:
+    """The operands transposed to (batch, free, contracting) and (batch, contracting, free), with the
+    dimension numbers of that layout. The result is the same array (dot_general's result is always
+    batch, lhs free, rhs free): XLA:CPU runs bfloat16 x bfloat16 -> float32 dots only in layouts
+    like this one ("Unsupported element type for DotThunk" for batch dimensions that are not leading)."""
+    (lc, rc), (lb, rb) = dimension_numbers
+    lf = [d for d in range(a.ndim) if d not in lc and d not in lb]
+    rf = [d for d in range(b.ndim) if d not in rc and d not in rb]
+    a = jnp.transpose(a, (*lb, *lf, *lc))
+    b = jnp.transpose(b, (*rb, *rc, *rf))
+    nb, nc = len(lb), len(lc)
+    batch = tuple(range(nb))
+    contracting = (tuple(range(nb + len(lf), a.ndim)), tuple(range(nb, nb + nc)))
+    return a, b, (contracting, (batch, batch))
+
+
+def _dot_like(
+    ctx: Context, eqn: Any, invals: list, explicit: DotPolicy | TrainingRecipe | None, compute: Compute
+) -> list:
     a, b = invals
     if not (is_float(a.dtype) and is_float(b.dtype)):
         return ctx.bind_and_round(eqn, invals)
+    if isinstance(explicit, TrainingRecipe):
+        out = recipe_dot(ctx, eqn, invals, explicit, conv=eqn.primitive.name == "conv_general_dilated")
+        if out is not None:
+            return out
+        explicit = None  # high precision: as without Policy.dot
     if explicit is None:
         fmt = _implicit_format(ctx, a, b)
         return ctx.bind_and_round(eqn, invals) if fmt is None else _implicit_dot(ctx, eqn, a, b, fmt)
@@ -105,7 +134,7 @@ def dot_general(ctx: Context, eqn: Any, invals: list) -> list:
     def compute(a: Any, b: Any, options: dict) -> Any:
         return emulated_dot(a, b, dimension_numbers, **options)
 
-    return _dot_like(ctx, eqn, invals, ctx.policy.dot, compute)
+    return _dot_like(ctx, eqn, invals, ctx.policy.dot_policy, compute)
 
 
 @register("conv_general_dilated", kind="conv")

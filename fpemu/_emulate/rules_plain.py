@@ -1,18 +1,20 @@
 """Rules of the plain primitives (no sub-jaxpr, no DotPolicy): ``rounded``, ``exact``, ``convert``.
 
 The primitive names of each kind are listed in `fpemu._emulate.registry`; docs/emulate.md has the
-table.
+table. Complex data is rounded by parts (`fpemu._emulate.rounding.round_to_format`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from fpemu._core.format import fits
+import jax.numpy as jnp
+
+from fpemu._core.format import Format, fits
 from fpemu._core.registry import get_format
 from fpemu._emulate.interpreter import Context
-from fpemu._emulate.registry import EXACT, ROUNDED, register
-from fpemu._emulate.rounding import is_float
+from fpemu._emulate.registry import EXACT, ROUNDED, SIGN_CHANGES, register
+from fpemu._emulate.rounding import component_dtype, is_complex, is_inexact
 
 
 @register(*ROUNDED, kind="rounded")
@@ -21,9 +23,32 @@ def rounded(ctx: Context, eqn: Any, invals: list) -> list:
     return ctx.bind_and_round(eqn, invals)
 
 
-@register(*EXACT, kind="exact")
+@register(*(name for name in EXACT if name not in SIGN_CHANGES), kind="exact")
 def exact(ctx: Context, eqn: Any, invals: list) -> list:
-    """Bind unchanged: the results are values (or negated values) of the inputs."""
+    """Bind unchanged: the results are values of the inputs."""
+    return ctx.bind(eqn, invals)
+
+
+def leaves_format(primitive: str, dtype: Any, fmt: Format | None) -> bool:
+    """Whether ``primitive`` (one of `SIGN_CHANGES`) applied to values of ``fmt`` held in ``dtype`` can
+    return a value that is not one of ``fmt``: ``abs`` and ``sign`` of complex data (a new modulus, a
+    new unit number); ``neg`` into a format without negative values, without -0 (fnuz, P3109, FP with
+    no -0) or with an unpaired most negative value (OCP INT8, whose ``abs`` leaves it too). The sign of
+    a real value (±1, ±0 or NaN) is a value of every format that holds that value."""
+    if fmt is None or not is_inexact(dtype):
+        return False
+    if primitive == "neg":
+        return not fmt.has_negative_zero
+    if is_complex(dtype):
+        return True
+    return primitive == "abs" and fmt.twos_complement
+
+
+@register(*SIGN_CHANGES, kind="exact")
+def sign_change(ctx: Context, eqn: Any, invals: list) -> list:
+    """Bind unchanged where the result is a value of the format (`leaves_format`), else bind and round."""
+    if leaves_format(eqn.primitive.name, jnp.result_type(invals[0]), ctx.format_for()):
+        return ctx.bind_and_round(eqn, invals)
     return ctx.bind(eqn, invals)
 
 
@@ -32,14 +57,15 @@ def convert(ctx: Context, eqn: Any, invals: list) -> list:
     """Widening float casts are exact (no rounding). A narrowing float cast rounds once, from the wide
     value, to the policy's format when that format fits the narrow dtype (then the cast is exact), else
     the cast's own rounding is followed by the usual rounding. Casts from integers and bools create new
-    values: their results are rounded."""
+    values: their results are rounded. Complex dtypes count by their parts' dtype (float32 to complex64
+    is exact; complex128 to complex64 or to float32, which keeps the real part, narrows)."""
     (x,) = invals
     new_dtype = eqn.params["new_dtype"]
-    if not is_float(new_dtype):
+    if not is_inexact(new_dtype):
         return ctx.bind(eqn, invals)
-    if not is_float(x.dtype):
+    if not is_inexact(x.dtype):
         return ctx.bind_and_round(eqn, invals)
-    src, dst = get_format(x.dtype), get_format(new_dtype)
+    src, dst = get_format(component_dtype(x.dtype)), get_format(component_dtype(new_dtype))
     if fits(src, dst):
         return ctx.bind(eqn, invals)  # widening (or same type): exact
     fmt = ctx.format_for()

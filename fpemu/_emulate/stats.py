@@ -4,6 +4,13 @@ For every rounding site, ``x`` is the exact result of the primitive (in its dtyp
 rounded result. The counts are computed with jnp ops inside the traced computation (they work under
 ``jit``, ``vmap``, ``scan``...) and on bit patterns wherever zero or subnormals are involved:
 XLA:CPU flushes subnormals in float comparisons, so ``x != 0`` would be false for a subnormal ``x``.
+
+Sites of the *max* kind carry a float32 amax (its bits in element 0 of the same int32 vector, so
+that every combinator moves them like counts) and merge by maximum: ``site + AMAX`` is the amax of
+a training recipe's operand (``"amax"`` beside its counts in the public pytree), ``STATE + name``
+the amax a delayed-scaling history records this step (taken out by `fpemu.emulate`). Non-negative
+float32 bit patterns order as their values, and NaN's above infinity's, so the maximum of the bits
+is the maximum amax with NaN winning.
 """
 
 from __future__ import annotations
@@ -24,9 +31,29 @@ from fpemu._text import text_table
 FIELDS: tuple[str, ...] = ("elements", "overflow", "saturated", "underflow", "subnormal", "inf", "nan")
 
 
+AMAX = "\x00amax"  # suffix: the max-kind site of an operand's amax
+STATE = "\x00state:"  # prefix: the max-kind site of a delayed-scaling history's new amax
+
+
 def zeros() -> jax.Array:
-    """The empty count vector."""
+    """The empty count vector (also the empty amax: 0)."""
     return jnp.zeros((len(FIELDS),), jnp.int32)
+
+
+def is_max_site(site: str) -> bool:
+    """Whether ``site`` holds an amax (merged by maximum) rather than counts (merged by sum)."""
+    return site.endswith(AMAX) or site.startswith(STATE)
+
+
+def amax_vector(amax: jax.Array) -> jax.Array:
+    """A float32 scalar amax (non-negative or NaN) as a max-kind vector."""
+    bits = lax.bitcast_convert_type(jnp.asarray(amax, jnp.float32), jnp.int32)
+    return zeros().at[0].set(bits)
+
+
+def amax_value(vector: jax.Array) -> jax.Array:
+    """The float32 amax of a max-kind vector (or of a stack of them: ``vector[..., 0]``)."""
+    return lax.bitcast_convert_type(vector[..., 0], jnp.float32)
 
 
 def _magnitude_bits(x: jax.Array, container: Format) -> jax.Array:
@@ -73,14 +100,40 @@ def counts(x: jax.Array, y: jax.Array, fmt: Format) -> jax.Array:
 
 
 def as_pytree(totals: dict[str, jax.Array]) -> dict[str, dict[str, jax.Array]]:
-    """``{site: int32[len(FIELDS)]}`` -> ``{site: {field: int32 scalar}}`` (the public layout)."""
-    return {site: {field: vector[..., i] for i, field in enumerate(FIELDS)} for site, vector in totals.items()}
+    """``{site: int32[len(FIELDS)]}`` -> ``{site: {field: int32 scalar}}`` (the public layout). An
+    operand's amax (``site + AMAX``) becomes the float32 field ``"amax"`` of its site; history
+    channels (``STATE``) are left out."""
+    out = {
+        site: {field: vector[..., i] for i, field in enumerate(FIELDS)}
+        for site, vector in totals.items()
+        if not is_max_site(site)
+    }
+    for site, vector in totals.items():
+        if site.endswith(AMAX):
+            out.setdefault(site[: -len(AMAX)], {})["amax"] = amax_value(vector)
+    return out
 
 
 def merge(into: dict[str, jax.Array], other: dict[str, jax.Array]) -> None:
-    """Add ``other``'s count vectors to ``into`` (in place), site by site."""
+    """Add ``other``'s count vectors to ``into`` (in place), site by site; amax sites take the maximum."""
     for site, vector in other.items():
-        into[site] = into[site] + vector if site in into else vector
+        if site not in into:
+            into[site] = vector
+        elif is_max_site(site):
+            into[site] = jnp.maximum(into[site], vector)
+        else:
+            into[site] = into[site] + vector
+
+
+def reduce_stacked(site: str, vector: jax.Array) -> jax.Array:
+    """A site's vectors stacked over loop iterations (axis 0), reduced as the site's kind says:
+    counts summed, amax values by maximum (for ``scan``'s stacked statistics)."""
+    return jnp.max(vector, axis=0) if is_max_site(site) else jnp.sum(vector, axis=0, dtype=jnp.int32)
+
+
+def all_reduce(site: str, vector: jax.Array, axes: tuple[str, ...]) -> jax.Array:
+    """A site's vector reduced over mesh axes as its kind says (``psum`` of counts, ``pmax`` of amax)."""
+    return lax.pmax(vector, axes) if is_max_site(site) else lax.psum(vector, axes)
 
 
 def summary(stats: dict[str, dict[str, jax.Array]], *, nonzero_only: bool = True) -> str:
@@ -98,7 +151,9 @@ def summary(stats: dict[str, dict[str, jax.Array]], *, nonzero_only: bool = True
     nonzero_only = bool_arg(nonzero_only, "nonzero_only")
     rows = []
     for site, fields in stats.items():
-        values = [int(np.asarray(fields[f]).sum()) for f in FIELDS]
+        values = [int(np.asarray(fields[f]).sum()) for f in FIELDS if f in fields]
+        if len(values) != len(FIELDS):
+            continue
         if nonzero_only and not any(values[1:]):
             continue
         rows.append([site, *map(str, values)])

@@ -13,18 +13,16 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
 
 import jax
-import jax.numpy as jnp
-import numpy as np
 
 from fpemu._args import bool_arg, key_arg
 from fpemu._core.registry import FormatLike
 from fpemu._emulate import rules_calls, rules_control, rules_dot, rules_plain
 from fpemu._emulate import stats as _stats
-from fpemu._emulate.interpreter import Context, State, interpret
+from fpemu._emulate.interpreter import Context, State, Training, interpret
 from fpemu._emulate.policy import Policy, as_policy
+from fpemu._emulate.training_state import advance, check_state, classify_for, input_flags, trace
 from fpemu._engine.rng import seeds_from_key
 
 __all__ = ["emulate"]
@@ -33,12 +31,13 @@ __all__ = ["emulate"]
 RULE_MODULES = (rules_plain, rules_dot, rules_calls, rules_control)
 
 
-def _is_array(leaf: Any) -> bool:
-    return isinstance(leaf, (jax.Array, np.ndarray, np.generic))
-
-
 def emulate(
-    fn: Callable, policy: Policy | FormatLike, *, with_stats: bool = False, key: jax.Array | None = None
+    fn: Callable,
+    policy: Policy | FormatLike,
+    *,
+    with_stats: bool = False,
+    key: jax.Array | None = None,
+    state: bool = False,
 ) -> Callable:
     """Return a function with ``fn``'s signature that runs ``fn`` with its floating-point results
     rounded as ``policy`` says.
@@ -73,11 +72,18 @@ def emulate(
         int32 counts, where ``site`` is ``"scope/.../primitive"`` (named scopes from
         ``jax.named_scope``), ``"inputs"`` for the arguments, and ``.lhs``/``.rhs`` suffixes for
         dot operands.
-      key: a JAX PRNG key, for (and only for) ``Policy(rounding="stochastic")``. Every rounding site
-        folds its own index (and its loop iteration) into it.
+      key: a JAX PRNG key, for (and only for) a stochastic policy (`Policy.stochastic`:
+        ``rounding="stochastic"``, a stochastic accumulator, a training recipe with stochastic
+        rounding or a random Hadamard transform). Every rounding site folds its own index (and its
+        loop iteration) into it.
+      state: for training recipes with delayed scaling (``Policy(dot="fp8_delayed")``): the emulated
+        function takes the amax histories first and returns the new ones,
+        ``emulated(state, *args) -> (value, new_state)``; make the first state with
+        `fpemu.init_training_state` (docs/training.md).
 
     Returns:
-      ``emulated(*args, **kwargs)``: ``fn``'s value, or ``(value, stats)`` with ``with_stats``.
+      ``emulated(*args, **kwargs)``: ``fn``'s value, or ``(value, stats)`` with ``with_stats``;
+      with ``state=True``, ``emulated(state, *args, **kwargs) -> (that, new_state)``.
 
     Raises:
       ValueError: a bad policy field, stochastic rounding without a key (or a key without it), a
@@ -106,37 +112,51 @@ def emulate(
     """
     policy = as_policy(policy)
     with_stats = bool_arg(with_stats, "with_stats")
+    stateful = bool_arg(state, "state")
     if policy.stochastic and key is None:
         raise ValueError(
-            "stochastic rounding (Policy.rounding or a DotPolicy's accumulate_rounding) needs "
-            "emulate(..., key=jax.random.key(...))"
+            "stochastic rounding (Policy.rounding, a DotPolicy's accumulate_rounding, or a training recipe's "
+            "stochastic quantizers or random Hadamard transform) needs emulate(..., key=jax.random.key(...))"
         )
     key = key_arg(key, policy.stochastic, "key", what=f"with {policy!r}")
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    if policy.stateful and not stateful:
+        raise ValueError(
+            "this policy's training recipe keeps amax histories (delayed scaling): use "
+            "emulate(fn, policy, state=True), which returns emulated(state, *args) -> (value, new_state), with the "
+            "first state from fpemu.init_training_state(fn, policy, *args)"
+        )
 
-    @functools.wraps(fn)
-    def emulated(*args, **kwargs):
-        leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
-        dynamic = [i for i, leaf in enumerate(leaves) if _is_array(leaf)]
-
-        def flat_fn(*values):
-            full = list(leaves)
-            for i, value in zip(dynamic, values):
-                full[i] = value
-            call_args, call_kwargs = jax.tree_util.tree_unflatten(treedef, full)
-            return fn(*call_args, **call_kwargs)
-
-        values = [jnp.asarray(leaves[i]) if not isinstance(leaves[i], jax.Array) else leaves[i] for i in dynamic]
-        closed, out_shapes = jax.make_jaxpr(flat_fn, return_shape=True)(*values)
+    def run(histories, args, kwargs):
+        flags = input_flags(policy.round_inputs, args, kwargs)
+        closed, out_shapes, dynamic, values = trace(fn, args, kwargs)
         root = None if key is None else seeds_from_key(key)  # uint32[2]; sites fold into it
-        state = State(policy, root, {} if with_stats else None)
+        training = None
+        if policy.has_recipe:
+            training = Training(classify_for(closed, policy), histories)
+        channel = with_stats or histories is not None
+        state = State(policy, root, {} if channel else None, counting=with_stats, training=training)
         ctx = Context(state)
-        inputs = [ctx.constant(value, "inputs") for value in values]
+        inputs = [ctx.constant(value, "inputs", selected=flags[i]) for value, i in zip(values, dynamic, strict=True)]
         outs = interpret(ctx, closed.jaxpr, list(closed.consts), inputs)
         value = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(out_shapes), outs)
-        if state.stats is not None:  # with_stats
-            return value, _stats.as_pytree(state.stats)
-        return value
+        found = state.stats or {}
+        result = (value, _stats.as_pytree(found)) if with_stats else value
+        return result, found
 
-    return emulated
+    if not stateful:
+
+        @functools.wraps(fn)
+        def emulated(*args, **kwargs):
+            return run(None, args, kwargs)[0]
+
+        return emulated
+
+    @functools.wraps(fn)
+    def emulated_with_state(state, *args, **kwargs):
+        histories = check_state(state, policy)
+        result, found = run(histories, args, kwargs)
+        return result, advance(histories, found)
+
+    return emulated_with_state

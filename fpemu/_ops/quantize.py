@@ -300,7 +300,7 @@ def quantize(
 
     Backends: ``"xla"`` runs the integer engine as XLA ops (fused with neighbouring ops under
     ``jit``); ``"pallas"`` runs it as the `fpemu.kernels.quantize` kernel, on a GPU only, for
-    float16, bfloat16 and float32 input, with a key and the default variants.
+    float16, bfloat16 and float32 input, with a key (not explicit ``random`` bits).
     Both give the same bits, stochastic rounding included (the random bits are a function of the
     key and the element's index). ``"auto"`` (default) picks the faster one measured on the
     platform: XLA on CPU, where Pallas only interprets, and, until the kernel has been timed on
@@ -332,8 +332,8 @@ def quantize(
       ValueError: unknown format, mode, variant or backend, a format that ``x``'s dtype cannot hold
         (fp16 in a bfloat16 array), stochastic rounding without a key or random bits (or with both),
         random bits out of range or of a shape that does not broadcast to ``x``'s,
-        ``backend="pallas"`` on a platform without compiled Pallas kernels (CPU), with float64 input,
-        explicit random bits or non-default variants.
+        ``backend="pallas"`` on a platform without compiled Pallas kernels (CPU), with float64 input
+        or explicit random bits.
 
     Example:
       >>> import jax.numpy as jnp, fpemu

@@ -1,0 +1,246 @@
+"""What enters and leaves `fpemu.emulate` beside the function's value: which arguments are rounded,
+and the amax histories of delayed-scaling training recipes.
+
+- `input_flags`: ``Policy.round_inputs`` (True, False, argument numbers, a pytree mask of the
+  positional arguments, or a predicate) as one flag per leaf of ``(args, kwargs)``.
+- `init_training_state` (public as `fpemu.init_training_state`): the first state of a stateful
+  recipe, ``{"<dot>.<gemm>.<lhs|rhs>": float32[amax_history_len]}`` of zeros, one history per
+  delayed-scaling operand of each dot emulate will quantize (gradients included).
+- `check_state` and `advance`: the state checked on entry, and the next one: each history shifted by
+  one step with this step's amax in row 0 (Transformer Engine's ``DelayedScaling``, as
+  `fpemu.scaled.DelayedScaling` keeps it).
+- `gemm_roles` (public as `fpemu.gemm_roles`): how each dot of a function is classified.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, cast
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fpemu._core.registry import FormatLike
+from fpemu._emulate import stats as _stats
+from fpemu._emulate.gemm import history_keys, quantized
+from fpemu._emulate.gemm_roles import GemmRoles, classify
+from fpemu._emulate.policy import InputMask, Policy, as_policy
+from fpemu._training.recipes import TrainingRecipe
+
+__all__ = ["advance", "check_state", "classify_for", "gemm_roles", "init_training_state", "input_flags", "trace"]
+
+
+def _is_array(leaf: Any) -> bool:
+    return isinstance(leaf, (jax.Array, np.ndarray, np.generic))
+
+
+# -- arguments -------------------------------------------------------------------------------------------
+
+
+def input_flags(round_inputs: Any, args: tuple, kwargs: dict) -> list[bool]:
+    """One flag per leaf of ``(args, kwargs)`` (``jax.tree_util`` order): whether ``Policy.round_inputs``
+    selects it. Argument numbers and masks name positional arguments only."""
+    leaves = jax.tree_util.tree_leaves((args, kwargs))
+    if isinstance(round_inputs, bool):
+        return [round_inputs] * len(leaves)
+    if isinstance(round_inputs, tuple):
+        bad = [i for i in round_inputs if i >= len(args)]
+        if bad:
+            raise ValueError(
+                f"Policy.round_inputs names positional argument(s) {bad}, but the function was called with "
+                f"{len(args)} positional argument(s)"
+            )
+        per_arg = [[i in round_inputs] * len(jax.tree_util.tree_leaves(a)) for i, a in enumerate(args)]
+        return [f for flags in per_arg for f in flags] + [False] * len(jax.tree_util.tree_leaves(kwargs))
+    if isinstance(round_inputs, InputMask):
+        mask = jax.tree_util.tree_unflatten(round_inputs.treedef, round_inputs.leaves)
+        try:
+            subtrees = round_inputs.treedef.flatten_up_to(tuple(args) if isinstance(mask, tuple) else args)
+        except (ValueError, TypeError) as err:
+            raise ValueError(
+                f"Policy.round_inputs={mask!r} must be a prefix of the positional arguments (a tuple with one entry "
+                f"per argument, or per leaf of it): {err}"
+            ) from None
+        flags = [
+            f
+            for m, sub in zip(round_inputs.leaves, subtrees, strict=True)
+            for f in [m] * len(jax.tree_util.tree_leaves(sub))
+        ]
+        return flags + [False] * len(jax.tree_util.tree_leaves(kwargs))
+    predicate = cast(Callable[..., Any], round_inputs)
+    flags = []
+    for path, leaf in jax.tree_util.tree_flatten_with_path((args, kwargs))[0]:
+        verdict = predicate(path, leaf)
+        if not isinstance(verdict, (bool, np.bool_)):
+            raise TypeError(
+                f"Policy.round_inputs predicate must return a bool for each argument leaf, got {verdict!r} for "
+                f"{jax.tree_util.keystr(path)}"
+            )
+        flags.append(bool(verdict))
+    return flags
+
+
+def trace(fn: Callable, args: tuple, kwargs: dict) -> tuple[Any, Any, list[int], list]:
+    """``fn`` traced with its array leaves as inputs (other leaves static): (closed jaxpr, output
+    shapes, the indices of the array leaves among the leaves of ``(args, kwargs)``, their values)."""
+    leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
+    dynamic = [i for i, leaf in enumerate(leaves) if _is_array(leaf)]
+
+    def flat_fn(*values):
+        full = list(leaves)
+        for i, value in zip(dynamic, values, strict=True):
+            full[i] = value
+        call_args, call_kwargs = jax.tree_util.tree_unflatten(treedef, full)
+        return fn(*call_args, **call_kwargs)
+
+    values = [jnp.asarray(leaves[i]) if not isinstance(leaves[i], jax.Array) else leaves[i] for i in dynamic]
+    closed, out_shapes = jax.make_jaxpr(flat_fn, return_shape=True)(*values)
+    return closed, out_shapes, dynamic, values
+
+
+# -- roles and histories -----------------------------------------------------------------------------------
+
+
+def _recipe_for(policy: Policy, primitive: str) -> TrainingRecipe | None:
+    dot = policy.dot_policy if primitive == "dot_general" else policy.conv_policy
+    return dot if isinstance(dot, TrainingRecipe) else None
+
+
+def _histories_needed(roles: GemmRoles, policy: Policy) -> dict[str, int]:
+    """``{state key: history length}`` of every delayed-scaling operand the program reads."""
+    out: dict[str, int] = {}
+    for entry in roles.entries:
+        recipe = _recipe_for(policy, entry.eqn.primitive.name)
+        dtypes = [v.aval.dtype for v in entry.eqn.invars[:2]]
+        if recipe is None or not quantized(entry, recipe, dtypes):
+            continue
+        keys = history_keys(entry, recipe, conv=entry.eqn.primitive.name == "conv_general_dilated")
+        loops = {"scan", "shard_map"} & set(entry.enclosing)
+        if keys and loops:
+            raise NotImplementedError(
+                f"fpemu.emulate: delayed scaling of {entry.name!r} inside {'/'.join(sorted(loops))}: the amax of "
+                f"several iterations or devices cannot be carried out yet; use a current-scaling recipe such as "
+                f"'fp8_current' there, or exclude the scope (Policy(exclude=...))"
+            )
+        for key, _ in keys:
+            out[key] = recipe.amax_history_len
+    return out
+
+
+def classify_for(closed: Any, policy: Policy) -> GemmRoles:
+    """The roles of ``closed``'s dots; for a stateful policy, also checks that their histories can
+    be kept (none inside ``scan`` or ``shard_map``)."""
+    roles = classify(closed)
+    if policy.stateful:
+        _histories_needed(roles, policy)
+    return roles
+
+
+def init_training_state(fn: Callable, policy: Policy | FormatLike, *args: Any, **kwargs: Any) -> dict:
+    """The first training state of ``emulate(fn, policy, state=True)``: every amax history at zero.
+
+    One float32 history of ``recipe.amax_history_len`` steps per delayed-scaling operand of each
+    dot the recipe quantizes: ``"<dot>.<gemm>.<lhs|rhs>"``, where ``<dot>`` names the forward dot
+    (``"scope/dot_general"``, ``#k`` for the k-th of the same name) whose forward, dgrad or wgrad
+    GEMM reads it, and ``lhs``/``rhs`` are the recipe's operands (dgrad's lhs and wgrad's rhs are
+    the gradient). A zero history gives scale 1 (Transformer Engine's initial scale). ``fn`` is
+    traced with ``args`` (shapes and dtypes matter, values do not), as `fpemu.emulate` will trace it.
+
+    Args:
+      fn: the function that will be emulated (e.g. ``jax.value_and_grad(loss)``).
+      policy: the `Policy` (with a stateful recipe, e.g. ``Policy(dot="fp8_delayed")``).
+      *args, **kwargs: example arguments.
+
+    Returns:
+      A dict of float32 arrays (a pytree: donate it to the jitted step).
+
+    Raises:
+      ValueError: a policy without a stateful training recipe.
+      NotImplementedError: delayed scaling of a dot inside ``scan`` or ``shard_map``.
+
+    Example:
+      >>> import jax, jax.numpy as jnp, fpemu
+      >>> loss = lambda w, x: jnp.sum(jnp.tanh(x @ w))
+      >>> policy = fpemu.Policy(dot="fp8_delayed")
+      >>> w, x = jnp.ones((4, 3)), jnp.ones((2, 4))
+      >>> state = fpemu.init_training_state(jax.value_and_grad(loss), policy, w, x)
+      >>> sorted(state)
+      ['dot_general.dgrad.rhs', 'dot_general.forward.lhs', 'dot_general.forward.rhs', 'dot_general.wgrad.lhs', 'dot_general.wgrad.rhs']
+      >>> (value, grad), state = fpemu.emulate(jax.value_and_grad(loss), policy, state=True)(state, w, x)
+      >>> state["dot_general.forward.lhs"][:2].tolist()       # this step's amax of x, then the older steps
+      [1.0, 0.0]
+    """
+    policy = as_policy(policy)
+    if not policy.stateful:
+        raise ValueError(
+            "init_training_state needs a policy whose training recipe keeps amax histories (delayed scaling), e.g. "
+            f"fpemu.Policy(dot='fp8_delayed'); got {policy!r}"
+        )
+    closed, _, _, _ = trace(fn, args, kwargs)
+    needed = _histories_needed(classify(closed), policy)
+    return {key: jnp.zeros((length,), jnp.float32) for key, length in sorted(needed.items())}
+
+
+def check_state(state: Any, policy: Policy) -> dict:
+    """The state given to a stateful emulated function: a dict of 1-D float32 histories."""
+    if not isinstance(state, dict):
+        raise TypeError(
+            f"the training state must be the dict made by fpemu.init_training_state (or returned by the last step), "
+            f"got {type(state).__name__}"
+        )
+    for key, history in state.items():
+        shape, dtype = np.shape(history), getattr(history, "dtype", None)
+        if not isinstance(key, str) or len(shape) != 1 or dtype != jnp.float32:
+            raise ValueError(
+                f"the training state's entry {key!r} must be a float32 amax history of shape (length,), got shape "
+                f"{shape} and dtype {dtype} (make the state with fpemu.init_training_state)"
+            )
+    return dict(state)
+
+
+def advance(histories: dict, found: dict) -> dict:
+    """The next state: each history that saw an amax this step gets it in row 0, the older steps
+    shifted down by one (the oldest dropped); the others are returned unchanged."""
+    out = {}
+    for key, history in histories.items():
+        channel = found.get(_stats.STATE + key)
+        if channel is None:
+            out[key] = history
+            continue
+        amax = _stats.amax_value(channel).reshape(1)
+        out[key] = jnp.concatenate([amax, jnp.asarray(history)[:-1]])
+    return out
+
+
+# -- the roles, for people ------------------------------------------------------------------------------
+
+
+def gemm_roles(fn: Callable, *args: Any, **kwargs: Any) -> list[tuple[str, str | None, str]]:
+    """How `fpemu.emulate` classifies each dot of ``fn`` under a training recipe, in program order.
+
+    Each entry is ``(name, gemm, reason)``: ``name`` is the forward dot the GEMM belongs to (the
+    dgrad and wgrad of a layer carry its forward dot's name; statistics and histories use it),
+    ``gemm`` is ``"forward"``, ``"dgrad"``, ``"wgrad"`` or None (both operands carry cotangents:
+    left in high precision), and ``reason`` says how it was decided (docs/training.md).
+
+    Example:
+      >>> import jax, jax.numpy as jnp, fpemu
+      >>> def loss(w, x):
+      ...     with jax.named_scope("layer"):
+      ...         return jnp.sum(jnp.tanh(x @ w))
+      >>> for name, gemm, _ in fpemu.gemm_roles(jax.grad(loss, argnums=(0, 1)), jnp.ones((4, 3)), jnp.ones((2, 4))):
+      ...     print(name, gemm)
+      layer/dot_general forward
+      layer/dot_general wgrad
+      layer/dot_general dgrad
+    """
+    closed, _, _, _ = trace(fn, args, kwargs)
+    return [
+        (
+            e.name,
+            None if e.role is None else e.role.gemm,
+            "both operands carry cotangents" if e.role is None else e.role.reason,
+        )
+        for e in classify(closed).entries
+    ]

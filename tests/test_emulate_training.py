@@ -1,0 +1,425 @@
+"""Training recipes under fpemu.emulate: every GEMM of a training step, bit for bit against the
+`custom_vjp` a researcher writes by hand from `quantized_dot_general`.
+
+The reference of a linear layer ``y = x . W`` (``ref_linear``) computes the forward GEMM with the
+recipe's ``forward``, and its VJP computes ``dx = g . W^T`` with ``dgrad`` and ``dW = x^T . g`` with
+``wgrad``, each operand quantized along that GEMM's contraction by `quantized_dot_general`. Both
+``emulate(jax.value_and_grad(loss), Policy(dot=recipe))`` (the backward dots recognised in the
+traced program) and ``jax.value_and_grad(emulate(loss, policy))`` (the forward dots' own VJP) must
+give the reference's loss and gradients, bit for bit. Stochastic recipes draw, for GEMM ``g`` of
+the forward dot number ``i`` (program order), from ``gemm_key(key, i, g)`` (docs/training.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import fpemu
+from fpemu._emulate.gemm import gemm_key
+from fpemu._emulate.policy import Policy
+from fpemu._emulate.training_state import init_training_state
+from fpemu._emulate.transform import emulate
+from fpemu._engine.rng import seeds_from_key
+from fpemu._training import (
+    TRAINING_RECIPES,
+    GemmRecipe,
+    Quantizer,
+    TrainingRecipe,
+    amax_of,
+    quantize_operand,
+    quantized_dot_general,
+    training_recipe,
+)
+from fpemu.testing import assert_bit_exact
+
+GEMMS = ("forward", "dgrad", "wgrad")
+STATELESS = [name for name in TRAINING_RECIPES if not training_recipe(name).stateful]
+KEY = jax.random.key(7)
+
+
+def recipes(fast: tuple[str, ...]) -> list:
+    return [name if name in fast else pytest.param(name, marks=pytest.mark.slow) for name in STATELESS]
+
+
+def assert_tree_bits(actual, expected) -> None:
+    flat_a, tree_a = jax.tree_util.tree_flatten(actual)
+    flat_e, tree_e = jax.tree_util.tree_flatten(expected)
+    assert tree_a == tree_e
+    for a, e in zip(flat_a, flat_e, strict=True):
+        assert_bit_exact(a, e)
+
+
+def ref_linear(recipe, keys):
+    """``x @ W`` (x: [..., k], W: [k, n]) with the recipe's three GEMMs, written by hand."""
+    contract_last = lambda a: (a.ndim - 1,)
+
+    @jax.custom_vjp
+    def linear(x, w):
+        return quantized_dot_general(x, w, ((contract_last(x), (0,)), ((), ())), recipe.forward, key=keys["forward"])
+
+    def fwd(x, w):
+        return linear(x, w), (x, w)
+
+    def bwd(res, g):
+        x, w = res
+        dx = quantized_dot_general(g, w, ((contract_last(g), (1,)), ((), ())), recipe.dgrad, key=keys["dgrad"])
+        tokens = tuple(range(x.ndim - 1))
+        dw = quantized_dot_general(x, g, ((tokens, tokens), ((), ())), recipe.wgrad, key=keys["wgrad"])
+        return dx, dw
+
+    linear.defvjp(fwd, bwd)
+    return linear
+
+
+def reference_matmul(name: str, stochastic: bool):
+    """``mm(i, x, W)``: the i-th forward dot of the program (program order) as ``ref_linear``."""
+    recipe, root = training_recipe(name), seeds_from_key(KEY)
+
+    def mm(i, x, w):
+        keys = {g: gemm_key(root, i, g) if stochastic else None for g in GEMMS}
+        return ref_linear(recipe, keys)(x, w)
+
+    return mm
+
+
+def plain(i, x, w):
+    return x @ w
+
+
+# -- the programs ------------------------------------------------------------------------------------------
+
+
+def mlp(params, x, mm=plain):
+    with jax.named_scope("layer0"):
+        h = jax.nn.gelu(mm(0, x, params["w0"]) + params["b0"])
+    with jax.named_scope("layer1"):
+        logits = mm(1, h, params["w1"])
+    return jnp.mean(jax.nn.logsumexp(logits, axis=-1) - logits[:, 0])
+
+
+def attention_block(params, x, mm=plain):
+    """A single-head self-attention block on x: [batch, tokens, d]: q, k, v, o projections (dots 0-2
+    and 5, batched: wgrad contracts batch and tokens), the score and value products under
+    jax.named_scope("attention") (dots 3 and 4, kept in high precision)."""
+    q, k, v = (mm(i, x, params[n]) for i, n in enumerate("qkv"))
+    with jax.named_scope("attention"):
+        scores = jnp.einsum("btd,bsd->bts", q, k) * 0.25
+        o = jnp.einsum("bts,bsd->btd", jax.nn.softmax(scores, axis=-1), v)
+    return jnp.sum((mm(5, o, params["o"]) + x) ** 2)
+
+
+def normal(seed: int, *shape: int, scale: float = 1.0) -> jax.Array:
+    return jnp.asarray(np.random.default_rng(seed).standard_normal(shape).astype(np.float32) * np.float32(scale))
+
+
+MLP_PARAMS = {"w0": normal(0, 24, 40, scale=0.5), "b0": normal(1, 1, 40, scale=0.5), "w1": normal(2, 40, 12, scale=0.5)}
+MLP_X = normal(3, 10, 24)
+ATTN_PARAMS = {n: normal(4 + i, 16, 16, scale=0.5) for i, n in enumerate("qkvo")}
+ATTN_X = normal(8, 2, 6, 16)
+
+
+def _check_against_reference(program, params, x, name: str) -> None:
+    policy = Policy(dot=name)
+    key = KEY if policy.stochastic else None
+    mm = reference_matmul(name, policy.stochastic)
+    step = jax.value_and_grad(program, argnums=(0, 1))
+    expected = jax.jit(jax.value_and_grad(lambda p, v: program(p, v, mm), argnums=(0, 1)))(params, x)
+    inside = jax.jit(emulate(step, policy, key=key))(params, x)
+    assert_tree_bits(inside, expected)
+    outside = jax.jit(jax.value_and_grad(emulate(program, policy, key=key), argnums=(0, 1)))(params, x)
+    assert_tree_bits(outside, expected)
+    # the checks above would pass vacuously if emulate and the reference both ignored the recipe
+    exact = step(params, x)
+    for a, e in zip(jax.tree_util.tree_leaves(inside), jax.tree_util.tree_leaves(exact), strict=True):
+        assert not np.array_equal(np.asarray(a), np.asarray(e))
+
+
+# Each named recipe compiles its own quantizers (seconds each): one fast case per program, the
+# others with -m slow.
+@pytest.mark.parametrize("name", recipes(("mxfp8",)))
+def test_mlp_every_gemm_matches_the_hand_written_custom_vjp(name):
+    _check_against_reference(mlp, MLP_PARAMS, MLP_X, name)
+
+
+@pytest.mark.parametrize("name", recipes(("fp8_current",)))
+def test_attention_block_matches_the_reference_and_keeps_attention_high(name):
+    _check_against_reference(attention_block, ATTN_PARAMS, ATTN_X, name)
+
+
+def test_only_the_dots_change_with_default_none():
+    def f(x, w):
+        return jnp.exp(x) @ w * 3.0 + jnp.sin(x).sum()
+
+    x, w = MLP_X[:, :8], jnp.linspace(-2.0, 2.0, 64).reshape(8, 8)
+    got = jax.jit(emulate(f, Policy(default=None, dot="fp8_current")))(x, w)
+    dims = (((1,), (0,)), ((), ()))
+    recipe = training_recipe("fp8_current")
+    expected = jax.jit(lambda x, w: quantized_dot_general(jnp.exp(x), w, dims, recipe.forward) * 3.0 + jnp.sin(x).sum())
+    assert_bit_exact(got, expected(x, w))
+
+
+def test_a_recipe_object_and_its_name_are_one_policy():
+    recipe = training_recipe("mxfp8")
+    assert Policy(dot="mxfp8") == Policy(dot=recipe)
+    assert hash(Policy(dot="mxfp8")) == hash(Policy(dot=recipe))
+    custom = dataclasses.replace(recipe, name="mxfp8-no-keep", keep_scopes=())
+    assert Policy(conv=custom).conv is custom
+
+
+# -- transforms: nested jit, scan, remat, vmap ------------------------------------------------------------
+
+
+def _layers(mm, ws, w_out, x):
+    """A scan over stacked layers inside a checkpointed function inside a nested jit."""
+
+    def layer(h, w):
+        return jnp.tanh(mm(0, h, w)), None
+
+    @jax.jit
+    @jax.checkpoint
+    def body(ws, h):
+        return jax.lax.scan(layer, h, ws)[0]
+
+    return jnp.sum(mm(1, body(ws, x), w_out) ** 2)
+
+
+def test_nested_jit_remat_and_scan_match_the_reference():
+    ws, w_out, x = normal(9, 2, 16, 16, scale=0.4), normal(10, 16, 8, scale=0.4), normal(11, 4, 16)
+    mm = reference_matmul("fp8_current", stochastic=False)
+    expected = jax.jit(jax.value_and_grad(lambda *a: _layers(mm, *a), argnums=(0, 1, 2)))(ws, w_out, x)
+    step = jax.value_and_grad(lambda *a: _layers(plain, *a), argnums=(0, 1, 2))
+    got = jax.jit(emulate(step, Policy(dot="fp8_current")))(ws, w_out, x)
+    assert_tree_bits(got, expected)
+
+
+def test_vmap_of_per_example_gradients_is_per_example():
+    def loss(w, x):
+        return jnp.sum(jnp.tanh(x @ w) ** 2)
+
+    w, xs = normal(12, 16, 8), normal(13, 3, 4, 16)
+    grad = jax.jit(emulate(jax.grad(loss), Policy(dot="fp8_current")))
+    batched = jax.jit(jax.vmap(grad, in_axes=(None, 0)))(w, xs)
+    for i in range(xs.shape[0]):
+        assert_bit_exact(batched[i], grad(w, xs[i]))
+
+
+def test_convolutions_compute_their_three_gemms_with_the_recipe():
+    # power-of-two per-tensor scales on small integers: every product and sum below is exact, so the
+    # convolutions of emulate (fpemu.conv_general_dilated) and of the reference (lax) agree bit for bit
+    q8 = Quantizer(format="e4m3fn", scaling="tensor", scale_rule="ceil")
+    q5 = Quantizer(format="e5m2", scaling="tensor", scale_rule="ceil")
+    recipe = TrainingRecipe(
+        name="pow2-tensor",
+        forward=GemmRecipe(lhs=q8, rhs=q8),
+        dgrad=GemmRecipe(lhs=q5, rhs=q8),
+        wgrad=GemmRecipe(lhs=q8, rhs=q5),
+    )
+
+    def conv(x, w):
+        return jax.lax.conv(x, w, (1, 1), "SAME")
+
+    def loss(x, w):
+        return 0.5 * jnp.sum(conv(x, w) ** 2)
+
+    rng = np.random.default_rng(16)
+    x = jnp.asarray(rng.integers(-2, 3, (2, 2, 5, 5)).astype(np.float32))
+    w = jnp.asarray(rng.integers(-2, 3, (3, 2, 3, 3)).astype(np.float32))
+
+    @jax.jit
+    def expected(x, w):
+        qx, qw = quantize_operand(x, (1,), q8), quantize_operand(w, (1,), q8)
+        y, pullback = jax.vjp(conv, qx, qw)
+        g = quantize_operand(y, (1,), q5)  # the cotangent of 0.5 * sum(y**2) is y
+        dx, _ = pullback(g)
+        _, dw = pullback(g)
+        return 0.5 * jnp.sum(y**2), (dx, dw)
+
+    got = jax.jit(emulate(jax.value_and_grad(loss, argnums=(0, 1)), Policy(conv=recipe)))(x, w)
+    assert_tree_bits(got, expected(x, w))
+
+
+# -- statistics ------------------------------------------------------------------------------------------
+
+
+def test_statistics_name_the_role_of_every_quantized_operand():
+    def loss(w, x):
+        with jax.named_scope("proj"):
+            return jnp.sum(jnp.tanh(x @ w))
+
+    w = jnp.linspace(-1.0, 1.0, 32 * 8).reshape(32, 8)
+    x = jnp.linspace(-3.0, 3.0, 4 * 32).reshape(4, 32) * jnp.float32(2.0**-20)  # tiny: e4m3/e5m2 scaled
+    _, stats = jax.jit(emulate(jax.value_and_grad(loss, argnums=(0, 1)), Policy(dot="fp8_current"), with_stats=True))(
+        w, x
+    )
+    sides = {f"proj/dot_general.{g}.{s}" for g in GEMMS for s in ("lhs", "rhs")}
+    assert sides <= set(stats)
+    recipe = training_recipe("fp8_current")
+    fwd = stats["proj/dot_general.forward.lhs"]
+    assert float(fwd["amax"]) == float(amax_of(x))  # the amax its per-tensor scale came from
+    q = quantize_operand(x, (1,), recipe.forward.lhs)
+    assert int(fwd["underflow"]) == int(jnp.sum((x != 0) & (q == 0)))
+    assert int(fwd["elements"]) == x.size
+    # the gradient operand of dgrad (lhs) and wgrad (rhs): g = 1 - tanh(xw)^2, in e5m2
+    g = 1.0 - jnp.tanh(x @ w) ** 2
+    assert float(stats["proj/dot_general.dgrad.lhs"]["amax"]) == float(amax_of(g))
+    assert float(stats["proj/dot_general.wgrad.rhs"]["amax"]) == float(amax_of(g))
+    assert int(stats["proj/dot_general.wgrad.rhs"]["elements"]) == g.size
+
+
+def test_statistics_count_subnormal_elements_in_the_scaled_domain():
+    # one per-tensor scale, amax / 448 = 1: the elements are the values themselves
+    x = jnp.array([[448.0, 2.0**-8, 2.0**-12, 0.0]])
+    w = jnp.ones((4, 1))
+    _, stats = jax.jit(emulate(lambda a, b: a @ b, Policy(dot="fp8_current"), with_stats=True))(x, w)
+    counts = stats["dot_general.forward.lhs"]
+    e = quantize_operand(x, (1,), training_recipe("fp8_current").forward.lhs)  # the scale is 1 here
+    assert float(e[0, 0]) == 448.0
+    # e4m3fn: smallest normal 2**-6, smallest subnormal 2**-9: 2**-8 is subnormal, 2**-12 underflows to 0
+    assert int(counts["subnormal"]) == 1 and int(counts["underflow"]) == 1
+
+
+# -- delayed scaling: functional state ---------------------------------------------------------------------
+
+
+def test_delayed_scaling_histories_advance_as_transformer_engine_documents():
+    recipe = dataclasses.replace(training_recipe("fp8_delayed"), amax_history_len=3)
+    policy = Policy(dot=recipe)
+
+    def loss(w, x):
+        return jnp.sum(x @ w)
+
+    w = jnp.full((4, 2), 0.5)
+    xs = [jnp.full((3, 4), v) for v in (1.0, 8.0, 2.0, 0.25)]
+    step = jax.jit(emulate(jax.value_and_grad(loss, argnums=(0, 1)), policy, state=True))
+    state = init_training_state(jax.value_and_grad(loss, argnums=(0, 1)), policy, w, xs[0])
+    assert sorted(state) == sorted(f"dot_general.{g}.{s}" for g in GEMMS for s in ("lhs", "rhs"))
+    expected_history = [0.0, 0.0, 0.0]
+    for x in xs:
+        history = state["dot_general.forward.lhs"]
+        np.testing.assert_array_equal(np.asarray(history), np.array(expected_history, np.float32))
+        (value, _), state = step(state, w, x)
+        # this step's x was quantized with the scale of max(history) (0: scale 1, TE's initial scale)
+        y = quantized_dot_general(
+            x, w, (((1,), (0,)), ((), ())), recipe.forward, lhs_amax=jnp.max(history), rhs_amax=jnp.float32(0.5)
+        )
+        if max(expected_history) > 0:
+            assert_bit_exact(value, jnp.sum(y))
+        expected_history = [float(np.abs(np.asarray(x)).max()), *expected_history[:2]]  # roll, newest in row 0
+    np.testing.assert_array_equal(np.asarray(state["dot_general.forward.lhs"]), np.array(expected_history, np.float32))
+    # the gradient's history is recorded in the backward pass: g = 1 everywhere
+    assert float(state["dot_general.dgrad.lhs"][0]) == 1.0
+
+
+def test_delayed_scaling_needs_state_and_refuses_loops():
+    policy = Policy(dot="fp8_delayed")
+    with pytest.raises(ValueError, match="state=True"):
+        emulate(lambda x, w: x @ w, policy)
+    step = emulate(lambda x, w: x @ w, policy, state=True)
+    with pytest.raises(ValueError, match="no amax history 'dot_general.forward.lhs'"):
+        step({}, jnp.ones((2, 2)), jnp.ones((2, 2)))
+    with pytest.raises(TypeError, match="init_training_state"):
+        step([], jnp.ones((2, 2)), jnp.ones((2, 2)))
+
+    def scanned(ws, x):
+        return jax.lax.scan(lambda h, w: (h @ w, None), x, ws)[0]
+
+    with pytest.raises(NotImplementedError, match="inside scan"):
+        init_training_state(scanned, policy, jnp.ones((2, 4, 4)), jnp.ones((3, 4)))
+    with pytest.raises(ValueError, match="stateful|delayed"):
+        init_training_state(scanned, Policy(dot="mxfp8"), jnp.ones((2, 4, 4)), jnp.ones((3, 4)))
+
+
+# -- round_inputs per argument ------------------------------------------------------------------------------
+
+
+def _inputs_rounded(policy: Policy, *args, **kwargs) -> list[bool]:
+    """Which leaves of the arguments came out rounded to bf16 (the function returns them unchanged)."""
+    out = emulate(lambda *a, **k: (a, k), policy)(*args, **kwargs)
+    leaves = jax.tree_util.tree_leaves((args, kwargs))
+    return [
+        not np.array_equal(np.asarray(o), np.asarray(v))
+        for o, v in zip(jax.tree_util.tree_leaves(out), leaves, strict=True)
+    ]
+
+
+ODD = jnp.float32(1.0 + 2.0**-12)  # not a bf16 value: rounding it shows
+
+
+@pytest.mark.parametrize(
+    ("round_inputs", "expected"),
+    [
+        (True, [True, True, True, True]),
+        (False, [False, False, False, False]),
+        ((0, 2), [True, False, False, True]),
+        (1, [False, True, True, False]),
+        ((True, {"m": False, "v": True}, False), [True, False, True, False]),
+        (lambda path, leaf: jax.tree_util.keystr(path) != "[0][1]['v']", [True, True, False, True]),
+    ],
+)
+def test_round_inputs_names_the_arguments_to_round(round_inputs, expected):
+    params, opt, batch = ODD * jnp.ones(2), {"m": ODD * jnp.ones(2), "v": ODD * jnp.ones(2)}, ODD * jnp.ones(3)
+    policy = Policy(default="bf16", round_inputs=round_inputs)
+    assert _inputs_rounded(policy, params, opt, batch) == expected
+
+
+def test_round_inputs_keyword_arguments_follow_predicates_only():
+    x = ODD * jnp.ones(2)
+    assert _inputs_rounded(Policy(default="bf16", round_inputs=(0,)), x, y=x) == [True, False]
+    by_name = Policy(default="bf16", round_inputs=lambda path, leaf: "'y'" in jax.tree_util.keystr(path))
+    assert _inputs_rounded(by_name, x, y=x) == [False, True]
+
+
+@pytest.mark.parametrize(
+    ("value", "error", "match"),
+    [
+        ("params", TypeError, "Policy.round_inputs must be True"),
+        ((0, "x"), TypeError, "argument numbers"),
+        ((-1,), ValueError, ">= 0"),
+        ((True, 1.5), TypeError, "pytree of bools"),
+    ],
+)
+def test_round_inputs_refuses_what_it_cannot_read(value, error, match):
+    with pytest.raises(error, match=match):
+        Policy(round_inputs=value)
+
+
+def test_round_inputs_checks_against_the_call():
+    with pytest.raises(ValueError, match="positional argument"):
+        emulate(lambda x: x, Policy(default="bf16", round_inputs=(3,)))(jnp.ones(2))
+    with pytest.raises(ValueError, match="prefix of the positional arguments"):
+        emulate(lambda x, y: x, Policy(default="bf16", round_inputs=(True, True, True)))(jnp.ones(2), jnp.ones(2))
+    with pytest.raises(TypeError, match="must return a bool"):
+        emulate(lambda x: x, Policy(default="bf16", round_inputs=lambda p, v: "yes"))(jnp.ones(2))
+
+
+# -- bad inputs ---------------------------------------------------------------------------------------------
+
+
+def test_a_recipe_name_as_an_element_format_points_to_policy_dot():
+    with pytest.raises(fpemu.UnknownFormatError, match=r"Policy\(dot='mxfp8'\)"):
+        fpemu.DotPolicy(lhs="mxfp8")
+
+
+def test_an_unknown_recipe_lists_the_recipes_and_the_format_hint():
+    with pytest.raises(ValueError, match="training recipes: fp8_current.*nvfp4") as err:
+        Policy(dot="mxfp9")
+    assert "unknown format 'mxfp9'" in str(err.value)
+    with pytest.raises(TypeError, match=r"DotPolicy\(lhs='e4m3fn', rhs='e4m3fn'\)"):
+        Policy(dot="e4m3fn")
+    with pytest.raises(TypeError, match="Policy.conv must be"):
+        Policy(conv=3)
+    with pytest.raises(TypeError, match=r"Policy\(dot='nvfp4'\)"):
+        emulate(lambda x: x, "nvfp4")
+
+
+def test_stochastic_recipes_need_a_key():
+    assert Policy(dot="nvfp4").stochastic and not Policy(dot="mxfp8").stochastic
+    with pytest.raises(ValueError, match="needs emulate"):
+        emulate(lambda x, w: x @ w, Policy(dot="nvfp4"))
+    with pytest.raises(ValueError, match="only used with stochastic"):
+        emulate(lambda x, w: x @ w, Policy(dot="mxfp8"), key=KEY)
