@@ -23,9 +23,10 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 # Lint, then unit tests, doctests in the package, and the examples in README.md and docs/. Hypothesis
-# runs its derandomized `ci` profile (fixed examples, no database): the same run every time.
+# runs its derandomized `ci` profile (fixed examples, no database): the same run every time. The tests
+# run in one process per core (pytest-xdist): no test depends on another or on the order they run in.
 test: lint
-	FPEMU_HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest tests fpemu kernels README.md docs --doctest-modules --doctest-glob='*.md' -p no:cacheprovider
+	FPEMU_HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest tests fpemu kernels README.md docs --doctest-modules --doctest-glob='*.md' -p no:cacheprovider -n auto
 
 # Long sweeps (every float32 input, the full kernel sweep, thorough hypothesis profile): not run in CI.
 test-slow: $(STAMP)
