@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from fpemu.scalify._array import ScaledArray, is_static_anyscale
+from fpemu.scalify._array import ScaledArray, is_static_anyscale, wide_dtype
 from fpemu.scalify._pow2 import is_numpy
 
 _FLOAT_ORDER = ("float8", "bfloat16", "float16", "float32", "float64")
@@ -68,13 +68,18 @@ def minimum(a: Any, b: Any) -> Any:
 
 def rescaled(value: ScaledArray, scale: Any, dtype: Any = None) -> Any:
     """``value``'s data expressed in ``scale``: ``data * (value.scale / scale)`` (0 for a zero
-    ``scale``), in ``dtype`` (default: the data's). A static ratio of 1 leaves the data alone."""
+    ``scale``), in ``dtype`` (default: the data's). A static ratio of 1 leaves the data alone.
+
+    The product is computed in float32 (float64 if an operand is) and rounded once to ``dtype``:
+    a ratio beyond the data format's range (``2**17`` for float16, the mantissa of a broadcast
+    ``1e-5`` scalar) would otherwise become inf or 0 before the multiplication."""
     dtype = np.dtype(value.dtype if dtype is None else dtype)
-    data = value.data if value.dtype == dtype else value.data.astype(dtype)
     ratio = safe_div(value.scale, scale)
     if is_numpy(ratio) and np.all(ratio == 1):
-        return data
-    return data * api(ratio).asarray(ratio).astype(dtype)
+        return value.data if value.dtype == dtype else value.data.astype(dtype)
+    xp = api(ratio)
+    wide = wide_dtype(dtype, value.dtype, ratio.dtype)
+    return (value.data.astype(wide) * xp.asarray(ratio).astype(wide)).astype(dtype)
 
 
 def max_scale(values: Sequence[ScaledArray]) -> Any:

@@ -86,8 +86,8 @@ def _indexing(prim):
 
 
 def _update(prim):
-    """``dynamic_update_slice`` and ``scatter``s that store values: the max of the operand's and
-    update's scales. Scatters that add store sums: the add rule's scale."""
+    """``dynamic_update_slice`` and every ``scatter``: the max of the operand's and the update's
+    scales (a static-zero operand, as in the transpose of a gather, takes the update's)."""
 
     def rule(operand: ScaledArray, *rest: Any, **params: Any) -> ScaledArray:
         if prim.name == "dynamic_update_slice":

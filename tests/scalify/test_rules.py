@@ -76,6 +76,23 @@ def test_mul_by_a_python_scalar_takes_its_pow2_scale():
     assert_scaled(out, A * np.float32(1.5), SA * 2)
 
 
+def test_rescale_ratios_beyond_float16_range_round_once():
+    # A broadcast float16 scalar below 2**-15 gets a scale whose inverse (2**17 for 1e-5) overflows
+    # float16: its data is computed in float32 and rounded once (it used to be inf).
+    a16 = A.astype(np.float16)
+    x = jsa.ScaledArray(jnp.asarray(a16), jnp.float32(2.0**-10))
+    eps = np.float16(1e-5)
+    assert float(eps) == 1.3125 * 2.0**-17
+    out = jsa.scalify(lambda v: v * jnp.full(v.shape, eps))(x)
+    assert_scaled(out, jnp.asarray(a16) * jnp.float16(1.3125), 2.0**-27)
+    out = jsa.scalify(lambda v: v + jnp.full(v.shape, eps))(x)  # scale pow2(sqrt(2**-20 + 2**-34)) = 2**-10
+    assert_scaled(out, jnp.asarray(a16) + jnp.float16(1.3125 * 2.0**-7), 2.0**-10)
+    # A ratio below float16's smallest subnormal: 1024 * 2**-30 is 2**-20 in the larger scale (it used to be 0).
+    tiny = jsa.ScaledArray(jnp.full((4,), 1024, jnp.float16), jnp.float32(2.0**-30))
+    neg = jsa.ScaledArray(jnp.full((4,), -1, jnp.float16), jnp.float32(1))
+    assert_scaled(jsa.scalify(jnp.maximum)(tiny, neg), np.full((4,), 2.0**-20, np.float16), 1.0)
+
+
 # -- matmuls ----------------------------------------------------------------------------------------
 
 
