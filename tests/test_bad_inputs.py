@@ -235,6 +235,15 @@ CATALOGUE: list[Bad] = [
         "dtype",
     ),
     bad("decode dtype None", lambda: fpemu.decode(np.array([1], np.uint8), "e4m3fn", dtype=None), TypeError, "dtype"),
+    bad(
+        "decode dtype float64 without x64",
+        lambda: fpemu.decode(np.array([1], np.uint8), "e4m3fn", dtype=np.float64),
+        ValueError,
+        "dtype=float64",
+        "jax_enable_x64",
+    ),
+    bad("unpack int64", lambda: fpemu.unpack(np.array([1, 2], np.int64), "e2m1fn"), TypeError, "packed", "int64"),
+    bad("reference complex", lambda: fpemu.testing.reference.round_scalar(1j, "e4m3fn"), TypeError, "x", "real"),
     bad("decode codes str", lambda: fpemu.decode("7", "e4m3fn"), TypeError, "codes"),
     # -- pack / unpack ---------------------------------------------------------------------------------
     bad("pack fmt None", lambda: fpemu.pack(np.zeros(2, np.uint8), None), TypeError, "fmt"),

@@ -178,6 +178,10 @@ def decode(codes: Any, fmt: Any, dtype: Any = jnp.float32) -> jax.Array:
     if dtype is None:
         raise TypeError("dtype must be one of float16, bfloat16, float32, float64, got None")
     out = input_format(np.dtype(dtype), name="dtype")
+    if out.name == "fp64" and not jax.config.read("jax_enable_x64"):
+        raise ValueError(
+            "dtype=float64 needs jax.config.update('jax_enable_x64', True) (JAX arrays are float32 without it)"
+        )
     check_fits(fmt, out, name="dtype")
     codes = _integer_codes(codes, fmt, "codes")
     return _decode_jit(codes, fmt, out)
@@ -271,6 +275,8 @@ def unpack(packed: Any, fmt: Any, count: int | None = None) -> jax.Array:
       [1, 2, 15]
     """
     fmt = format_arg(fmt)
+    if getattr(packed, "dtype", None) is not None and np.dtype(packed.dtype) != np.uint8:  # before JAX narrows int64
+        raise TypeError(f"packed must be a uint8 array (the output of fpemu.pack), got dtype {np.dtype(packed.dtype)}")
     packed = _check_codes(packed, fmt, "packed")
     if packed.dtype != jnp.uint8:
         raise TypeError(f"packed must be a uint8 array (the output of fpemu.pack), got dtype {packed.dtype}")

@@ -67,6 +67,8 @@ def to_fraction(x: Any) -> Fraction | float:
         return x
     if isinstance(x, (int, np.integer)) and not isinstance(x, bool):
         return Fraction(int(x))
+    if isinstance(x, (complex, np.complexfloating)):
+        raise TypeError(f"x must be a real number (round the real and imaginary parts separately), got {x!r}")
     if isinstance(x, np.longdouble) and np.finfo(np.longdouble).nmant > np.finfo(np.float64).nmant:
         raise ValueError("long double inputs cannot be converted to float exactly; pass a Fraction")
     xf = float(x)
