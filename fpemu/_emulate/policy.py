@@ -18,9 +18,17 @@ from typing import Any, cast
 import jax
 import numpy as np
 
-from fpemu._args import bool_arg, format_arg, random_bits_arg, rounding_arg
+from fpemu._args import (
+    bool_arg,
+    exponent_ties_arg,
+    format_arg,
+    random_bits_arg,
+    rounding_arg,
+    saturate_arg,
+    stochastic_variant_arg,
+)
 from fpemu._core.format import Format
-from fpemu._core.modes import Rounding
+from fpemu._core.modes import ExponentTies, Rounding, Saturation, StochasticVariant
 from fpemu._core.registry import FormatLike, UnknownFormatError, get_format
 from fpemu._emulate.registry import ROUNDED_PRIMITIVES
 from fpemu._training.recipes import GEMMS, TRAINING_RECIPES, TrainingRecipe, training_recipe
@@ -177,8 +185,9 @@ class Policy:
 
     Fields come in three groups, as in qwix: *what to round to* (``default``, ``overrides``,
     ``dot``, ``conv``), *how to round* (``rounding``, ``saturate``, ``subnormals``,
-    ``random_bits``) and *where* (``exclude``, ``round_inputs``, ``passthrough_unknown``).
-    The full contract, with the table of primitives, is in docs/emulate.md.
+    ``random_bits``, ``stochastic_variant``, ``exponent_ties``: the options of `fpemu.quantize`,
+    used by every rounding emulate does, DotPolicy dots included; a training recipe's quantizers
+    have their own) and *where* (``exclude``, ``round_inputs``, ``passthrough_unknown``). The full contract, with the table of primitives, is in docs/emulate.md.
 
     A plain format (``"bf16"``, a dtype or a `Format`) given to `fpemu.emulate` means
     ``Policy(default=fmt)``. ``dot`` and ``conv`` also take a training recipe (a name of
@@ -201,6 +210,10 @@ class Policy:
       >>> r = fpemu.Policy(default="bf16", dot="mxfp8", round_inputs=(0, 2))
       >>> r.dot.name, r.dot.dgrad.lhs.format.name, r.round_inputs, r.stochastic
       ('mxfp8', 'e5m2', (0, 2), False)
+      >>> s = fpemu.Policy(default="e4m3fn", saturate="sat_propagate", rounding="stochastic",
+      ...                  stochastic_variant="nearest_even")
+      >>> s.saturate, s.stochastic_variant, s.exponent_ties
+      ('sat_propagate', 'nearest_even', 'away')
     """
 
     # -- what to round to (configs) -----------------------------------------------------------------
@@ -212,9 +225,15 @@ class Policy:
     conv: DotPolicy | TrainingRecipe | str | None = None  # conv_general_dilated (None: follow `dot`)
     # -- how to round -------------------------------------------------------------------------------
     rounding: Rounding = "nearest_even"
-    saturate: bool = False  # clamp overflow (and infinities) to ±max
+    # False: IEEE-style overflow; True: clamp overflow (and infinities) to ±max; or one of IEEE P3109's
+    # saturation modes "sat_finite", "sat_propagate", "ovf_inf" (as fpemu.quantize)
+    saturate: Saturation = False
     subnormals: bool = True  # False: flush subnormal results to ±0
     random_bits: int | None = None  # random bits per element for rounding="stochastic" (None: 32)
+    # how stochastic roundings (Policy.rounding, a DotPolicy's accumulate_rounding) use their random bits:
+    # "floor", "nearest_even", "nearest_odd", "nearest_away" (as fpemu.quantize)
+    stochastic_variant: StochasticVariant = "floor"
+    exponent_ties: ExponentTies = "away"  # nearest_even ties in formats without mantissa bits: "away" or "even"
     # -- where (keys) -------------------------------------------------------------------------------
     exclude: tuple[str, ...] = ()  # primitive names and named scopes left entirely alone
     # round the function's floating-point arguments to `default` on entry: True, False, argument numbers,
@@ -229,8 +248,14 @@ class Policy:
             object.__setattr__(self, field, _dot_field(getattr(self, field), field))
         rounding_arg(self.rounding, "Policy.rounding")
         object.__setattr__(self, "round_inputs", _round_inputs_field(self.round_inputs))
-        for field in ("saturate", "subnormals", "passthrough_unknown"):
+        object.__setattr__(self, "saturate", saturate_arg(self.saturate, "Policy.saturate"))
+        for field in ("subnormals", "passthrough_unknown"):
             object.__setattr__(self, field, bool_arg(getattr(self, field), f"Policy.{field}"))
+        variant = stochastic_variant_arg(
+            self.stochastic_variant, self.stochastic_roundings, self.rounding, "Policy.stochastic_variant"
+        )
+        object.__setattr__(self, "stochastic_variant", variant)
+        object.__setattr__(self, "exponent_ties", exponent_ties_arg(self.exponent_ties, "Policy.exponent_ties"))
         if self.random_bits is not None:  # None stays None: the default of fpemu.quantize
             bits = random_bits_arg(self.random_bits, self.rounding == "stochastic", "Policy.random_bits", self.rounding)
             object.__setattr__(self, "random_bits", bits)
@@ -305,6 +330,14 @@ class Policy:
         return self.rounding == "stochastic" or "stochastic" in accumulators or any(map(recipe_needs_key, recipes))
 
     @property
+    def stochastic_roundings(self) -> bool:
+        """Whether a rounding that ``stochastic_variant`` governs is stochastic: the policy's rounding
+        or a DotPolicy's accumulator (a training recipe's quantizers have their own rounding)."""
+        dots = (self.dot, self.conv)
+        accumulators = [d.accumulate_rounding for d in dots if isinstance(d, DotPolicy)]
+        return self.rounding == "stochastic" or "stochastic" in accumulators
+
+    @property
     def stateful(self) -> bool:
         """Whether a training recipe of this policy keeps amax histories (delayed scaling): then
         `fpemu.emulate` needs ``state=True`` and a state from `fpemu.init_training_state`."""
@@ -330,8 +363,9 @@ class Policy:
         overrides = "{" + ", ".join(f"{name!r}: {_name(fmt)}" for name, fmt in pairs) + "}"
         return (
             f"Policy(default={_name(self.default)}, overrides={overrides}, dot={self.dot!r}, conv={self.conv!r}, "
-            f"rounding={self.rounding!r}, saturate={self.saturate}, subnormals={self.subnormals}, "
-            f"random_bits={self.random_bits}, exclude={self.exclude!r}, round_inputs={self.round_inputs}, "
+            f"rounding={self.rounding!r}, saturate={self.saturate!r}, subnormals={self.subnormals}, "
+            f"random_bits={self.random_bits}, stochastic_variant={self.stochastic_variant!r}, "
+            f"exponent_ties={self.exponent_ties!r}, exclude={self.exclude!r}, round_inputs={self.round_inputs}, "
             f"passthrough_unknown={self.passthrough_unknown})"
         )
 

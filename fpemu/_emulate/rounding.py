@@ -51,7 +51,8 @@ def is_identity(container: Format, fmt: Format, policy: Policy) -> bool:
     ``policy`` returns it unchanged, bit for bit."""
     if not fits(container, fmt):
         return False
-    if container.has_inf and (policy.saturate or not fmt.has_inf):
+    # saturate=True and "sat_finite" clamp infinities; False, "sat_propagate" and "ovf_inf" keep them
+    if container.has_inf and (policy.saturate in (True, "sat_finite") or not fmt.has_inf):
         return False
     return policy.subnormals or not container.has_subnormals or container.min_subnormal >= fmt.min_normal
 
@@ -77,9 +78,11 @@ def round_to_format(x: jax.Array, fmt: Format, policy: Policy, rounding: str, ke
         real = round_to_format(lax.real(x), fmt, policy, rounding, key, where)
         imag = round_to_format(lax.imag(x), fmt, policy, rounding, fold_key(key, 1), where)
         return lax.complex(real, imag)
-    options: dict[str, Any] = dict(saturate=policy.saturate, subnormals=policy.subnormals, rounding=rounding)
+    options: dict[str, Any] = dict(
+        saturate=policy.saturate, subnormals=policy.subnormals, rounding=rounding, exponent_ties=policy.exponent_ties
+    )
     if rounding == "stochastic":
-        options.update(key=key, random_bits=policy.random_bits)
+        options.update(key=key, random_bits=policy.random_bits, stochastic_variant=policy.stochastic_variant)
     if dtype.name in INPUT_DTYPES:  # float16, bfloat16, float32, float64: rounded from their own value
         return quantize(x, fmt, **options)
     return quantize(x.astype(jnp.float32), fmt, **options).astype(x.dtype)  # float8 data: exact round trip

@@ -51,6 +51,8 @@ def _matmul_options(ctx: Context, dot_policy: DotPolicy, out_dtype: Any) -> dict
         rounding=ctx.policy.rounding,
         accumulate_rounding=dot_policy.accumulate_rounding,
         saturate=ctx.policy.saturate,
+        stochastic_variant=ctx.policy.stochastic_variant if stochastic else "floor",
+        exponent_ties=ctx.policy.exponent_ties,
         key=ctx.site_key() if stochastic else None,
         preferred_element_type=out_dtype,
     )

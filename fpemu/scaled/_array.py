@@ -14,7 +14,7 @@ from jax import lax
 from jax.typing import ArrayLike, DTypeLike
 
 from fpemu._core.format import Format
-from fpemu._core.modes import Rounding
+from fpemu._core.modes import Rounding, StochasticVariant
 from fpemu._ops import codec
 from fpemu.scaled import _core
 from fpemu.scaled._quantize import (
@@ -207,6 +207,7 @@ class ScaledArray:
         block_size: int | None = None,
         margin: int | None = None,
         saturate: bool | None = None,
+        stochastic_variant: StochasticVariant = "floor",
     ) -> ScaledArray:
         """Quantize ``x`` to a scaled format: per-group scales and element-format values.
 
@@ -229,7 +230,9 @@ class ScaledArray:
             None (one scale per tensor) for the others.
           rounding: element rounding mode (power-of-two recipes: all of `fpemu.quantize`'s; float-scale
             recipes: nearest_even, nearest_away, toward_zero, stochastic).
-          key, random_bits: for ``rounding="stochastic"``, as in `fpemu.quantize` (the random bits
+          key, random_bits, stochastic_variant: for ``rounding="stochastic"``, as in `fpemu.quantize`
+            (``stochastic_variant``: ``"floor"``, ``"nearest_even"``, ``"nearest_odd"`` or
+            ``"nearest_away"``; anything but ``"floor"`` only with stochastic rounding; the random bits
             follow the element's row-major index in ``x``).
           scale: optional decode scales to use instead of computing them (single-level recipes only):
             positive normal float32, broadcastable to the scale shape; powers of two for power-of-two
@@ -257,7 +260,9 @@ class ScaledArray:
           66
         """
         overrides = {"scale_rule": scale_rule, "block_size": block_size, "margin": margin, "saturate": saturate}
-        x, cfg = prepare(x, recipe, axis, rounding, key, random_bits, pad, overrides)
+        x, cfg = prepare(
+            x, recipe, axis, rounding, key, random_bits, pad, overrides, stochastic_variant=stochastic_variant
+        )
         return quantize_jit(x, key, prepare_scale(scale, x, cfg), cfg, x.dtype)
 
     @classmethod

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from fpemu._core.modes import Rounding
+from fpemu._core.modes import Rounding, StochasticVariant
 from fpemu._ops import codec
 from fpemu._ops import quantize as element_quantize
 from fpemu.scaled import _bits, _rne
@@ -144,6 +144,7 @@ def encode(
     key: jax.Array | None,
     random_bits: int | None,
     scale: jnp.ndarray | None = None,
+    stochastic_variant: StochasticVariant = "floor",
 ) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray | None]:
     """(element values, scale leaf, global scale leaf or None) for a float32 array ``x``.
 
@@ -183,7 +184,13 @@ def encode(
         scale_leaf = jnp.where(nan, jnp.asarray(s_fmt.nan_code, codes.dtype), codes)
         global_leaf = g if recipe.global_scale else None
     values = element_quantize.quantize(
-        y, recipe.element, rounding=rounding, saturate=recipe.saturate, key=key, random_bits=random_bits
+        y,
+        recipe.element,
+        rounding=rounding,
+        saturate=recipe.saturate,
+        key=key,
+        random_bits=random_bits,
+        stochastic_variant=stochastic_variant,
     )
     if recipe.element.twos_complement:  # symmetric saturation: the most negative code (-2.0) is never produced
         values = jnp.maximum(values, F32(-recipe.element.max))
@@ -216,12 +223,20 @@ def quantize_dequantize(
     key: jax.Array | None,
     random_bits: int | None,
     scale: jnp.ndarray | None = None,
+    stochastic_variant: StochasticVariant = "floor",
 ) -> jnp.ndarray:
     """float32 ``decode(encode(x))``; for power-of-two recipes and nearest even, in one rounding pass
     (`_rne`: the same bits as encode and decode, 1.3-2x faster; its docstring has the numbers)."""
     if not (recipe.is_pow2 and rounding == "nearest_even"):
         values, scale_leaf, global_leaf = encode(
-            x, recipe, layout, rounding=rounding, key=key, random_bits=random_bits, scale=scale
+            x,
+            recipe,
+            layout,
+            rounding=rounding,
+            key=key,
+            random_bits=random_bits,
+            scale=scale,
+            stochastic_variant=stochastic_variant,
         )
         return decode(values, scale_leaf, global_leaf, recipe, layout)
     bits = _bits.to_bits(x)

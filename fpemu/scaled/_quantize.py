@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import jax
 import jax.numpy as jnp
@@ -19,7 +19,7 @@ from jax.typing import ArrayLike
 
 from fpemu._args import INPUT_DTYPES, bool_arg, int_arg, rounding_arg
 from fpemu._core.format import Format
-from fpemu._core.modes import Rounding
+from fpemu._core.modes import Rounding, StochasticVariant
 from fpemu._ops.quantize import rounding_spec
 from fpemu.scaled import _core
 from fpemu.scaled._recipes import Recipe, RecipeLike, get_recipe
@@ -46,6 +46,7 @@ class Config(NamedTuple):
     axis: int | None  # non-negative
     rounding: Rounding
     random_bits: int | None
+    stochastic_variant: StochasticVariant = "floor"  # of stochastic element rounding ("floor" otherwise)
 
 
 def _check_input(x: Any) -> jax.Array:
@@ -70,6 +71,8 @@ def prepare(
     random_bits: Any,
     pad: Any,
     overrides: dict[str, Any],
+    *,
+    stochastic_variant: Any = "floor",
 ) -> tuple[jax.Array, Config]:
     """Check the arguments of `ScaledArray.from_array` / `quantize_dequantize`; errors name the argument."""
     recipe = get_recipe(recipe)
@@ -102,7 +105,9 @@ def prepare(
             f"rounding must be one of {', '.join(recipe.allowed_roundings)} for recipe {recipe.name}, "
             f"got {rounding!r}{why}"
         )
-    spec = rounding_spec(recipe.element, rounding, recipe.saturate, True, key, random_bits)
+    spec = rounding_spec(
+        recipe.element, rounding, recipe.saturate, True, key, random_bits, stochastic_variant=stochastic_variant
+    )
     pad = bool_arg(pad, "pad")
     if axis is not None and recipe.block_size is not None and x.shape[axis] % recipe.block_size and not pad:
         raise ValueError(
@@ -111,7 +116,7 @@ def prepare(
             "zeros, which do not change its amax), or pad/slice x yourself"
         )
     random_bits = spec.random_bits if rounding == "stochastic" else None
-    return x, Config(recipe, axis, rounding, random_bits)
+    return x, Config(recipe, axis, rounding, random_bits, cast(StochasticVariant, spec.stochastic_variant))
 
 
 def prepare_scale(scale: ArrayLike | None, x: jax.Array, cfg: Config) -> jax.Array | None:
@@ -289,6 +294,7 @@ def quantize_ste(x, key, scale, cfg: Config):
         key=key,
         random_bits=cfg.random_bits,
         scale=scale,
+        stochastic_variant=cfg.stochastic_variant,
     )
 
 
@@ -321,6 +327,7 @@ def _qdq_ste(x, key, scale, cfg: Config):
         key=key,
         random_bits=cfg.random_bits,
         scale=scale,
+        stochastic_variant=cfg.stochastic_variant,
     )
     return y.astype(x.dtype)
 
@@ -348,6 +355,7 @@ def quantize_dequantize(
     block_size: int | None = None,
     margin: int | None = None,
     saturate: bool | None = None,
+    stochastic_variant: StochasticVariant = "floor",
 ) -> jax.Array:
     """``ScaledArray.from_array(x, recipe, ...).dequantize()`` in one fused computation, in ``x``'s dtype.
 
@@ -355,6 +363,7 @@ def quantize_dequantize(
     format. Same arguments, same special values and the same bits as `ScaledArray.from_array` then
     `ScaledArray.dequantize` (a group holding NaN or ±inf dequantizes to NaN in every element, an
     all-zero group to zeros). The gradient is the identity (straight-through estimator), exactly.
+    ``stochastic_variant`` is `fpemu.quantize`'s, for ``rounding="stochastic"`` of the elements.
 
     Example:
       >>> import jax, jax.numpy as jnp
@@ -364,8 +373,12 @@ def quantize_dequantize(
       [0.1666666716337204, -0.3333333432674408, 0.6666666865348816, 2.0]
       >>> jax.grad(lambda v: scaled.quantize_dequantize(v, "mxfp4", pad=True).sum())(x).tolist()
       [1.0, 1.0, 1.0, 1.0]
+      >>> v = jnp.full((32,), 1.1875)  # scale 2**-2: 4.75 lies 3/8 of a step above 4 on the E2M1 grid
+      >>> [sorted(set(scaled.quantize_dequantize(v, "mxfp4", rounding="stochastic", key=jax.random.key(0),
+      ...         random_bits=1, stochastic_variant=variant).tolist())) for variant in ("floor", "nearest_even")]
+      [[1.0], [1.0, 1.5]]
     """
     overrides = {"scale_rule": scale_rule, "block_size": block_size, "margin": margin, "saturate": saturate}
-    x, cfg = prepare(x, recipe, axis, rounding, key, random_bits, pad, overrides)
+    x, cfg = prepare(x, recipe, axis, rounding, key, random_bits, pad, overrides, stochastic_variant=stochastic_variant)
     s = prepare_scale(scale, x, cfg)
     return qdq_jit(x, key, s, cfg)

@@ -151,7 +151,15 @@ def _groups(shape: tuple[int, ...], axis: int | None, block: int | None) -> tupl
     return np.asarray(gid, np.int64), gshape
 
 
-def _round(values: np.ndarray, fmt, rounding: Rounding, saturate: bool, random: np.ndarray | None, random_bits: int):
+def _round(
+    values: np.ndarray,
+    fmt,
+    rounding: Rounding,
+    saturate: bool,
+    random: np.ndarray | None,
+    random_bits: int,
+    stochastic_variant: str = "floor",
+):
     """Exact rounding of float64 values (exact scaled inputs) into fmt, vectorised where exact."""
     out = np.empty(values.shape, np.float64)
     with np.errstate(over="ignore", under="ignore", invalid="ignore"):
@@ -161,7 +169,13 @@ def _round(values: np.ndarray, fmt, rounding: Rounding, saturate: bool, random: 
         if mask.any():
             r = None if random is None else random[mask]
             out[mask] = elem_ref.round_array(
-                data[mask], fmt, rounding=rounding, saturate=saturate, random=r, random_bits=random_bits
+                data[mask],
+                fmt,
+                rounding=rounding,
+                saturate=saturate,
+                random=r,
+                random_bits=random_bits,
+                stochastic_variant=stochastic_variant,
             )
     return out
 
@@ -179,6 +193,7 @@ def quantize(
     random_bits: int = 32,
     scale: Any = None,
     pad: bool = False,
+    stochastic_variant: str = "floor",
 ) -> Result:
     """Quantize ``x`` (float16, bfloat16 or float32) with ``recipe``; see the module docstring.
 
@@ -193,6 +208,8 @@ def quantize(
       scale: decode scales to use instead of the amax rule (single-level recipes), broadcastable
         to the scale shape.
       pad: allow a last block shorter than the block size.
+      stochastic_variant: how stochastic rounding compares its random bits with the discarded
+        fraction (`fpemu.testing.reference.round_array`'s option).
     """
     recipe = get_recipe(recipe)
     x = np.asarray(x)
@@ -219,7 +236,12 @@ def quantize(
         for g, idx in enumerate(members):
             nan_group[g] = not np.all(np.isfinite(flat[idx]))
     e, s_fmt = recipe.element, recipe.scale_format
-    kw = {"rounding": rounding, "saturate": recipe.saturate, "random_bits": random_bits}
+    kw = {
+        "rounding": rounding,
+        "saturate": recipe.saturate,
+        "random_bits": random_bits,
+        "stochastic_variant": stochastic_variant,
+    }
     global_leaf = None
 
     if recipe.scale_rule != "float":  # power-of-two scales

@@ -1,0 +1,212 @@
+"""fpemu.emulate with the rounding options of fpemu.quantize: IEEE P3109's saturation modes, the
+stochastic-rounding variants and ``exponent_ties``, in results, literals and DotPolicy dots.
+
+Each check compares emulate with the program rounded by hand (`fpemu.quantize` / `fpemu.dot_general`
+with the same options and the same site key), bit for bit.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import fpemu
+from fpemu._emulate import rules_dot
+from fpemu._emulate.rounding import fold_key
+from fpemu._engine.rng import seeds_from_key
+
+SATURATIONS = [False, True, "sat_finite", "sat_propagate", "ovf_inf"]
+VARIANTS = ["floor", "nearest_even", "nearest_odd", "nearest_away"]
+SPECIALS = [np.inf, -np.inf, np.nan, 0.0, -0.0, 1e6, -1e6, 3.0e4, 1.3, -2.7, 2.0**-20]
+
+
+def _bits(a) -> np.ndarray:
+    a = np.asarray(a)
+    return a.view({2: np.uint16, 4: np.uint32}[a.dtype.itemsize])
+
+
+def assert_same_bits(actual, expected):
+    actual, expected = np.asarray(actual), np.asarray(expected)
+    assert actual.dtype == expected.dtype and actual.shape == expected.shape
+    nan = np.isnan(expected.astype(np.float32))
+    np.testing.assert_array_equal(np.isnan(actual.astype(np.float32)), nan)
+    np.testing.assert_array_equal(_bits(actual)[~nan], _bits(expected)[~nan])
+
+
+def _site_key(key, site: int = 1):
+    """The key of emulate's ``site``-th rounding site (sites are numbered from 1 in program order)."""
+    return fold_key(seeds_from_key(key), site)
+
+
+X = jnp.asarray(np.concatenate([SPECIALS, np.random.default_rng(0).standard_normal(53) * 300]), jnp.float32)
+
+
+# -- saturation: every mode of fpemu.quantize ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("fmt", "rounding"), [("p3109_k8p3se", "to_odd"), ("e5m2", "nearest_even")])
+@pytest.mark.parametrize("saturate", SATURATIONS, ids=str)
+def test_saturation_modes_equal_hand_inserted_quantize(saturate, fmt, rounding):
+    r = lambda t: fpemu.quantize(t, fmt, rounding=rounding, saturate=saturate)
+    policy = fpemu.Policy(default=fmt, rounding=rounding, saturate=saturate)
+    got = fpemu.emulate(lambda v: v * 2.0 + 1.0, policy)(X)
+    assert_same_bits(got, r(r(r(X) * 2.0) + 1.0))
+
+
+def test_saturation_modes_differ_under_emulate():
+    """The modes reach the rounding: infinities (sat_propagate keeps them, sat_finite clamps) and
+    to_odd overflow (ovf_inf overflows, False does not) give different results."""
+    run = lambda fmt, mode, rounding="nearest_even": np.asarray(
+        fpemu.emulate(lambda v: v * 1.0, fpemu.Policy(default=fmt, saturate=mode, rounding=rounding))(X)
+    )
+    assert np.isinf(run("e5m2", "sat_propagate")[0]) and run("e5m2", "sat_finite")[0] == 57344.0
+    assert run("p3109_k8p3se", False, "to_odd")[5] != run("p3109_k8p3se", "ovf_inf", "to_odd")[5]
+
+
+@pytest.mark.parametrize("saturate", SATURATIONS, ids=str)
+def test_saturation_of_data_already_in_the_format(saturate):
+    """bf16 data under a bf16 policy: a no-op unless the mode clamps infinities (True, sat_finite)."""
+    x = jnp.asarray([np.inf, -np.inf, 1.5, np.nan], jnp.bfloat16)
+    got = fpemu.emulate(lambda v: -v, fpemu.Policy(default="bf16", saturate=saturate))(x)
+    assert_same_bits(got, -fpemu.quantize(x, "bf16", saturate=saturate))
+    clamps = saturate in (True, "sat_finite")
+    assert np.isinf(np.asarray(got, np.float32)[0]) != clamps
+
+
+def test_literals_use_the_saturation_mode():
+    """A literal beyond the format's range is rounded on the host with the policy's mode."""
+    for mode in SATURATIONS:
+        policy = fpemu.Policy(default="e5m2", saturate=mode, round_inputs=False)
+        got = fpemu.emulate(lambda v: v + 1e6, policy)(jnp.zeros((1,), jnp.float32))
+        lit = fpemu.quantize(jnp.float32(1e6), "e5m2", saturate=mode)
+        assert_same_bits(got, fpemu.quantize(jnp.zeros((1,), jnp.float32) + lit, "e5m2", saturate=mode))
+
+
+# -- stochastic variants: the same key stream as fpemu.quantize ------------------------------------------
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("random_bits", [3])
+def test_stochastic_variant_equals_quantize_with_the_site_key(variant, random_bits):
+    key = jax.random.key(11)
+    policy = fpemu.Policy(
+        default="e4m3fn", rounding="stochastic", random_bits=random_bits, stochastic_variant=variant, round_inputs=False
+    )
+    x = X[11:]
+    got = jax.jit(fpemu.emulate(lambda v: v * 3.0, policy, key=key))(x)
+    expected = fpemu.quantize(
+        x * 3.0, "e4m3fn", rounding="stochastic", key=_site_key(key), random_bits=random_bits,
+        stochastic_variant=variant,
+    )  # fmt: skip
+    assert_same_bits(got, expected)
+
+
+def test_stochastic_variants_differ_under_emulate():
+    """278 = 256 + 0.6875 * 32 (e4m3fn's step at 256): with 3 random bits r, 8 * 0.6875 = 5.5 is a tie, so
+    floor and nearest_odd round up iff r >= 3, nearest_even and nearest_away iff r >= 2 (the same r:
+    the same key and site)."""
+    x = jnp.full((4096,), 278.0, jnp.float32)
+    ups = {}
+    for variant in VARIANTS:
+        policy = fpemu.Policy(default="e4m3fn", rounding="stochastic", random_bits=3, stochastic_variant=variant)
+        y = np.asarray(fpemu.emulate(lambda v: v, policy, key=jax.random.key(0))(x))
+        assert set(np.unique(y)) <= {256.0, 288.0}
+        ups[variant] = int(np.sum(y == 288.0))
+    assert ups["floor"] == ups["nearest_odd"] < ups["nearest_even"] == ups["nearest_away"], ups
+    assert abs(ups["floor"] / 4096 - 5 / 8) < 0.05 and abs(ups["nearest_even"] / 4096 - 6 / 8) < 0.05, ups
+
+
+# -- exponent_ties -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ties", ["away", "even"])
+def test_exponent_ties_equal_quantize(ties):
+    x = jnp.asarray([3.0, 6.0, 12.0, -3.0, 0.75, 1.5, 5.0], jnp.float32)  # ties between powers of two
+    policy = fpemu.Policy(default="p3109_k8p1se", exponent_ties=ties)
+    got = fpemu.emulate(lambda v: v * 2.0, policy)(x)
+    r = lambda t: fpemu.quantize(t, "p3109_k8p1se", exponent_ties=ties)
+    assert_same_bits(got, r(r(x) * 2.0))
+    if ties == "even":
+        away = fpemu.emulate(lambda v: v * 2.0, fpemu.Policy(default="p3109_k8p1se"))(x)
+        assert not np.array_equal(np.asarray(got), np.asarray(away))
+
+
+# -- DotPolicy dots: fpemu.dot_general with the same options -------------------------------------------------
+
+
+DOT_OPTIONS = [
+    ("sat_finite", "nearest_odd", "even"),
+    ("sat_propagate", "nearest_away", "away"),
+    ("ovf_inf", "nearest_even", "even"),
+]
+
+
+@pytest.mark.parametrize(("saturate", "variant", "ties"), DOT_OPTIONS, ids=str)
+def test_dot_policy_passes_the_options_to_dot_general(saturate, variant, ties):
+    rng = np.random.default_rng(3)
+    a = jnp.asarray(rng.standard_normal((4, 16)) * 40, jnp.float32).at[0, 0].set(3.0e5).at[1, 1].set(jnp.inf)
+    b = jnp.asarray(rng.standard_normal((16, 5)) * 3, jnp.float32).at[2, 0].set(3.0)
+    dot = fpemu.DotPolicy(lhs="e4m3fn", rhs="p3109_k8p1se", accumulate="bf16", accumulate_rounding="stochastic")
+    policy = fpemu.Policy(dot=dot, saturate=saturate, stochastic_variant=variant, exponent_ties=ties)
+    key = jax.random.key(5)
+    got = fpemu.emulate(lambda u, v: u @ v, policy, key=key)(a, b)
+    expected = fpemu.dot_general(
+        a, b, (((1,), (0,)), ((), ())), lhs="e4m3fn", rhs="p3109_k8p1se", accumulate="bf16",
+        accumulate_rounding="stochastic", saturate=saturate, stochastic_variant=variant, exponent_ties=ties,
+        key=_site_key(key), preferred_element_type=jnp.float32,
+    )  # fmt: skip
+    assert_same_bits(got, expected)
+    if saturate in (True, "sat_finite"):  # the infinity in a was clamped: a finite row
+        assert np.all(np.isfinite(np.asarray(got)[1]))
+
+
+def test_dot_policy_hands_every_option_to_dot_general(monkeypatch):
+    """With 32 random bits (fpemu.dot_general's) the variants rarely differ on a dot's sums: check the
+    options handed over, including "floor" where no rounding of the dot is stochastic."""
+    seen = []
+    real = rules_dot.emulated_dot
+    monkeypatch.setattr(rules_dot, "emulated_dot", lambda *a, **kw: seen.append(kw) or real(*a, **kw))
+    a, b = jnp.ones((2, 4), jnp.float32), jnp.ones((4, 3), jnp.float32)
+    stochastic = fpemu.DotPolicy(lhs="e4m3fn", accumulate="bf16", accumulate_rounding="stochastic")
+    policy = fpemu.Policy(dot=stochastic, saturate="ovf_inf", stochastic_variant="nearest_odd", exponent_ties="even")
+    fpemu.emulate(lambda u, v: u @ v, policy, key=jax.random.key(0))(a, b)
+    plain = fpemu.Policy(dot=fpemu.DotPolicy(lhs="e4m3fn"), saturate="sat_propagate", exponent_ties="even")
+    fpemu.emulate(lambda u, v: u @ v, plain)(a, b)
+    picked = [(kw["saturate"], kw["stochastic_variant"], kw["exponent_ties"]) for kw in seen]
+    assert picked == [("ovf_inf", "nearest_odd", "even"), ("sat_propagate", "floor", "even")]
+
+
+# -- the fields: validation, repr, hash ----------------------------------------------------------------------
+
+
+def test_policy_fields_are_normalised_hashable_and_shown():
+    p = fpemu.Policy(default="bf16", saturate="sat_propagate", rounding="stochastic", stochastic_variant="nearest_odd")
+    q = fpemu.Policy(
+        default="bfloat16", saturate="sat_propagate", rounding="stochastic", stochastic_variant="nearest_odd"
+    )
+    assert p == q and hash(p) == hash(q)
+    assert p != fpemu.Policy(default="bf16", saturate="sat_finite", rounding="stochastic")
+    text = repr(fpemu.Policy(default="bf16", saturate="ovf_inf", exponent_ties="even"))
+    assert "saturate='ovf_inf'" in text and "stochastic_variant='floor'" in text and "exponent_ties='even'" in text
+    assert "saturate=False" in repr(fpemu.Policy())
+    assert fpemu.Policy(saturate=np.bool_(True)).saturate is True
+    # a DotPolicy's stochastic accumulator is a stochastic rounding the variant governs
+    dot = fpemu.DotPolicy(accumulate="bf16", accumulate_rounding="stochastic")
+    assert fpemu.Policy(dot=dot, stochastic_variant="nearest_away").stochastic_variant == "nearest_away"
+
+
+def test_bad_values_name_the_field_and_the_choices():
+    with pytest.raises(TypeError, match=r"Policy.saturate must be a bool .* 'sat_finite', 'sat_propagate', 'ovf_inf'"):
+        fpemu.Policy(saturate="sat_finit")
+    with pytest.raises(TypeError, match="Policy.saturate"):
+        fpemu.Policy(saturate=1)
+    with pytest.raises(ValueError, match=r"Policy.stochastic_variant must be one of 'floor', 'nearest_even'"):
+        fpemu.Policy(rounding="stochastic", stochastic_variant="ceil")
+    with pytest.raises(ValueError, match="Policy.stochastic_variant is only used with rounding='stochastic'"):
+        fpemu.Policy(stochastic_variant="nearest_even")
+    with pytest.raises(ValueError, match="Policy.stochastic_variant is only used"):
+        fpemu.Policy(dot="nvfp4", stochastic_variant="nearest_even")  # a recipe's quantizers have their own
+    with pytest.raises(ValueError, match=r"Policy.exponent_ties must be one of 'away', 'even'"):
+        fpemu.Policy(exponent_ties="odd")
