@@ -765,3 +765,13 @@ def test_implicit_bf16_dots_of_any_layout(dims, a_shape, b_shape):
     got = jax.jit(fpemu.emulate(lambda x, y: lax.dot_general(x, y, dims), "bf16"))(a, b)
     expected = lax.dot_general(a, b, dims, precision=lax.Precision.HIGHEST)
     np.testing.assert_array_equal(np.asarray(got), np.asarray(expected))
+
+
+def test_a_dot_policy_refuses_complex_operands():
+    """A DotPolicy's operand formats cannot apply to complex operands: an error, not a silently ignored policy."""
+    z = jnp.ones((2, 2), jnp.complex64)
+    policy = fpemu.Policy(default="bf16", dot=fpemu.DotPolicy(lhs="e4m3fn", rhs="e4m3fn"))
+    with pytest.raises(TypeError, match="dot_general of complex operands under a DotPolicy.*exclude"):
+        fpemu.emulate(lambda x: x @ x, policy)(z)
+    excluded = fpemu.Policy(default="bf16", dot=policy.dot, exclude=("dot_general",))
+    np.testing.assert_array_equal(np.asarray(fpemu.emulate(lambda x: x @ x, excluded)(z)), np.full((2, 2), 2 + 0j))

@@ -109,6 +109,14 @@ def _dot_like(
     ctx: Context, eqn: Any, invals: list, explicit: DotPolicy | TrainingRecipe | None, compute: Compute
 ) -> list:
     a, b = invals
+    complex_operand = any(jnp.issubdtype(x.dtype, jnp.complexfloating) for x in (a, b))
+    if complex_operand and explicit is not None:
+        kind = "training recipe" if isinstance(explicit, TrainingRecipe) else "DotPolicy"
+        raise TypeError(
+            f"fpemu.emulate: {eqn.primitive.name} of complex operands under a {kind}: emulated dots take real "
+            f"operands only. Leave the dot to the policy's format with Policy(dot=None), or exclude it "
+            f"(Policy(exclude=({eqn.primitive.name!r},)) or a named scope)"
+        )
     if not (is_float(a.dtype) and is_float(b.dtype)):
         return ctx.bind_and_round(eqn, invals)
     if isinstance(explicit, TrainingRecipe):
