@@ -19,12 +19,15 @@ The models are examples/fp8_mlp_digits.py's MLP (64 -> 128 -> 128 -> 10 on sciki
 and examples/char_transformer.py's 2-layer decoder (two-digit addition, character by character).
 The table printed at the end is the one in docs/training.md; ``--plot`` draws the loss curves.
 
-Run: python examples/training_recipes.py [--epochs N] [--steps N] [--precisions a,b,...] [--plot FILE]
+Run: python examples/training_recipes.py [--epochs N] [--steps N] [--precisions a,b,...] [--plot PNG] [--json FILE]
+
+docs/training.md's numbers and docs/training_curves.png: ``--epochs 10 --steps 600``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import pathlib
 import sys
 import time
@@ -39,6 +42,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).parent))  # the two model examples
 import char_transformer
 import fp8_mlp_digits as mlp
 
+SMOOTH = 20  # the transformer's curves: the mean loss of each 20 steps
 PRECISIONS = ("fp32", "bf16", *fpemu.TRAINING_RECIPES, "scalify_fp16")  # scalify_fp16: the transformer only
 
 
@@ -114,21 +118,22 @@ def plot(results: dict[str, dict[str, dict]], path: str) -> bool:
     except ImportError:
         return False
     names = list(dict.fromkeys([*results["mlp"], *results["transformer"]]))
-    colours = plt.get_cmap("tab10").colors
-    markers = "os^vD<>pP*"
+    colours = plt.get_cmap("tab20").colors[::2] + plt.get_cmap("tab20").colors[1::2]  # 20 distinct colours
+    markers = "os^vD<>pP*hX"
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
-    for ax, (model, xlabel, every) in zip(
-        axes, (("mlp", "epoch", 1), ("transformer", "step", None)), strict=True
-    ):  # fmt: skip
+    panels = (("mlp", "epoch", 1), ("transformer", f"step (mean of each {SMOOTH} steps)", SMOOTH))
+    for ax, (model, xlabel, window) in zip(axes, panels, strict=True):
         for i, name in enumerate(names):
             result = results[model].get(name)
             if result is None:
                 continue
-            losses = result["losses"]
-            mark = every or max(1, len(losses) // 10)
+            losses = np.asarray(result["losses"])
+            if window > 1:  # the per-step losses of one batch are noisy: mean of consecutive windows
+                losses = losses[: len(losses) // window * window].reshape(-1, window).mean(axis=1)
+            x = (np.arange(len(losses)) + 1) * window
             ax.plot(
-                np.arange(1, len(losses) + 1), losses, label=name, color=colours[i % 10],
-                marker=markers[i % len(markers)], markevery=mark, markersize=4, linewidth=1.1,
+                x, losses, label=name, color=colours[i % len(colours)], marker=markers[i % len(markers)],
+                markevery=max(1, len(losses) // 12), markersize=4, linewidth=1.1,
             )  # fmt: skip
         ax.set(xlabel=xlabel, ylabel="training loss", yscale="log")
         ax.set_title("digits MLP" if model == "mlp" else "2-layer transformer, two-digit addition")
@@ -147,6 +152,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, dict]]:
     parser.add_argument("--precisions", default=",".join(PRECISIONS))
     parser.add_argument("--models", default="mlp,transformer")
     parser.add_argument("--plot", default=None, help="write the loss curves to this PNG")
+    parser.add_argument("--json", default=None, help="write every loss curve and final number to this JSON file")
     args = parser.parse_args(argv)
     precisions = args.precisions.split(",")
     for name in precisions:
@@ -164,6 +170,8 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, dict]]:
             results["transformer"][name] = char_transformer.train(name, sums, steps=args.steps)
         print(f"{name}: {time.perf_counter() - start:.0f} s", flush=True)
     print(table(results))
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps(results, indent=1))
     if args.plot and plot(results, args.plot):
         print(f"wrote {args.plot}")
     return results
