@@ -9,7 +9,7 @@ can trust.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -237,12 +237,13 @@ def key_or_random_arg(key: Any, random: Any, rounding: str) -> bool:
     return True
 
 
-def random_arg(value: Any, random_bits: int, shape: tuple[int, ...], name: str = "random") -> jax.Array:
+def random_values_arg(
+    value: Any, random_bits: int, shape: tuple[int, ...], name: str = "random", what: str = "the input's shape"
+) -> jax.Array:
     """Explicit random bits of stochastic rounding: integers in ``[0, 2**random_bits)``, broadcastable to
-    ``shape``, as uint32 words with the bits at the top (the layout of the keyed path's bits).
+    ``shape`` (``what`` names it in the error), as they are: a uint32 array of the given shape.
 
-    Concrete values out of range are an error; traced ones (under ``jit``) are not checked, and their
-    low ``random_bits`` bits are used.
+    Concrete values out of range are an error; traced ones (under ``jit``) are not checked.
     """
     if isinstance(value, (bool, np.bool_)) or (hasattr(value, "dtype") and np.dtype(value.dtype) == np.bool_):
         raise TypeError(f"{name} must be an integer array of random bits, got a bool")
@@ -258,7 +259,7 @@ def random_arg(value: Any, random_bits: int, shape: tuple[int, ...], name: str =
     except ValueError:
         broadcast = None
     if broadcast != tuple(shape):
-        raise ValueError(f"{name} of shape {tuple(value.shape)} does not broadcast to the input's shape {tuple(shape)}")
+        raise ValueError(f"{name} of shape {tuple(value.shape)} does not broadcast to {what} {tuple(shape)}")
     if not isinstance(value, jax.core.Tracer) and value.size:
         low, high = int(np.min(value)), int(np.max(value))
         if low < 0 or high >= 1 << random_bits:
@@ -268,8 +269,59 @@ def random_arg(value: Any, random_bits: int, shape: tuple[int, ...], name: str =
             )
     if isinstance(value, np.ndarray):
         value = np.asarray(value, np.uint64).astype(np.uint32)  # in range: exact, whatever x64 says
-    words = jnp.asarray(value).astype(jnp.uint32)
+    return jnp.asarray(value).astype(jnp.uint32)
+
+
+def random_arg(
+    value: Any, random_bits: int, shape: tuple[int, ...], name: str = "random", what: str = "the input's shape"
+) -> jax.Array:
+    """Explicit random bits of stochastic rounding (`random_values_arg`) as uint32 words with the bits
+    at the top (the layout of the keyed path's bits).
+
+    Concrete values out of range are an error; traced ones (under ``jit``) are not checked, and their
+    low ``random_bits`` bits are used.
+    """
+    words = random_values_arg(value, random_bits, shape, name, what)
     return words << jnp.uint32(32 - random_bits) if random_bits < 32 else words
+
+
+def random_streams_arg(value: Any, streams: Sequence[str], name: str = "random") -> dict[str, Any]:
+    """Explicit random bits of an op with several stochastic roundings: a mapping from each of the
+    call's ``streams`` (the names of the roundings that draw bits) to its bits, no name missing and
+    none other; the bits themselves are checked where the shapes are known (`random_values_arg`)."""
+    valid = ", ".join(map(repr, streams)) if streams else "none: no rounding of this call is stochastic"
+    if not isinstance(value, Mapping):
+        raise TypeError(
+            f"{name} must be a dict from the call's stochastic roundings to their random bits (keys: {valid}), "
+            f"got {type(value).__name__}"
+        )
+    unknown = [k for k in value if k not in streams]
+    if unknown:
+        raise ValueError(
+            f"{name} has the key {unknown[0]!r}, which no stochastic rounding of this call uses; valid keys: {valid}"
+        )
+    missing = [k for k in streams if k not in value]
+    if missing:
+        raise ValueError(
+            f"{name} lacks the key {missing[0]!r} (the random bits of that rounding); it needs the keys {valid}"
+        )
+    return {k: value[k] for k in streams}
+
+
+def key_or_streams_arg(key: Any, random: Any, stochastic: bool, what: str) -> bool:
+    """Stochastic rounding in an op with several roundings takes its bits from ``key`` or, explicitly,
+    from ``random`` (`random_streams_arg`): exactly one of them when ``stochastic``, neither otherwise.
+    Returns whether the bits are explicit."""
+    if random is None:
+        if stochastic and key is None:
+            raise ValueError(f"{what} needs key=jax.random.key(...) (or the random bits themselves, random=)")
+        key_arg(key, stochastic, "key", what=what)
+        return False
+    if not stochastic:
+        raise ValueError(f"random is only used with stochastic rounding, not {what}")
+    if key is not None:
+        raise ValueError(f"{what} takes key= (random bits drawn from it) or random= (the bits themselves), not both")
+    return True
 
 
 def _is_typed_key(key: Any) -> bool:

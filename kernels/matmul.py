@@ -31,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
@@ -48,15 +48,18 @@ from fpemu._ops.accumulate import device_operands, positive_zero, round_accumula
 from fpemu._ops.geometry import MatmulGeometry, matmul_geometry
 from fpemu._ops.matmul import matmul
 from fpemu._ops.matmul_config import (
-    KEY_ACC,
-    KEY_LHS,
-    KEY_OUT,
-    KEY_RHS,
     MatmulConfig,
     MatmulOptions,
-    chunk_key_words,
-    key_streams,
     matmul_call,
+)
+from fpemu.kernels._matmul_inputs import (
+    SEED_ACC0,
+    SEED_LHS,
+    SEED_OUT,
+    SEED_RHS,
+    explicit_bits,
+    pow2_at_least,
+    seed_table,
 )
 from fpemu.kernels._pallas import (
     COMPILED_PLATFORM,
@@ -71,8 +74,6 @@ from fpemu.kernels._pallas import (
 _FP32 = get_format("fp32")
 _MIN_DOT = 16  # Triton's dot needs every dimension >= 16: narrower K steps are rank-1 updates
 _MAX_INDEX = 1 << 32  # stochastic rounding indexes elements with uint32
-# Rows of the seed table: the operand and output streams, then one row per accumulator chunk.
-_SEED_LHS, _SEED_RHS, _SEED_OUT, _SEED_ACC0 = range(4)
 _DIMS = (((1,), (0,)), ((), ()))
 
 
@@ -104,17 +105,13 @@ class BlockSizes:
         return cls(block_m=256, block_n=256, block_k=256)
 
 
-def _pow2_at_least(x: int) -> int:
-    return 1 << max(x - 1, 0).bit_length()
-
-
 def _fitted(blocks: BlockSizes, m: int, n: int, k: int, platform: str) -> BlockSizes:
     """Default blocks no larger than the (power-of-two rounded) problem; at least 16 on a GPU."""
     low = _MIN_DOT if platform == COMPILED_PLATFORM else 1
     return BlockSizes(
-        block_m=min(blocks.block_m, max(_pow2_at_least(m), low)),
-        block_n=min(blocks.block_n, max(_pow2_at_least(n), low)),
-        block_k=min(blocks.block_k, max(_pow2_at_least(k), low)),
+        block_m=min(blocks.block_m, max(pow2_at_least(m), low)),
+        block_n=min(blocks.block_n, max(pow2_at_least(n), low)),
+        block_k=min(blocks.block_k, max(pow2_at_least(k), low)),
     )
 
 
@@ -146,8 +143,8 @@ def _matmul_kernel(
     scale_ref,
     a_ref,
     b_ref,
-    out_ref,
-    *,
+    *refs,
+    explicit: tuple[str, ...],
     cfg: MatmulConfig,
     n: int,
     k: int,
@@ -162,9 +159,13 @@ def _matmul_kernel(
 
     Refs: ``seeds_ref`` (uint32 seed pairs: lhs, rhs, output, then one per accumulator chunk),
     ``scale_ref`` (the output scale), ``a_ref`` (block_m, K) and ``b_ref`` (K, block_n) in the
-    input dtype (K padded with zeros to whole steps), ``out_ref`` (block_m, block_n). Rows and
-    columns beyond M and N are padding, computed and sliced off by the caller.
+    input dtype (K padded with zeros to whole steps), then the explicit random bits of the streams
+    named in ``explicit`` (uint32, in the layouts of `_explicit_bits`), then ``out_ref``
+    (block_m, block_n). Rows and columns beyond M and N are padding, computed and sliced off by the
+    caller.
     """
+    *bits_refs, out_ref = refs
+    bits = dict(zip(explicit, bits_refs))
     rows = (lax.broadcasted_iota(jnp.int32, (block_m, 1), 0) + program_id(0) * block_m).astype(jnp.uint32)
     cols = (lax.broadcasted_iota(jnp.int32, (1, block_n), 1) + program_id(1) * block_n).astype(jnp.uint32)
     padded = steps * step != k
@@ -178,8 +179,10 @@ def _matmul_kernel(
         kk = lax.broadcasted_iota(jnp.int32, (1, width), 1) + start  # global contraction index
         if cfg.lhs is not None:
             random = None
-            if cfg.operands_stochastic:  # element (i, kk) of the (M, K) operand: index i * K + kk
-                random = rng.hash_index(seeds(_SEED_LHS), rows * jnp.uint32(k) + kk.astype(jnp.uint32))
+            if "lhs" in bits:
+                random = bits["lhs"][:, ds(start, width)]
+            elif cfg.operands_stochastic:  # element (i, kk) of the (M, K) operand: index i * K + kk
+                random = rng.hash_index(seeds(SEED_LHS), rows * jnp.uint32(k) + kk.astype(jnp.uint32))
             x = _round(x, cfg.lhs, cfg, random=random)
         return jnp.where(kk < k, x, 0.0) if padded else x  # a zero may round to non-zero (E8M0)
 
@@ -189,8 +192,10 @@ def _matmul_kernel(
         kk = lax.broadcasted_iota(jnp.int32, (width, 1), 0) + start
         if cfg.rhs is not None:
             random = None
-            if cfg.operands_stochastic:  # element (kk, j) of the (K, N) operand: index kk * N + j
-                random = rng.hash_index(seeds(_SEED_RHS), kk.astype(jnp.uint32) * jnp.uint32(n) + cols)
+            if "rhs" in bits:
+                random = bits["rhs"][ds(start, width), :]
+            elif cfg.operands_stochastic:  # element (kk, j) of the (K, N) operand: index kk * N + j
+                random = rng.hash_index(seeds(SEED_RHS), kk.astype(jnp.uint32) * jnp.uint32(n) + cols)
             x = _round(x, cfg.rhs, cfg, random=random)
         return jnp.where(kk < k, x, 0.0) if padded else x
 
@@ -212,8 +217,10 @@ def _matmul_kernel(
 
         def round_to(total: jax.Array, rounding: Rounding, saturate: Saturation) -> jax.Array:
             random = None
-            if rounding == "stochastic":  # the chunk's key; element (i, j) of the (M, N) result: i * N + j
-                random = rng.hash_index(seeds(_SEED_ACC0 + j), rows * jnp.uint32(n) + cols)
+            if rounding == "stochastic" and "accumulate" in bits:  # chunk j's columns of the tile's row
+                random = bits["accumulate"][:, ds(j * block_n, block_n)]
+            elif rounding == "stochastic":  # the chunk's key; element (i, j) of the (M, N) result: i * N + j
+                random = rng.hash_index(seeds(SEED_ACC0 + j), rows * jnp.uint32(n) + cols)
             return _round(total, cfg.accumulate, cfg, rounding, saturate, random)
 
         return round_accumulator(acc, chunk_sum, cfg, round_to)
@@ -239,25 +246,12 @@ def _matmul_kernel(
     y = acc * scale_ref[0] if scaled else acc
     if cfg.out is not None:
         random = None
-        if cfg.operands_stochastic:
-            random = rng.hash_index(seeds(_SEED_OUT), rows * jnp.uint32(n) + cols)
+        if "out" in bits:
+            random = bits["out"][...]
+        elif cfg.operands_stochastic:
+            random = rng.hash_index(seeds(SEED_OUT), rows * jnp.uint32(n) + cols)
         y = _round(y, cfg.out, cfg, random=random)
     out_ref[...] = y.astype(out_ref.dtype)
-
-
-def _seed_table(key: jax.Array | None, cfg: MatmulConfig, chunks: int) -> jax.Array:
-    """The seeds of every stream, flattened (padded to a power of two): the XLA path's key split."""
-    zero = jnp.zeros((2,), jnp.uint32)
-    streams = [zero, zero, zero]
-    acc_rows = jnp.zeros((0, 2), jnp.uint32)
-    if key is not None:
-        keys = key_streams(key)
-        if cfg.operands_stochastic:
-            streams = [rng.seeds_from_key(keys[i]) for i in (KEY_LHS, KEY_RHS, KEY_OUT)]
-        if cfg.accumulate_stochastic and chunks:
-            acc_rows = jax.vmap(rng.seeds_from_key)(chunk_key_words(keys[KEY_ACC], chunks))
-    table = jnp.concatenate([jnp.stack(streams), acc_rows]).reshape(-1)
-    return jnp.pad(table, (0, _pow2_at_least(table.shape[0]) - table.shape[0]))
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "block_sizes", "interpret"))
@@ -267,12 +261,15 @@ def matmul_pallas(
     lhs_scale: jax.Array | None,
     rhs_scale: jax.Array | None,
     key: jax.Array | None,
+    random: dict[str, jax.Array] | None = None,
     *,
     cfg: MatmulConfig,
     block_sizes: BlockSizes,
     interpret: bool,
 ) -> jax.Array:
-    """The kernel on checked (M, K) and (K, N) float32-or-narrower operands (`matmul_kernel` checks them)."""
+    """The kernel on checked (M, K) and (K, N) float32-or-narrower operands (`matmul_kernel` checks
+    them); random bits from ``key``, or with ``cfg.explicit_random`` the checked ``random`` bits
+    (`fpemu._ops.matmul_config.MatmulCall.random`)."""
     m, k = a.shape
     n = b.shape[1]
     if m == 0 or n == 0:
@@ -296,10 +293,11 @@ def matmul_pallas(
     m_pad, n_pad = -(-m // bm) * bm, -(-n // bn) * bn
     a = jnp.pad(a, ((0, m_pad - m), (0, k_pad - k)))
     b = jnp.pad(b, ((0, k_pad - k), (0, n_pad - n)))
-    seeds = _seed_table(key, cfg, chunks)
+    seeds = seed_table(key, cfg, chunks)
+    bits, bit_specs = explicit_bits(random or {}, m, n, k, chunks, (m_pad, n_pad, k_pad), (bm, bn))
     out_dtype = jnp.float32 if cfg.result == "float64" else jnp.dtype(cfg.result)
     kernel = functools.partial(
-        _matmul_kernel, cfg=cfg, n=n, k=k, step=step, steps=steps,
+        _matmul_kernel, explicit=tuple(random or {}), cfg=cfg, n=n, k=k, step=step, steps=steps,
         chunk_steps=1 if every is None else every // step, block_m=bm, block_n=bn, scaled=scaled,
     )  # fmt: skip
     y = pallas_call(
@@ -311,12 +309,13 @@ def matmul_pallas(
             BlockSpec((1,), lambda i, j: (0,)),
             BlockSpec((bm, k_pad), lambda i, j: (i, 0)),
             BlockSpec((k_pad, bn), lambda i, j: (0, j)),
+            *bit_specs,
         ],
         out_specs=BlockSpec((bm, bn), lambda i, j: (i, j)),
         compiler_params=TritonCompilerParams(),  # Triton, not jax 0.10.2's default Mosaic GPU
         interpret=interpret,
         name="fpemu_matmul_kernel",
-    )(seeds, scale, a, b)
+    )(seeds, scale, a, b, *bits)
     return y[:m, :n].astype(cfg.result)
 
 
@@ -351,6 +350,7 @@ def matmul_kernel(
     stochastic_variant: StochasticVariant = "floor",
     exponent_ties: ExponentTies = "away",
     key: jax.Array | None = None,
+    random: Mapping[str, ArrayLike] | None = None,
     lhs_scale: ArrayLike | None = None,
     rhs_scale: ArrayLike | None = None,
     preferred_element_type: DTypeLike | None = None,
@@ -374,15 +374,17 @@ def matmul_kernel(
     running sum (from +0) with one rounding to ``accumulate`` in ``accumulate_rounding``; the sum
     times ``lhs_scale * rhs_scale`` is rounded to ``out`` and cast to ``preferred_element_type``.
     Stochastic rounding draws the random bits of `fpemu.matmul` (the same key split and the same
-    hash of each element's row-major index), so it gives the same result. The float32 summation
+    hash of each element's row-major index), so it gives the same result; explicit bits
+    (``random=``, the mapping `fpemu.matmul` takes) give the same result as there too. The float32 summation
     order inside a chunk is the kernel's (K steps in order, a dot within a step): where those sums
     are inexact, the last bits may differ from `fpemu.matmul`'s, within the γ_K bound of
     docs/matmul.md. No gradient (use `fpemu.matmul`); float32 working dtype only.
 
     Args:
       a, b: 2-D float16, bfloat16 or float32 arrays of shapes (M, K) and (K, N).
-      lhs, rhs, accumulate, out, accumulate_every, rounding, accumulate_rounding, saturate, key,
-        lhs_scale, rhs_scale, preferred_element_type: as for `fpemu.matmul`.
+      lhs, rhs, accumulate, out, accumulate_every, rounding, accumulate_rounding, saturate,
+        stochastic_variant, exponent_ties, key, random, lhs_scale, rhs_scale,
+        preferred_element_type: as for `fpemu.matmul`.
       block_sizes: a `BlockSizes`; default `BlockSizes.default` for the platform, shrunk to the
         problem's size.
       interpret: run in Pallas interpret mode (default: on CPU, where nothing else can run it).
@@ -412,8 +414,8 @@ def matmul_kernel(
     options = MatmulOptions(
         lhs=lhs, rhs=rhs, accumulate=accumulate, out=out, accumulate_every=accumulate_every, rounding=rounding,
         accumulate_rounding=accumulate_rounding, saturate=saturate,
-        stochastic_variant=stochastic_variant, exponent_ties=exponent_ties, key=key, lhs_scale=lhs_scale,
-        rhs_scale=rhs_scale, preferred_element_type=preferred_element_type,
+        stochastic_variant=stochastic_variant, exponent_ties=exponent_ties, key=key, random=random,
+        lhs_scale=lhs_scale, rhs_scale=rhs_scale, preferred_element_type=preferred_element_type,
     )  # fmt: skip
     call = matmul_call(a, b, _kernel_shapes, options)
     cfg = call.cfg
@@ -448,8 +450,9 @@ def matmul_kernel(
         )
     a, b = device_operands(call)  # host float64 rounded once, as fpemu.matmul
     return matmul_pallas(
-        a, b, call.lhs_scale, call.rhs_scale, call.key, cfg=cfg, block_sizes=block_sizes, interpret=interpret
-    )
+        a, b, call.lhs_scale, call.rhs_scale, call.key, call.random, cfg=cfg, block_sizes=block_sizes,
+        interpret=interpret,
+    )  # fmt: skip
 
 
 def matmul_kernel_reference(a: ArrayLike, b: ArrayLike, **options: Any) -> jax.Array:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -56,11 +57,15 @@ class BlockSizes:
 
 
 def _quantize_kernel(seeds_ref, x_ref, out_ref, *, spec: RoundingSpec, block: int):
+    """One block: ``seeds_ref`` holds the key's two seeds, or with explicit random bits
+    (``spec.explicit_random``) the block's random words."""
     x = x_ref[...]
     src = input_format(x.dtype)
     bits = lax.bitcast_convert_type(x, jnp.dtype(src.code_dtype))
     random = None
-    if spec.rounding == "stochastic":
+    if spec.explicit_random:
+        random = seeds_ref[...]
+    elif spec.rounding == "stochastic":
         index = lax.iota(jnp.uint32, block) + (program_id(0) * block).astype(jnp.uint32)
         random = rng.hash_index((seeds_ref[0], seeds_ref[1]), index)  # scalar loads: Triton-friendly
     out = convert.round_narrow(bits, src=src, dst=spec.fmt, output="src_bits", random=random, **spec.engine_options())
@@ -72,17 +77,23 @@ def quantize_pallas(
     x: jax.Array, seeds: jax.Array, *, spec: RoundingSpec, block_sizes: BlockSizes, interpret: bool
 ) -> jax.Array:
     """The kernel on a checked array and options: the engine of ``fpemu.quantize(backend="pallas")``
-    (``seeds``: the key's two uint32 words for stochastic rounding, unused otherwise)."""
+    (``seeds``: the key's two uint32 words for stochastic rounding, unused otherwise; with explicit
+    random bits, ``spec.explicit_random``, the uint32 words of `fpemu.quantize`'s ``random``, top bits
+    first, broadcastable to ``x``)."""
     block = block_sizes.block
     flat = x.reshape(-1)
     n = flat.shape[0]
     padded = -(-max(n, 1) // block) * block
     flat = jnp.pad(flat, (0, padded - n))
+    seeds_spec = BlockSpec((2,), lambda i: (0,))
+    if spec.explicit_random:  # one word per element, tiled like x
+        seeds = jnp.pad(jnp.broadcast_to(seeds, x.shape).reshape(-1), (0, padded - n))
+        seeds_spec = BlockSpec((block,), lambda i: (i,))
     out = pallas_call(
         functools.partial(_quantize_kernel, spec=spec, block=block),
         out_shape=jax.ShapeDtypeStruct(flat.shape, flat.dtype),
         grid=(padded // block,),
-        in_specs=[BlockSpec((2,), lambda i: (0,)), BlockSpec((block,), lambda i: (i,))],
+        in_specs=[seeds_spec, BlockSpec((block,), lambda i: (i,))],
         out_specs=BlockSpec((block,), lambda i: (i,)),
         compiler_params=TritonCompilerParams(),  # Triton, not jax 0.10.2's default Mosaic GPU
         interpret=interpret,
@@ -99,6 +110,7 @@ def quantize_kernel(
     subnormals: bool = True,
     key: jax.Array | None = None,
     random_bits: int | None = None,
+    random: Any = None,
     stochastic_variant: StochasticVariant = "floor",
     exponent_ties: ExponentTies = "away",
     block_sizes: BlockSizes | None = None,
@@ -107,15 +119,18 @@ def quantize_kernel(
     """`fpemu.quantize` as a Pallas kernel: the same semantics and the same bits.
 
     NaN, ±inf, -0, overflow and subnormals behave exactly as in `fpemu.quantize`. Stochastic
-    rounding uses the same random bits (a hash of the key and the global element index).
+    rounding uses the same random bits (a hash of the key and the global element index), or the
+    bits given as ``random``, as `fpemu.quantize` does.
 
     Args:
       x: float16, bfloat16 or float32 array, any shape (float64 in interpret mode only: Pallas
         cannot lower the float64 rounding to Triton). Host float64 data (a Python float or list,
         a NumPy float64 array) while x64 is disabled is rounded once from its float64 value on the
         XLA path, as `fpemu.quantize` does, and returned as float32.
-      fmt, rounding, saturate, subnormals, key, random_bits, stochastic_variant, exponent_ties: as for
-        `fpemu.quantize` (random bits come from ``key``: explicit ``random=`` bits are the XLA path's).
+      fmt, rounding, saturate, subnormals, key, random_bits, random, stochastic_variant, exponent_ties: as
+        for `fpemu.quantize` (``random``: instead of ``key``, integers in ``[0, 2**random_bits)``
+        broadcastable to ``x``; ``key=key`` gives the result of
+        ``random=fpemu.stochastic_bits(key, x.shape, random_bits)``).
       block_sizes: elements per grid step; default `BlockSizes.default` for the platform.
       interpret: run in Pallas interpret mode (default: on CPU, where nothing else can run it).
 
@@ -128,13 +143,18 @@ def quantize_kernel(
       >>> from fpemu.kernels import quantize_kernel
       >>> quantize_kernel(jnp.array([1.0625, 464.0, 500.0]), "e4m3fn", interpret=True).tolist()
       [1.0, 448.0, nan]
+      >>> x = jnp.full(4, 1.1)  # e2m1fn neighbours 1.0 and 1.5: f = 0.2, 2 random bits per element
+      >>> quantize_kernel(x, "e2m1fn", rounding="stochastic", random=jnp.array([0, 1, 2, 3]), random_bits=2,
+      ...                 stochastic_variant="nearest_even", interpret=True).tolist()
+      [1.0, 1.0, 1.0, 1.5]
     """
     spec = rounding_spec(
-        fmt, rounding, saturate, subnormals, key, random_bits, stochastic_variant=stochastic_variant,
+        fmt, rounding, saturate, subnormals, key, random_bits, random=random, stochastic_variant=stochastic_variant,
         exponent_ties=exponent_ties,
     )  # fmt: skip
     if is_host_float64(x):  # x64 off: rounded once from float64, on the XLA path, as fpemu.quantize does
-        return quantize(x, spec.fmt, key=key, **{**spec.engine_options(), "random_bits": random_bits}, backend="xla")
+        options = {**spec.engine_options(), "random_bits": random_bits}
+        return quantize(x, spec.fmt, key=key, random=random, **options, backend="xla")
     x = float_array(x)
     check_fits(spec.fmt, input_format(x.dtype))
     platform = jax.default_backend()
@@ -148,7 +168,7 @@ def quantize_kernel(
             "x: float64 input does not compile: Pallas cannot lower the float64 rounding to Triton (uint64 "
             "constants with the top bit set); pass interpret=True, or use fpemu.quantize (the XLA path)"
         )
-    seeds = seeds_for(spec, key)
+    seeds = seeds_for(spec, key, random, x.shape)
     return quantize_pallas(x, seeds, spec=spec, block_sizes=block_sizes, interpret=interpret)
 
 

@@ -135,14 +135,19 @@ def test_argument_errors(kwargs, error, match):
             op(jnp.ones(4), "e4m3fn", **kwargs)
 
 
-def test_the_pallas_engine_takes_keys_not_explicit_bits():
-    spec = _quantize.rounding_spec("e4m3fn", "stochastic", False, True, None, None, random=np.zeros(2, np.uint32))
-    with pytest.raises(ValueError, match="does not take random="):
-        _quantize.check_engine(spec, "pallas")
-    _quantize.check_engine(spec, "xla")
-    for saturate, ties in ((False, "even"), ("sat_propagate", "away")):  # the kernel runs every other option
-        spec = _quantize.rounding_spec("e4m3fn", "nearest_even", saturate, True, None, None, exponent_ties=ties)
-        _quantize.check_engine(spec, "pallas")
+def test_the_pallas_engine_takes_explicit_bits_as_the_xla_engine_does():
+    x = jnp.linspace(-3.0, 3.0, 256, dtype=jnp.float32) + 0.01
+    bits = fpemu.stochastic_bits(jax.random.key(5), x.shape)
+    for variant in ("floor", "nearest_even"):
+        spec = _quantize.rounding_spec(
+            "e4m3fn", "stochastic", False, True, None, None, random=bits, stochastic_variant=variant
+        )
+        words = _quantize.seeds_for(spec, None, bits, x.shape)
+        xla = _quantize._quantize_jit(x, words, spec, "xla")
+        kernel = _quantize._quantize_jit(x, words, spec, "pallas_interpret")
+        np.testing.assert_array_equal(np.asarray(kernel).view(np.uint32), np.asarray(xla).view(np.uint32))
+        keyed = fpemu.quantize(x, "e4m3fn", rounding="stochastic", key=jax.random.key(5), stochastic_variant=variant)
+        np.testing.assert_array_equal(np.asarray(kernel).view(np.uint32), np.asarray(keyed).view(np.uint32))
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,7 @@ with its own rounding of tiles.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -101,6 +102,8 @@ def _dot3(a: jax.Array, b: jax.Array, cfg: MatmulConfig) -> jax.Array:
 
 
 def _accumulate_impl(a3: jax.Array, b3: jax.Array, key_words: jax.Array, cfg: MatmulConfig) -> jax.Array:
+    """The running sum. ``key_words``: one row per chunk, the chunk's key words, or with explicit
+    random bits (``cfg.explicit_random``) the chunk's bits in the (B, M, N) layout."""
     if cfg.accumulate_every is None:
         return positive_zero(_dot3(a3, b3, cfg))
     batch, m, k_total = a3.shape
@@ -117,9 +120,10 @@ def _accumulate_impl(a3: jax.Array, b3: jax.Array, key_words: jax.Array, cfg: Ma
         a_chunk, b_chunk, words = xs
 
         def round_to(total, rounding, saturate):
-            key = words if rounding == "stochastic" else None
             options = {**cfg.rounding_options(rounding), "saturate": saturate}
-            return quantize(total, cfg.accumulate, key=key, **options)
+            if rounding == "stochastic":
+                options["random" if cfg.explicit_random else "key"] = words
+            return quantize(total, cfg.accumulate, **options)
 
         return round_accumulator(acc, _dot3(a_chunk, b_chunk, cfg), cfg, round_to), None
 
@@ -143,13 +147,21 @@ def _accumulate_jvp(cfg, primals, tangents):
 # -- the whole computation --------------------------------------------------------------------------
 
 
-def _round_operand(x, fmt, scale, cfg: MatmulConfig, key) -> jax.Array:
+def _stream(cfg: MatmulConfig, key, random: dict[str, jax.Array] | None, name: str) -> dict[str, Any]:
+    """The random bits of one stochastic rounding as `quantize`'s keyword: ``key=`` the stream's key,
+    ``random=`` the explicit bits of the stream ``name``; nothing for a deterministic rounding."""
+    if cfg.explicit_random:
+        return {"random": random[name]} if random is not None and name in random else {}
+    return {} if key is None else {"key": key}
+
+
+def _round_operand(x, fmt, scale, cfg: MatmulConfig, stream: dict[str, Any]) -> jax.Array:
     x = x.astype(cfg.work)
     if scale is not None:
         x = x / scale
     if fmt is None:
         return x
-    return quantize(x, fmt, key=key if cfg.operands_stochastic else None, **cfg.rounding_options())
+    return quantize(x, fmt, **(stream if cfg.operands_stochastic else {}), **cfg.rounding_options())
 
 
 def _gather(x: jax.Array, dims: tuple[int, ...]) -> jax.Array:
@@ -177,16 +189,23 @@ def scale_product(lhs_scale: jax.Array | None, rhs_scale: jax.Array | None) -> j
     return lhs_scale * rhs_scale
 
 
-def _compute_dot(a, b, lhs_scale, rhs_scale, key, cfg: MatmulConfig, geometry: Geometry) -> jax.Array:
+def _compute_dot(
+    a, b, lhs_scale, rhs_scale, key, random, cfg: MatmulConfig, geometry: Geometry
+) -> jax.Array:  # fmt: skip
     """The emulated dot of the W operands ``a`` and ``b`` (`device_operands`); jitted as `compute_dot`,
-    with ``cfg`` and ``geometry`` static. The gradient is straight-through."""
+    with ``cfg`` and ``geometry`` static. The gradient is straight-through. Random bits come from
+    ``key`` or, with ``cfg.explicit_random``, from ``random`` (`MatmulCall.random`)."""
     keys = key_streams(key)
-    a = _round_operand(a, cfg.lhs, lhs_scale, cfg, keys[KEY_LHS])
-    b = _round_operand(b, cfg.rhs, rhs_scale, cfg, keys[KEY_RHS])
+    a = _round_operand(a, cfg.lhs, lhs_scale, cfg, _stream(cfg, keys[KEY_LHS], random, "lhs"))
+    b = _round_operand(b, cfg.rhs, rhs_scale, cfg, _stream(cfg, keys[KEY_RHS], random, "rhs"))
     lhs_dims, rhs_dims = geometry.gathered
     a3, b3 = geometry.to3d(_gather(a, lhs_dims), _gather(b, rhs_dims))
     chunks = 1 if cfg.accumulate_every is None else -(-a3.shape[2] // cfg.accumulate_every)
-    if cfg.accumulate_stochastic:
+    if cfg.accumulate_stochastic and cfg.explicit_random:  # (chunks,) + result -> (chunks, B, M, N)
+        assert random is not None
+        bits = jnp.broadcast_to(random["accumulate"], (chunks, *geometry.out_shape))
+        words = jax.vmap(geometry.result_to3d)(bits) if chunks else bits.reshape((0, *a3.shape[:2], b3.shape[2]))
+    elif cfg.accumulate_stochastic:
         words = chunk_key_words(keys[KEY_ACC], chunks)
     else:
         words = jnp.zeros((chunks, 0), jnp.uint32)
@@ -195,8 +214,8 @@ def _compute_dot(a, b, lhs_scale, rhs_scale, key, cfg: MatmulConfig, geometry: G
     if scale is not None:
         y = y * scale
     if cfg.out is not None:
-        out_key = keys[KEY_OUT] if cfg.operands_stochastic else None
-        y = quantize(y, cfg.out, key=out_key, **cfg.rounding_options())
+        stream = _stream(cfg, keys[KEY_OUT], random, "out") if cfg.operands_stochastic else {}
+        y = quantize(y, cfg.out, **stream, **cfg.rounding_options())
     return y.astype(cfg.result)
 
 
@@ -211,11 +230,14 @@ def device_operands(call: MatmulCall) -> tuple[jax.Array, jax.Array]:
     work = np.dtype(cfg.work)
     keys = key_streams(call.key if cfg.operands_stochastic else None)
     operands = []
-    sides = ((call.a, cfg.lhs, call.lhs_scale, keys[KEY_LHS]), (call.b, cfg.rhs, call.rhs_scale, keys[KEY_RHS]))
-    for x, fmt, scale, k in sides:
+    sides = (
+        (call.a, cfg.lhs, call.lhs_scale, _stream(cfg, keys[KEY_LHS], call.random, "lhs")),
+        (call.b, cfg.rhs, call.rhs_scale, _stream(cfg, keys[KEY_RHS], call.random, "rhs")),
+    )
+    for x, fmt, scale, stream in sides:
         if isinstance(x, np.ndarray):  # host float64 with x64 disabled
             if fmt is not None and scale is None:
-                x = quantize(x, fmt, key=k, **cfg.rounding_options())
+                x = quantize(x, fmt, **(stream if cfg.operands_stochastic else {}), **cfg.rounding_options())
             x = jnp.asarray(x, work)
         operands.append(x)
     return operands[0], operands[1]

@@ -50,6 +50,20 @@ class Geometry(Protocol):
         """The (B, M, N) product as the op's result."""
         ...
 
+    def result_to3d(self, y: jax.Array) -> jax.Array:
+        """The inverse of `from3d`: an array of the result's shape as (B, M, N)."""
+        ...
+
+    @property
+    def out_shape(self) -> tuple[int, ...]:
+        """The result's shape."""
+        ...
+
+    @property
+    def contraction(self) -> int:
+        """K: the number of products summed into each output."""
+        ...
+
 
 def _merge(x: jax.Array, counts: Sequence[int]) -> jax.Array:
     """Merge consecutive groups of ``counts`` dimensions into one each (a new size-1 dimension for 0)."""
@@ -124,6 +138,13 @@ class DotGeometry:
         )
         return _split(y3, shapes)
 
+    def result_to3d(self, y: jax.Array) -> jax.Array:
+        return _merge(y, (len(self.lhs_batch), len(self.lhs_free), len(self.rhs_free)))
+
+    @property
+    def contraction(self) -> int:
+        return math.prod(self.lhs_shape[d] for d in self.lhs_contract)
+
     @property
     def gathered(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """The operands' dimensions that one device must hold whole (the contraction)."""
@@ -184,6 +205,15 @@ class MatmulGeometry:
         m = self.lhs_shape[-2:-1]
         n = self.rhs_shape[-1:] if len(self.rhs_shape) >= 2 else ()
         return _split(y3, (self.batch, m, n))
+
+    def result_to3d(self, y: jax.Array) -> jax.Array:
+        m = len(self.lhs_shape[-2:-1])
+        n = 1 if len(self.rhs_shape) >= 2 else 0
+        return _merge(y, (len(self.batch), m, n))
+
+    @property
+    def contraction(self) -> int:
+        return self.lhs_shape[-1]
 
     @property
     def gathered(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -288,6 +318,29 @@ class ConvGeometry:
         y = _split(y, ((n,), (g * og,), self.out_spatial))
         return jnp.transpose(y, tuple(int(d) for d in np.argsort(self.out_spec)))
 
+    def result_to3d(self, y: jax.Array) -> jax.Array:
+        g = self.feature_groups * self.batch_groups
+        y = _merge(jnp.transpose(y, self.out_spec), (1, 1, len(self.out_spatial)))  # (N, O, S)
+        n, o, spatial = y.shape
+        if g == 1:
+            return _merge(y.transpose(0, 2, 1), (0, 2, 1))  # (1, N * S, O)
+        y = y.reshape(n, g, o // g, spatial).transpose(1, 0, 3, 2)  # (G, N, S, O/G)
+        return _merge(y, (1, 2, 1))  # (G, N * S, O/G)
+
+    @property
+    def out_shape(self) -> tuple[int, ...]:
+        logical = (
+            self.lhs_shape[self.lhs_spec[0]] // self.batch_groups,
+            self.rhs_shape[self.rhs_spec[0]],
+            *self.out_spatial,
+        )
+        return tuple(logical[i] for i in np.argsort(self.out_spec))
+
+    @property
+    def contraction(self) -> int:
+        features = self.lhs_shape[self.lhs_spec[1]] // self.feature_groups
+        return features * math.prod(self.window)
+
     @property
     def gathered(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """Everything but the input's batch and the kernel's output features (windows cross shards);
@@ -344,7 +397,5 @@ def conv_geometry(
         lhs_shape, rhs_shape, strides, pads, lhs_dilation, rhs_dilation, tuple(dn.lhs_spec), tuple(dn.rhs_spec),
         tuple(dn.out_spec), int(feature_group_count), int(batch_group_count), tuple(out_spatial),
     )  # fmt: skip
-    logical = (lhs_shape[dn.lhs_spec[0]] // batch_group_count, rhs_shape[dn.rhs_spec[0]]) + tuple(out_spatial)
-    ours = tuple(logical[i] for i in np.argsort(dn.out_spec))
-    assert ours == tuple(expected), (ours, expected)
+    assert geometry.out_shape == tuple(expected), (geometry.out_shape, expected)
     return geometry

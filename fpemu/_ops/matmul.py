@@ -27,7 +27,7 @@ every op and the kernel), `fpemu._ops.geometry` maps each op to batches of (M, K
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import jax
 from jax import lax
@@ -45,8 +45,9 @@ __all__ = ["conv_general_dilated", "dot_general", "matmul"]
 def _run(a: ArrayLike, b: ArrayLike, geometry: Callable[..., Geometry], options: MatmulOptions) -> jax.Array:
     call = matmul_call(a, b, geometry, options)
     return compute_dot(
-        *device_operands(call), call.lhs_scale, call.rhs_scale, call.key, cfg=call.cfg, geometry=call.geometry
-    )
+        *device_operands(call), call.lhs_scale, call.rhs_scale, call.key, call.random, cfg=call.cfg,
+        geometry=call.geometry,
+    )  # fmt: skip
 
 
 # -- public API -------------------------------------------------------------------------------------
@@ -68,6 +69,7 @@ def dot_general(
     stochastic_variant: StochasticVariant = "floor",
     exponent_ties: ExponentTies = "away",
     key: jax.Array | None = None,
+    random: Mapping[str, ArrayLike] | None = None,
     lhs_scale: ArrayLike | None = None,
     rhs_scale: ArrayLike | None = None,
     preferred_element_type: DTypeLike | None = None,
@@ -97,7 +99,7 @@ def dot_general(
     The gradient is straight-through: the operand, accumulator and output roundings count as the
     identity, so the backward pass is the plain W dot of the cotangents with the rounded operands.
     Stochastic rounding needs ``key``, split as ``jax.random.split(key, 4)`` into the lhs, rhs,
-    accumulator and output streams (docs/matmul.md).
+    accumulator and output streams (docs/matmul.md), or the random bits themselves, ``random``.
 
     Args:
       a, b: float16, bfloat16, float32 or float64 arrays.
@@ -117,6 +119,13 @@ def dot_general(
       exponent_ties: how nearest-even breaks ties in formats without mantissa bits, as for
         `fpemu.quantize`.
       key: a JAX PRNG key, for (and only for) stochastic rounding.
+      random: instead of ``key``, the random bits of every stochastic rounding of the call: a dict
+        with exactly the keys of those roundings, ``"lhs"`` and ``"rhs"`` (bits broadcastable to
+        the operand's shape; operands with a format), ``"out"`` (to the result's shape; an ``out``
+        format or a narrower result dtype) and ``"accumulate"`` (``accumulate_rounding=
+        "stochastic"``: to ``(number of chunks,) + the result's shape``, chunk ``j`` first), each
+        holding uint32 values (32 random bits per element). ``key=key`` equals ``random=`` with
+        the bits its streams draw (docs/matmul.md).
       lhs_scale, rhs_scale: per-tensor scales (float scalars): the operand divided by its scale
         is rounded, and the product of the scales multiplies the accumulated sum.
       preferred_element_type: the result dtype (float16, bfloat16, float32, float64) or None.
@@ -130,7 +139,10 @@ def dot_general(
         ``dimension_numbers``.
       ValueError: dimensions that do not match or repeat, unknown formats or modes (the message
         names the argument), formats W cannot hold, ``accumulate_every < 1``, stochastic rounding
-        without a key or a key without it, an array of several keys, non-scalar scales.
+        without a key or a key without it, an array of several keys, non-scalar scales; ``random``
+        with ``key``, without stochastic rounding, missing a key of the call's stochastic
+        roundings or with another (the message lists the valid keys), or bits of a shape that does
+        not broadcast (a non-integer array of bits is a TypeError).
 
     Example:
       >>> import jax.numpy as jnp, fpemu
@@ -144,8 +156,8 @@ def dot_general(
     options = MatmulOptions(
         lhs=lhs, rhs=rhs, accumulate=accumulate, out=out, accumulate_every=accumulate_every, rounding=rounding,
         accumulate_rounding=accumulate_rounding, saturate=saturate,
-        stochastic_variant=stochastic_variant, exponent_ties=exponent_ties, key=key, lhs_scale=lhs_scale,
-        rhs_scale=rhs_scale, preferred_element_type=preferred_element_type,
+        stochastic_variant=stochastic_variant, exponent_ties=exponent_ties, key=key, random=random,
+        lhs_scale=lhs_scale, rhs_scale=rhs_scale, preferred_element_type=preferred_element_type,
     )  # fmt: skip
     return _run(a, b, lambda sa, sb: dot_geometry(sa, sb, dimension_numbers), options)
 
@@ -165,6 +177,7 @@ def matmul(
     stochastic_variant: StochasticVariant = "floor",
     exponent_ties: ExponentTies = "away",
     key: jax.Array | None = None,
+    random: Mapping[str, ArrayLike] | None = None,
     lhs_scale: ArrayLike | None = None,
     rhs_scale: ArrayLike | None = None,
     preferred_element_type: DTypeLike | None = None,
@@ -191,8 +204,8 @@ def matmul(
     options = MatmulOptions(
         lhs=lhs, rhs=rhs, accumulate=accumulate, out=out, accumulate_every=accumulate_every, rounding=rounding,
         accumulate_rounding=accumulate_rounding, saturate=saturate,
-        stochastic_variant=stochastic_variant, exponent_ties=exponent_ties, key=key, lhs_scale=lhs_scale,
-        rhs_scale=rhs_scale, preferred_element_type=preferred_element_type,
+        stochastic_variant=stochastic_variant, exponent_ties=exponent_ties, key=key, random=random,
+        lhs_scale=lhs_scale, rhs_scale=rhs_scale, preferred_element_type=preferred_element_type,
     )  # fmt: skip
     return _run(a, b, matmul_geometry, options)
 
@@ -220,6 +233,7 @@ def conv_general_dilated(
     stochastic_variant: StochasticVariant = "floor",
     exponent_ties: ExponentTies = "away",
     key: jax.Array | None = None,
+    random: Mapping[str, ArrayLike] | None = None,
     lhs_scale: ArrayLike | None = None,
     rhs_scale: ArrayLike | None = None,
     preferred_element_type: DTypeLike | None = None,
@@ -231,8 +245,10 @@ def conv_general_dilated(
     The operands are rounded first, then the convolution is computed as a matrix product on
     im2col patches: the contraction of each output runs over (input feature, window position in
     row-major order), so ``accumulate_every`` chunks that sequence. Every other option is that of
-    `dot_general`. Under stochastic accumulator rounding the random bits are indexed by the
-    position in the (group, batch, output position, output feature) product, not the result layout.
+    `dot_general`. Under stochastic accumulator rounding the key's random bits are indexed by the
+    position in the (group, batch, output position, output feature) product, not the result layout;
+    explicit bits (``random={"accumulate": bits}``) are given in the result's layout,
+    ``(number of chunks,) + the result's shape``, and rearranged to that product (docs/matmul.md).
 
     Example:
       >>> import jax.numpy as jnp, fpemu
@@ -243,8 +259,8 @@ def conv_general_dilated(
     options = MatmulOptions(
         lhs=lhs, rhs=rhs, accumulate=accumulate, out=out, accumulate_every=accumulate_every, rounding=rounding,
         accumulate_rounding=accumulate_rounding, saturate=saturate,
-        stochastic_variant=stochastic_variant, exponent_ties=exponent_ties, key=key, lhs_scale=lhs_scale,
-        rhs_scale=rhs_scale, preferred_element_type=preferred_element_type,
+        stochastic_variant=stochastic_variant, exponent_ties=exponent_ties, key=key, random=random,
+        lhs_scale=lhs_scale, rhs_scale=rhs_scale, preferred_element_type=preferred_element_type,
     )  # fmt: skip
 
     def geometry(lhs_shape, rhs_shape):

@@ -1,6 +1,6 @@
 """The options of an emulated dot, checked once: `matmul`, `dot_general`, `conv_general_dilated`, the kernel.
 
-`MatmulOptions` holds the twelve keyword options as the caller passed them; it is the one place
+`MatmulOptions` holds the keyword options as the caller passed them; it is the one place
 their names, types and defaults are written (every public signature repeats them for its users,
 and tests/test_matmul.py checks that the signatures agree). `matmul_call` checks one call, through
 the argument layer (`fpemu._args`): the operands, the op's geometry, the options against the
@@ -10,13 +10,15 @@ all start from it, so they agree on what a call means and on every error.
 
 Random bits: the one ``key`` is split into four independent streams, in the order `KEY_LHS`,
 `KEY_RHS`, `KEY_ACC`, `KEY_OUT` (`key_streams`), and the running sum's stream again into one key
-per chunk (`chunk_key_words`). docs/matmul.md is the contract.
+per chunk (`chunk_key_words`). Instead of a key, ``random`` passes the bits themselves, one array
+per stochastic rounding of the call (`random_streams`: ``"lhs"``, ``"rhs"``, ``"accumulate"``,
+``"out"``), checked against the call's shapes by `matmul_call`. docs/matmul.md is the contract.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 import jax
@@ -42,6 +44,7 @@ __all__ = [
     "key_streams",
     "matmul_call",
     "matmul_config",
+    "random_streams",
 ]
 
 # The streams of the one `key` argument: jax.random.split(key, 4) in this order.
@@ -64,6 +67,7 @@ class MatmulOptions:
     stochastic_variant: StochasticVariant = "floor"  # every stochastic rounding
     exponent_ties: ExponentTies = "away"  # nearest-even ties in formats without mantissa bits
     key: jax.Array | None = None  # stochastic rounding
+    random: Mapping[str, ArrayLike] | None = None  # or its bits: {"lhs", "rhs", "accumulate", "out"} -> bits
     # Per-tensor scales, and the result dtype (None: W).
     lhs_scale: ArrayLike | None = None
     rhs_scale: ArrayLike | None = None
@@ -88,6 +92,7 @@ class MatmulConfig:
     result: str  # the result dtype
     bf16_operands: bool  # both operands hold bfloat16 values: the dots take bfloat16 operands
     direct: bool  # the accumulator is W itself: its additions are W additions (round to nearest even)
+    explicit_random: bool = False  # stochastic bits passed as arrays (`random=`), not drawn from `key`
 
     @property
     def operands_stochastic(self) -> bool:
@@ -190,11 +195,11 @@ def matmul_config(a_fmt: Format, b_fmt: Format, options: MatmulOptions) -> Matmu
         if stochastic
         else f"rounding={rounding!r}, accumulate_rounding={acc_rounding!r}"
     )
-    _args.key_arg(options.key, stochastic, "key", what=what)
+    explicit = _args.key_or_streams_arg(options.key, options.random, stochastic, what)
     bf16 = get_format("bf16")
     lhs_values = lhs or (a_fmt if options.lhs_scale is None and a_fmt.name != "fp64" else work)
     rhs_values = rhs or (b_fmt if options.rhs_scale is None and b_fmt.name != "fp64" else work)
-    return MatmulConfig(
+    cfg = MatmulConfig(
         lhs=lhs,
         rhs=rhs,
         accumulate=acc,
@@ -209,7 +214,25 @@ def matmul_config(a_fmt: Format, b_fmt: Format, options: MatmulOptions) -> Matmu
         result=result.name,
         bf16_operands=work.name == "fp32" and fits(lhs_values, bf16) and fits(rhs_values, bf16),
         direct=direct,
+        explicit_random=explicit,
     )
+    if explicit:
+        _args.random_streams_arg(options.random, random_streams(cfg))
+    return cfg
+
+
+def random_streams(cfg: MatmulConfig) -> tuple[str, ...]:
+    """The names of the call's stochastic roundings, the keys of its ``random=``: ``"lhs"`` and ``"rhs"``
+    (operands with a format), ``"accumulate"`` (the running sum), ``"out"`` (the output, also a
+    rounding to a narrower result dtype)."""
+    streams = []
+    if cfg.operands_stochastic:
+        streams += [name for name, fmt in (("lhs", cfg.lhs), ("rhs", cfg.rhs)) if fmt is not None]
+    if cfg.accumulate_stochastic:
+        streams.append("accumulate")
+    if cfg.operands_stochastic and cfg.out is not None:
+        streams.append("out")
+    return tuple(streams)
 
 
 # -- one call ---------------------------------------------------------------------------------------
@@ -248,6 +271,7 @@ class MatmulCall:
     lhs_scale: jax.Array | None  # W scalars
     rhs_scale: jax.Array | None
     key: Any
+    random: dict[str, jax.Array] | None = None  # explicit bits (uint32, in the shapes given): `matmul_call`
 
 
 def matmul_call(
@@ -262,7 +286,29 @@ def matmul_call(
     work = np.dtype(cfg.work)
     lhs_scale = _scale(options.lhs_scale, "lhs_scale", work)
     rhs_scale = _scale(options.rhs_scale, "rhs_scale", work)
-    return MatmulCall(a, b, shapes, cfg, lhs_scale, rhs_scale, options.key)
+    random = _random_bits(options.random, cfg, shapes, np.shape(a), np.shape(b)) if cfg.explicit_random else None
+    return MatmulCall(a, b, shapes, cfg, lhs_scale, rhs_scale, options.key, random)
+
+
+def _random_bits(
+    random: Any, cfg: MatmulConfig, geometry: Geometry, a_shape: tuple[int, ...], b_shape: tuple[int, ...]
+) -> dict[str, jax.Array]:
+    """Each stream's bits checked against the shape it rounds: the operands', the result's, and for
+    the running sum (number of chunks,) + the result's."""
+    every = cfg.accumulate_every or 1
+    shapes = {
+        "lhs": (a_shape, "the shape of a"),
+        "rhs": (b_shape, "the shape of b"),
+        "out": (geometry.out_shape, "the result's shape"),
+        "accumulate": (
+            (-(-geometry.contraction // every),) + geometry.out_shape,
+            "(number of chunks,) + the result's shape",
+        ),
+    }
+    return {
+        name: _args.random_values_arg(bits, 32, shapes[name][0], f"random[{name!r}]", shapes[name][1])
+        for name, bits in _args.random_streams_arg(random, random_streams(cfg)).items()
+    }
 
 
 # -- random bits ------------------------------------------------------------------------------------

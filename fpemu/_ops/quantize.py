@@ -154,14 +154,6 @@ def stochastic_bits(key: Any, shape: Any, random_bits: int | None = None) -> jax
     return words >> jnp.uint32(32 - k) if k < 32 else words
 
 
-def check_engine(spec: RoundingSpec, engine: str) -> None:
-    """The Pallas kernel draws its random bits from a key (it runs every other option of the engine)."""
-    if engine == "xla":
-        return
-    if spec.explicit_random:
-        raise ValueError("backend='pallas' draws random bits from key=, it does not take random=; use backend='xla'")
-
-
 def reduce_precision_is_exact(src: Format, spec: RoundingSpec) -> bool:
     """Where ``lax.reduce_precision`` gives exactly fpemu's result (proved by the exhaustive tests).
 
@@ -300,7 +292,7 @@ def quantize(
 
     Backends: ``"xla"`` runs the integer engine as XLA ops (fused with neighbouring ops under
     ``jit``); ``"pallas"`` runs it as the `fpemu.kernels.quantize` kernel, on a GPU only, for
-    float16, bfloat16 and float32 input, with a key (not explicit ``random`` bits).
+    float16, bfloat16 and float32 input, with a key or explicit ``random`` bits.
     Both give the same bits, stochastic rounding included (the random bits are a function of the
     key and the element's index). ``"auto"`` (default) picks the faster one measured on the
     platform: XLA on CPU, where Pallas only interprets, and, until the kernel has been timed on
@@ -332,8 +324,7 @@ def quantize(
       ValueError: unknown format, mode, variant or backend, a format that ``x``'s dtype cannot hold
         (fp16 in a bfloat16 array), stochastic rounding without a key or random bits (or with both),
         random bits out of range or of a shape that does not broadcast to ``x``'s,
-        ``backend="pallas"`` on a platform without compiled Pallas kernels (CPU), with float64 input
-        or explicit random bits.
+        ``backend="pallas"`` on a platform without compiled Pallas kernels (CPU) or with float64 input.
 
     Example:
       >>> import jax.numpy as jnp, fpemu
@@ -354,10 +345,8 @@ def quantize(
     )  # fmt: skip
     if is_host_float64(x):
         engine = resolve_backend(backend, jax.default_backend(), float64=True)
-        check_engine(spec, engine)
         return _quantize_host_float64(x, spec, seeds_for(spec, key, random, np.shape(x)), engine)
     x = float_array(x)
     check_fits(spec.fmt, input_format(x.dtype))
     engine = resolve_backend(backend, jax.default_backend(), float64=np.dtype(x.dtype) == np.float64)
-    check_engine(spec, engine)
     return _quantize_jit(x, seeds_for(spec, key, random, x.shape), spec, engine)

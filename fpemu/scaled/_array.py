@@ -14,7 +14,7 @@ from jax import lax
 from jax.typing import ArrayLike, DTypeLike
 
 from fpemu._core.format import Format
-from fpemu._core.modes import Rounding, StochasticVariant
+from fpemu._core.modes import Rounding, Saturation, StochasticVariant
 from fpemu._ops import codec
 from fpemu.scaled import _core
 from fpemu.scaled._quantize import (
@@ -23,6 +23,7 @@ from fpemu.scaled._quantize import (
     Config,
     global_scale_arg,
     prepare,
+    prepare_random,
     prepare_scale,
     quantize_ste,
     scale_leaf_arg,
@@ -206,8 +207,9 @@ class ScaledArray:
         scale_rule: str | None = None,
         block_size: int | None = None,
         margin: int | None = None,
-        saturate: bool | None = None,
+        saturate: Saturation | None = None,
         stochastic_variant: StochasticVariant = "floor",
+        random: ArrayLike | None = None,
     ) -> ScaledArray:
         """Quantize ``x`` to a scaled format: per-group scales and element-format values.
 
@@ -233,21 +235,28 @@ class ScaledArray:
           key, random_bits, stochastic_variant: for ``rounding="stochastic"``, as in `fpemu.quantize`
             (``stochastic_variant``: ``"floor"``, ``"nearest_even"``, ``"nearest_odd"`` or
             ``"nearest_away"``; anything but ``"floor"`` only with stochastic rounding; the random bits
-            follow the element's row-major index in ``x``).
+            follow the element's row-major index in ``x``: ``key=key`` draws
+            ``fpemu.stochastic_bits(key, x.shape, random_bits)``, whatever the recipe and axis).
           scale: optional decode scales to use instead of computing them (single-level recipes only):
             positive normal float32, broadcastable to the scale shape; powers of two for power-of-two
             recipes.
           pad: allow an axis length that is not a multiple of the block size (the last block is shorter).
-          scale_rule, block_size, margin, saturate: override the recipe's fields for this call.
+          scale_rule, block_size, margin, saturate: override the recipe's fields for this call
+            (``saturate``: a bool or one of IEEE P3109's modes, as `Recipe` takes it).
+          random: instead of ``key``, the elements' random bits: integers in ``[0, 2**random_bits)``
+            broadcastable to ``x``'s shape, as `fpemu.quantize` takes them; ``key=key`` gives the
+            result of ``random=fpemu.stochastic_bits(key, x.shape, random_bits)``.
 
         Returns:
           A `ScaledArray` (``.dequantize()``, ``.codes()``, ``.pack()``, ``.nbytes``).
 
         Raises:
           TypeError: for a non-array or non-float16/bfloat16/float32 ``x``, a non-int ``axis``, a
-            non-bool ``pad``.
+            non-bool ``pad``, non-integer ``random`` bits.
           ValueError: unknown recipe (with close matches), an axis out of range, a block size that does not divide
-            the axis without ``pad=True``, a rounding mode the recipe does not allow, a bad ``scale``.
+            the axis without ``pad=True``, a rounding mode the recipe does not allow, a bad ``scale``,
+            stochastic rounding with both ``key`` and ``random`` (or neither), ``random`` bits out of
+            range or of a shape that does not broadcast to ``x``'s.
 
         Example:
           >>> import jax.numpy as jnp
@@ -261,9 +270,10 @@ class ScaledArray:
         """
         overrides = {"scale_rule": scale_rule, "block_size": block_size, "margin": margin, "saturate": saturate}
         x, cfg = prepare(
-            x, recipe, axis, rounding, key, random_bits, pad, overrides, stochastic_variant=stochastic_variant
-        )
-        return quantize_jit(x, key, prepare_scale(scale, x, cfg), cfg, x.dtype)
+            x, recipe, axis, rounding, key, random_bits, pad, overrides, stochastic_variant=stochastic_variant,
+            random=random,
+        )  # fmt: skip
+        return quantize_jit(x, prepare_random(key, random, x, cfg), prepare_scale(scale, x, cfg), cfg, x.dtype)
 
     @classmethod
     def from_codes(

@@ -145,8 +145,13 @@ def encode(
     random_bits: int | None,
     scale: jnp.ndarray | None = None,
     stochastic_variant: StochasticVariant = "floor",
+    random: jnp.ndarray | None = None,
 ) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray | None]:
     """(element values, scale leaf, global scale leaf or None) for a float32 array ``x``.
+
+    Stochastic rounding of the elements draws its bits from ``key``, or takes ``random`` (explicit
+    bits, broadcastable to ``x``): `fpemu.quantize` of the scaled values, in ``x``'s shape, so the
+    key's bits are ``fpemu.stochastic_bits(key, x.shape, random_bits)`` whatever the layout.
 
     Without ``scale`` (decode scales), the scales come from each group's amax ("current scaling"), and a group holding NaN or inf gets the
     NaN scale and zero elements. Given scales are used as they are, and non-finite elements are
@@ -191,6 +196,7 @@ def encode(
         key=key,
         random_bits=random_bits,
         stochastic_variant=stochastic_variant,
+        random=random,
     )
     if recipe.element.twos_complement:  # symmetric saturation: the most negative code (-2.0) is never produced
         values = jnp.maximum(values, F32(-recipe.element.max))
@@ -211,7 +217,10 @@ def _rne_on_grid(xb: jnp.ndarray, k: jnp.ndarray, recipe: Recipe, w: Work) -> jn
     """float32 bits of round_nearest_even(x / 2**k) * 2**k (the element values times their scale)."""
     fmt = recipe.element
     grid = _rne.Grid(*w.per_element(*_rne.Grid.for_scale(fmt, k)))
-    return _rne.round_rne(xb, grid, fmt, saturate=recipe.saturate, negative_zero=fmt.has_negative_zero)
+    saturate = recipe.saturate  # nearest even on a signed element: "sat_finite" is True, "ovf_inf" False
+    clamp = saturate in (True, "sat_finite", "sat_propagate")
+    keep_inf = saturate == "sat_propagate" and fmt.has_inf
+    return _rne.round_rne(xb, grid, fmt, saturate=clamp, negative_zero=fmt.has_negative_zero, keep_inf=keep_inf)
 
 
 def quantize_dequantize(
@@ -224,6 +233,7 @@ def quantize_dequantize(
     random_bits: int | None,
     scale: jnp.ndarray | None = None,
     stochastic_variant: StochasticVariant = "floor",
+    random: jnp.ndarray | None = None,
 ) -> jnp.ndarray:
     """float32 ``decode(encode(x))``; for power-of-two recipes and nearest even, in one rounding pass
     (`_rne`: the same bits as encode and decode, 1.3-2x faster; its docstring has the numbers)."""
@@ -237,6 +247,7 @@ def quantize_dequantize(
             random_bits=random_bits,
             scale=scale,
             stochastic_variant=stochastic_variant,
+            random=random,
         )
         return decode(values, scale_leaf, global_leaf, recipe, layout)
     bits = _bits.to_bits(x)

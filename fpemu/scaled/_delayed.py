@@ -13,13 +13,14 @@ from typing import Any, Literal, get_args
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from fpemu._args import choice_arg, int_arg
 from fpemu._core.modes import Rounding
 from fpemu.scaled import _bits, _core
 from fpemu.scaled._array import ScaledArray, quantize_jit
 from fpemu.scaled._bits import ABS, INF, U32
-from fpemu.scaled._quantize import Config, prepare, qdq_jit
+from fpemu.scaled._quantize import Config, prepare, prepare_random, qdq_jit
 from fpemu.scaled._recipes import RecipeLike, get_recipe
 from fpemu.scaled._scale import float_encode_scale, pow2_exponent
 
@@ -105,8 +106,10 @@ class DelayedScaling:
         gshape = _core.group_shape(shape, self._layout(shape))
         return DelayedScalingState(jnp.zeros((self.history_length, *gshape), F32), jnp.ones(gshape, F32))
 
-    def _config(self, x: Any, rounding: Any, key: Any, random_bits: Any) -> tuple[jax.Array, Config]:
-        return prepare(x, self.recipe, self.axis, rounding, key, random_bits, True, {})
+    def _config(
+        self, x: Any, rounding: Any, key: Any, random_bits: Any, random: Any = None
+    ) -> tuple[jax.Array, Config]:
+        return prepare(x, self.recipe, self.axis, rounding, key, random_bits, True, {}, random=random)
 
     def _check_state(self, x: jax.Array, state: DelayedScalingState) -> None:
         if not isinstance(state, DelayedScalingState):
@@ -135,11 +138,13 @@ class DelayedScaling:
         rounding: Rounding = "nearest_even",
         key: jax.Array | None = None,
         random_bits: int | None = None,
+        random: ArrayLike | None = None,
     ) -> tuple[ScaledArray, DelayedScalingState]:
-        """(``x`` quantized with ``state.scale``, the next state)."""
-        x, cfg = self._config(x, rounding, key, random_bits)
+        """(``x`` quantized with ``state.scale``, the next state); ``random``: instead of ``key``, the
+        elements' random bits, as `ScaledArray.from_array` takes them."""
+        x, cfg = self._config(x, rounding, key, random_bits, random)
         self._check_state(x, state)
-        sa = quantize_jit(x, key, jax.lax.stop_gradient(state.scale), cfg, x.dtype)
+        sa = quantize_jit(x, prepare_random(key, random, x, cfg), jax.lax.stop_gradient(state.scale), cfg, x.dtype)
         return sa, _update(x, state, cfg, self.reduction)
 
     def quantize_dequantize(
@@ -150,11 +155,13 @@ class DelayedScaling:
         rounding: Rounding = "nearest_even",
         key: jax.Array | None = None,
         random_bits: int | None = None,
+        random: ArrayLike | None = None,
     ) -> tuple[jax.Array, DelayedScalingState]:
-        """(``x`` quantized with ``state.scale`` and dequantized, the next state); straight-through gradient."""
-        x, cfg = self._config(x, rounding, key, random_bits)
+        """(``x`` quantized with ``state.scale`` and dequantized, the next state); straight-through
+        gradient; ``random`` as in `quantize`."""
+        x, cfg = self._config(x, rounding, key, random_bits, random)
         self._check_state(x, state)
-        y = qdq_jit(x, key, jax.lax.stop_gradient(state.scale), cfg)
+        y = qdq_jit(x, prepare_random(key, random, x, cfg), jax.lax.stop_gradient(state.scale), cfg)
         return y, _update(x, state, cfg, self.reduction)
 
 

@@ -17,9 +17,9 @@ import numpy as np
 from jax import lax
 from jax.typing import ArrayLike
 
-from fpemu._args import INPUT_DTYPES, bool_arg, int_arg, rounding_arg
+from fpemu._args import INPUT_DTYPES, bool_arg, int_arg, random_values_arg, rounding_arg
 from fpemu._core.format import Format
-from fpemu._core.modes import Rounding, StochasticVariant
+from fpemu._core.modes import Rounding, Saturation, StochasticVariant
 from fpemu._ops.quantize import rounding_spec
 from fpemu.scaled import _core
 from fpemu.scaled._recipes import Recipe, RecipeLike, get_recipe
@@ -47,6 +47,7 @@ class Config(NamedTuple):
     rounding: Rounding
     random_bits: int | None
     stochastic_variant: StochasticVariant = "floor"  # of stochastic element rounding ("floor" otherwise)
+    explicit_random: bool = False  # the random bits are given (`random=`), not drawn from a key
 
 
 def _check_input(x: Any) -> jax.Array:
@@ -73,8 +74,11 @@ def prepare(
     overrides: dict[str, Any],
     *,
     stochastic_variant: Any = "floor",
+    random: Any = None,
 ) -> tuple[jax.Array, Config]:
-    """Check the arguments of `ScaledArray.from_array` / `quantize_dequantize`; errors name the argument."""
+    """Check the arguments of `ScaledArray.from_array` / `quantize_dequantize`; errors name the argument.
+
+    ``random`` only says whether explicit random bits were passed (`prepare_random` checks them)."""
     recipe = get_recipe(recipe)
     changes = {k: v for k, v in overrides.items() if v is not None}
     if changes:
@@ -106,8 +110,9 @@ def prepare(
             f"got {rounding!r}{why}"
         )
     spec = rounding_spec(
-        recipe.element, rounding, recipe.saturate, True, key, random_bits, stochastic_variant=stochastic_variant
-    )
+        recipe.element, rounding, recipe.saturate, True, key, random_bits, random=random,
+        stochastic_variant=stochastic_variant,
+    )  # fmt: skip
     pad = bool_arg(pad, "pad")
     if axis is not None and recipe.block_size is not None and x.shape[axis] % recipe.block_size and not pad:
         raise ValueError(
@@ -116,7 +121,22 @@ def prepare(
             "zeros, which do not change its amax), or pad/slice x yourself"
         )
     random_bits = spec.random_bits if rounding == "stochastic" else None
-    return x, Config(recipe, axis, rounding, random_bits, cast(StochasticVariant, spec.stochastic_variant))
+    variant = cast(StochasticVariant, spec.stochastic_variant)
+    return x, Config(recipe, axis, rounding, random_bits, variant, spec.explicit_random)
+
+
+def prepare_random(key: Any, random: Any, x: jax.Array, cfg: Config) -> Any:
+    """The source of the elements' random bits, passed to the jitted computation: ``key``, or the
+    explicit bits ``random`` checked against ``x``'s shape (integers in ``[0, 2**random_bits)``)."""
+    if not cfg.explicit_random:
+        return key
+    assert cfg.random_bits is not None  # explicit bits: stochastic rounding
+    return random_values_arg(random, cfg.random_bits, tuple(x.shape))
+
+
+def _random_kwargs(stream: Any, cfg: Config) -> dict[str, Any]:
+    """`fpemu.quantize`'s keyword for the elements' random bits: ``random=`` or ``key=``."""
+    return {"random": stream} if cfg.explicit_random else {"key": stream}
 
 
 def prepare_scale(scale: ArrayLike | None, x: jax.Array, cfg: Config) -> jax.Array | None:
@@ -284,17 +304,17 @@ def global_scale_arg(global_scale: ArrayLike | None, recipe: Recipe, ndim: int) 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(3,))
 def quantize_ste(x, key, scale, cfg: Config):
     """(values, scale leaf, global scale leaf or None) of ``x``; the values' tangent is ``x``'s over
-    the scale (see `ScaledArray`)."""
+    the scale (see `ScaledArray`). ``key``: the key, or the explicit bits (`prepare_random`)."""
     layout = _core.Layout(cfg.axis, cfg.recipe.block_size)
     return _core.encode(
         x.astype(F32),
         cfg.recipe,
         layout,
         rounding=cfg.rounding,
-        key=key,
         random_bits=cfg.random_bits,
         scale=scale,
         stochastic_variant=cfg.stochastic_variant,
+        **{"key": None, **_random_kwargs(key, cfg)},
     )
 
 
@@ -324,10 +344,10 @@ def _qdq_ste(x, key, scale, cfg: Config):
         cfg.recipe,
         layout,
         rounding=cfg.rounding,
-        key=key,
         random_bits=cfg.random_bits,
         scale=scale,
         stochastic_variant=cfg.stochastic_variant,
+        **{"key": None, **_random_kwargs(key, cfg)},
     )
     return y.astype(x.dtype)
 
@@ -354,8 +374,9 @@ def quantize_dequantize(
     scale_rule: str | None = None,
     block_size: int | None = None,
     margin: int | None = None,
-    saturate: bool | None = None,
+    saturate: Saturation | None = None,
     stochastic_variant: StochasticVariant = "floor",
+    random: ArrayLike | None = None,
 ) -> jax.Array:
     """``ScaledArray.from_array(x, recipe, ...).dequantize()`` in one fused computation, in ``x``'s dtype.
 
@@ -363,7 +384,8 @@ def quantize_dequantize(
     format. Same arguments, same special values and the same bits as `ScaledArray.from_array` then
     `ScaledArray.dequantize` (a group holding NaN or ±inf dequantizes to NaN in every element, an
     all-zero group to zeros). The gradient is the identity (straight-through estimator), exactly.
-    ``stochastic_variant`` is `fpemu.quantize`'s, for ``rounding="stochastic"`` of the elements.
+    ``stochastic_variant`` is `fpemu.quantize`'s, for ``rounding="stochastic"`` of the elements;
+    ``random`` (instead of ``key``) gives the elements' random bits, as `ScaledArray.from_array` takes them.
 
     Example:
       >>> import jax, jax.numpy as jnp
@@ -379,6 +401,17 @@ def quantize_dequantize(
       [[1.0], [1.0, 1.5]]
     """
     overrides = {"scale_rule": scale_rule, "block_size": block_size, "margin": margin, "saturate": saturate}
-    x, cfg = prepare(x, recipe, axis, rounding, key, random_bits, pad, overrides, stochastic_variant=stochastic_variant)
+    x, cfg = prepare(
+        x,
+        recipe,
+        axis,
+        rounding,
+        key,
+        random_bits,
+        pad,
+        overrides,
+        stochastic_variant=stochastic_variant,
+        random=random,
+    )
     s = prepare_scale(scale, x, cfg)
-    return qdq_jit(x, key, s, cfg)
+    return qdq_jit(x, prepare_random(key, random, x, cfg), s, cfg)

@@ -14,9 +14,9 @@ import math
 from collections.abc import Callable
 from typing import Any, Literal, get_args
 
-from fpemu._args import bool_arg, choice_arg, format_arg, int_arg
+from fpemu._args import bool_arg, choice_arg, format_arg, int_arg, saturate_arg
 from fpemu._core.format import Format
-from fpemu._core.modes import ROUNDING_MODES
+from fpemu._core.modes import ROUNDING_MODES, Saturation
 from fpemu._core.registry import FormatLike, get_format
 
 ScaleRule = Literal["ocp", "ceil", "even", "ceil_log2", "float"]
@@ -104,7 +104,11 @@ class Recipe:
       scale_rule: One of ``"ocp"``, ``"ceil"``, ``"even"``, ``"ceil_log2"``, ``"float"`` (or an alias).
       global_scale: A float32 per-tensor scale above narrow block scales (NVFP4's second level).
       saturate: Clamp elements that overflow after scaling to ±M (OCP MX saturates). If False, they
-        overflow as `fpemu.quantize` does.
+        overflow as `fpemu.quantize` does. Also IEEE P3109's modes, as `fpemu.quantize` takes them:
+        ``"sat_finite"`` (as True), ``"sat_propagate"`` (finite overflow clamps; a ±inf element,
+        which only a given ``scale`` lets through, stays infinite where the element format has
+        infinity) and ``"ovf_inf"`` (as False, except that ``to_odd`` overflows too). Under current
+        scaling a group holding ±inf gets the NaN scale whatever the mode (docs/scaling.md).
       margin: An integer ``m``: scales are multiplied by ``2**m`` (power-of-two rules add ``m`` to the
         exponent), leaving headroom as Transformer Engine's ``margin`` does.
 
@@ -125,7 +129,7 @@ class Recipe:
     scale_format: Format = _FP32
     scale_rule: ScaleRule = "float"
     global_scale: bool = False
-    saturate: bool = True
+    saturate: Saturation = True
     margin: int = 0
 
     def __init__(
@@ -137,7 +141,7 @@ class Recipe:
         scale_format: FormatLike = _FP32,
         scale_rule: str = "float",
         global_scale: bool = False,
-        saturate: bool = True,
+        saturate: Saturation = True,
         margin: int = 0,
     ) -> None:
         # Written out (the dataclass's own __init__ is off) so that the formats may be given by name.
@@ -152,7 +156,7 @@ class Recipe:
             "scale_format": _field(where, format_arg, scale_format, "scale_format"),
             "scale_rule": RULE_ALIASES.get(rule, rule),
             "global_scale": _field(where, bool_arg, global_scale, "global_scale"),
-            "saturate": _field(where, bool_arg, saturate, "saturate"),
+            "saturate": _field(where, saturate_arg, saturate, "saturate"),
             "margin": _field(where, int_arg, margin, "margin", minimum=-_MAX_MARGIN, maximum=_MAX_MARGIN),
         }
         for field, value in fields.items():

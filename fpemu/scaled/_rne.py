@@ -50,12 +50,15 @@ class Grid(NamedTuple):
         return cls(k + (fmt.emin + 127), up(fmt.max), up(fmt.min_subnormal), up(fmt.min_subnormal / 2))
 
 
-def round_rne(b: jnp.ndarray, grid: Grid, fmt: Format, *, saturate: bool, negative_zero: bool) -> jnp.ndarray:
+def round_rne(
+    b: jnp.ndarray, grid: Grid, fmt: Format, *, saturate: bool, negative_zero: bool, keep_inf: bool = False
+) -> jnp.ndarray:
     """float32 bits of ``b`` rounded to nearest even on the scaled grid (``grid`` broadcasts against ``b``).
 
     Overflow: ``saturate`` gives ±max; otherwise "infinity" as `fpemu.quantize` defines it for ``fmt``
-    (inf, else NaN, else ±max). NaN passes through; ±inf overflows. ``negative_zero=False`` turns
-    -0 results into +0.
+    (inf, else NaN, else ±max). NaN passes through; ±inf overflows, or stays ±inf with ``keep_inf``
+    (P3109's ``"sat_propagate"``, for a format with infinity). ``negative_zero=False`` turns -0
+    results into +0.
     """
     mb = fmt.mantissa_bits
     sign = b & U32(SIGN)
@@ -76,6 +79,8 @@ def round_rne(b: jnp.ndarray, grid: Grid, fmt: Format, *, saturate: bool, negati
     else:
         overflow = U32(INF) if fmt.has_inf else U32(NAN)
     res = jnp.where(res > grid.max, overflow, res)  # infinities land here too
+    if keep_inf:
+        res = jnp.where(a == U32(INF), U32(INF), res)
     res = res | sign
     if not negative_zero:
         res = jnp.where(res == U32(SIGN), U32(0), res)

@@ -13,6 +13,9 @@ a `Recipe`.
 The semantics (docs/scaling.md), per group of elements sharing a scale:
 
 - A group holding NaN or ±inf (current scaling): NaN scale, elements 0, dequantized NaN.
+- The elements are rounded with the recipe's ``saturate``, a bool or one of IEEE P3109's modes,
+  by the element oracle (`fpemu.testing.reference`): that is where the modes differ (finite
+  overflow after an amax-derived scale, and ±inf elements under a given ``scale``).
 - Power-of-two rules, ``amax`` the largest magnitude, ``M``/``emax`` the element's largest value and
   its exponent, ``p`` its precision: ``ocp``: ``floor(log2(amax)) - emax``; ``ceil``:
   ``ceil(log2(amax / M))``; ``even``: ``floor(log2(r)) - emax`` with ``r`` = amax rounded to ``p``
@@ -43,7 +46,7 @@ from typing import Any, NamedTuple
 import ml_dtypes
 import numpy as np
 
-from fpemu._core.modes import Rounding
+from fpemu._core.modes import Rounding, Saturation
 from fpemu.scaled._recipes import Recipe, get_recipe
 from fpemu.testing import reference as elem_ref
 
@@ -155,7 +158,7 @@ def _round(
     values: np.ndarray,
     fmt,
     rounding: Rounding,
-    saturate: bool,
+    saturate: Saturation,
     random: np.ndarray | None,
     random_bits: int,
     stochastic_variant: str = "floor",
@@ -202,8 +205,9 @@ def quantize(
       recipe: a recipe name or `fpemu.scaled.Recipe`.
       axis: as in `fpemu.scaled.ScaledArray.from_array` ("default": -1 for block recipes, else None).
       rounding: the element rounding mode.
-      random: for ``rounding="stochastic"``: unsigned integers of ``x``'s shape, already reduced to
-        ``random_bits`` bits (the fast path's are the top bits of ``fpemu``'s per-element hash).
+      random: for ``rounding="stochastic"``: unsigned integers broadcastable to ``x``'s shape, already
+        reduced to ``random_bits`` bits (the fast path's are the top bits of ``fpemu``'s per-element
+        hash: ``fpemu.stochastic_bits(key, x.shape, random_bits)``).
       random_bits: the number of random bits.
       scale: decode scales to use instead of the amax rule (single-level recipes), broadcastable
         to the scale shape.
@@ -227,7 +231,7 @@ def quantize(
     ngroups = int(np.prod(gshape))
     flat_gid = gid.ravel()
     flat = x32.ravel()
-    rand = None if random is None else np.asarray(random).ravel().astype(np.uint64)
+    rand = None if random is None else np.broadcast_to(np.asarray(random), x.shape).ravel().astype(np.uint64)
     order = np.argsort(flat_gid, kind="stable")
     members = np.split(order, np.cumsum(np.bincount(flat_gid, minlength=ngroups))[:-1]) if ngroups else []
     given = None if scale is None else np.broadcast_to(np.asarray(scale, np.float32), gshape).ravel()

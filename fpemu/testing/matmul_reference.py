@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from fractions import Fraction
 
 import jax
@@ -65,6 +66,7 @@ def dot_general_reference(
     stochastic_variant: StochasticVariant = "floor",
     exponent_ties: ExponentTies = "away",
     key: jax.Array | None = None,
+    random: Mapping[str, ArrayLike] | None = None,
     lhs_scale: ArrayLike | None = None,
     rhs_scale: ArrayLike | None = None,
     preferred_element_type: DTypeLike | None = None,
@@ -78,7 +80,8 @@ def dot_general_reference(
     chunk size) and the random bits (the same counter-based generator and key split). Where the
     model leaves freedom to the backend (the float32 summation order inside a chunk), it takes the
     chunk's exact sum rounded once to W, so it equals `fpemu.dot_general` bit for bit whenever the
-    chunk sums are exact in W, and bounds it otherwise. Arithmetic in W (``a / lhs_scale``,
+    chunk sums are exact in W, and bounds it otherwise. Explicit random bits (``random=``) are used
+    as given, broadcast to the shape of what each rounds. Arithmetic in W (``a / lhs_scale``,
     ``acc * scale``) uses NumPy, which keeps subnormals where XLA:CPU flushes them.
 
     Takes the arguments of `fpemu.dot_general` and returns a NumPy array of the same shape and
@@ -94,8 +97,8 @@ def dot_general_reference(
     options = MatmulOptions(
         lhs=lhs, rhs=rhs, accumulate=accumulate, out=out, accumulate_every=accumulate_every, rounding=rounding,
         accumulate_rounding=accumulate_rounding, saturate=saturate,
-        stochastic_variant=stochastic_variant, exponent_ties=exponent_ties, key=key, lhs_scale=lhs_scale,
-        rhs_scale=rhs_scale, preferred_element_type=preferred_element_type,
+        stochastic_variant=stochastic_variant, exponent_ties=exponent_ties, key=key, random=random,
+        lhs_scale=lhs_scale, rhs_scale=rhs_scale, preferred_element_type=preferred_element_type,
     )  # fmt: skip
     call = matmul_call(a, b, lambda sa, sb: dot_geometry(sa, sb, dimension_numbers), options)
     cfg, g = call.cfg, call.geometry
@@ -105,8 +108,15 @@ def dot_general_reference(
     work_fmt = get_format(work)
     every = cfg.accumulate_every
     keys = key_streams(key)
+    explicit = {name: np.asarray(bits) for name, bits in (call.random or {}).items()}  # checked uint32 bits
 
-    def rounded_operand(x: np.ndarray, fmt, scale, k) -> np.ndarray:
+    def stream_bits(name: str, stream_key, shape: tuple[int, ...]) -> np.ndarray:
+        """The bits of one rounding: the explicit ones, broadcast, or those the stream's key draws."""
+        if cfg.explicit_random:
+            return np.broadcast_to(explicit[name], shape)
+        return _bits(stream_key, shape)
+
+    def rounded_operand(x: np.ndarray, fmt, scale, stream: tuple[str, object]) -> np.ndarray:
         with np.errstate(all="ignore"):
             if scale is not None:
                 values = x.astype(work) / np.asarray(scale).astype(work)
@@ -116,15 +126,15 @@ def dot_general_reference(
                 values = x  # rounded once, from its own value
         if fmt is None:
             return values.astype(np.float64)
-        random = _bits(k, x.shape) if cfg.rounding == "stochastic" else None
+        random = stream_bits(*stream, x.shape) if cfg.rounding == "stochastic" else None
         q = np.empty(x.shape, np.float64)
         for index in np.ndindex(x.shape):
             r = int(random[index]) if random is not None else None
             q[index] = reference.round_scalar(values[index], fmt, random=r, **cfg.rounding_options())
         return q
 
-    qa = rounded_operand(a_np, cfg.lhs, lhs_scale, keys[KEY_LHS])
-    qb = rounded_operand(b_np, cfg.rhs, rhs_scale, keys[KEY_RHS])
+    qa = rounded_operand(a_np, cfg.lhs, lhs_scale, ("lhs", keys[KEY_LHS]))
+    qb = rounded_operand(b_np, cfg.rhs, rhs_scale, ("rhs", keys[KEY_RHS]))
 
     out_shape = g.out_shape
     contract_shape = tuple(a_np.shape[d] for d in g.lhs_contract)
@@ -132,10 +142,14 @@ def dot_general_reference(
     chunk = every if every is not None else max(size, 1)
     chunks = -(-size // chunk)
     acc_bits = None
-    if cfg.accumulate_stochastic:
+    if cfg.accumulate_stochastic and cfg.explicit_random:
+        acc_bits = list(np.broadcast_to(explicit["accumulate"], (chunks, *out_shape)))
+    elif cfg.accumulate_stochastic:
         words = chunk_key_words(keys[KEY_ACC], chunks)
         acc_bits = [_bits(words[j], out_shape) for j in range(chunks)]
-    out_bits = _bits(keys[KEY_OUT], out_shape) if cfg.out is not None and cfg.rounding == "stochastic" else None
+    out_bits = None
+    if cfg.out is not None and cfg.rounding == "stochastic":
+        out_bits = stream_bits("out", keys[KEY_OUT], out_shape)
     scale = None
     with np.errstate(all="ignore"):
         if lhs_scale is not None and rhs_scale is not None:

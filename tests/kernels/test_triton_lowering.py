@@ -84,6 +84,37 @@ def test_matmul_kernel_lowers_to_triton(name):
         assert TRITON_CALL in text, name
 
 
+@pytest.mark.parametrize("every", [16, 3])
+def test_matmul_kernel_with_explicit_random_bits_lowers_to_triton(every):
+    """Every stream's bits as kernel inputs, sliced in the kernel as Triton can (2-D ref slices)."""
+    options = {
+        "lhs": "e4m3fn", "rhs": "e2m1fn", "out": "bf16", "accumulate": "fp16", "accumulate_every": every,
+        "rounding": "stochastic", "accumulate_rounding": "stochastic",
+    }  # fmt: skip
+    m, k, n = 40, 70, 24
+    chunks = -(-k // every)
+    random = {
+        "lhs": jnp.zeros((m, k), jnp.uint32),
+        "rhs": jnp.zeros((k, n), jnp.uint32),
+        "accumulate": jnp.zeros((chunks, m, n), jnp.uint32),
+        "out": jnp.zeros((m, n), jnp.uint32),
+    }
+    fp32 = fpemu.get_format("fp32")
+    cfg = matmul_config(fp32, fp32, MatmulOptions(random=random, **options))
+    a, b = jnp.ones((m, k)), jnp.ones((k, n))
+    blocks = MatmulBlockSizes(block_m=16, block_n=16, block_k=16)
+    text = _lowered_text(matmul_pallas, a, b, None, None, None, random, cfg=cfg, block_sizes=blocks, interpret=False)
+    assert TRITON_CALL in text
+
+
+def test_quantize_kernel_with_explicit_random_bits_lowers_to_triton():
+    spec = _quantize.rounding_spec("e4m3fn", "stochastic", False, True, None, 8, random=0)
+    x = jnp.ones((5000,), jnp.float32)
+    words = jnp.zeros((5000,), jnp.uint32)
+    text = _lowered_text(quantize_pallas, x, words, spec=spec, block_sizes=BlockSizes(block=1024), interpret=False)
+    assert TRITON_CALL in text
+
+
 @pytest.mark.xfail(
     strict=True,
     raises=RuntimeError,
