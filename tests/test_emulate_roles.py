@@ -200,3 +200,31 @@ def test_the_residual_fallback_names_an_argument_a_weight():
     by_role = {g: reason for _, g, reason in found}
     assert "fallback" in by_role["dgrad"] and "argument" in by_role["dgrad"]
     assert "fallback" in by_role["wgrad"] and "computed" in by_role["wgrad"]
+
+
+def test_a_seed_passed_into_a_backward_scan_as_a_literal_carries_the_cotangent():
+    # a scalar carry: the backward scan receives the seed 1.0 as a literal operand of its body
+    def loss(ws, x):
+        def body(c, w):
+            return c + jnp.sum(x @ w), None
+
+        c, _ = jax.lax.scan(body, jnp.float32(0.0), ws)
+        return c
+
+    assert roles(jax.grad(loss, argnums=(0, 1)), jnp.ones((3, 4, 8)), X) == [
+        ("dot_general", "forward"),
+        ("dot_general", "wgrad"),
+        ("dot_general", "dgrad"),
+    ]
+
+
+def test_a_seed_moved_onto_the_mesh_outside_the_backward_pass_carries_the_cotangent():
+    # with check_vma (the default), JAX makes the seed 1.0 as `pvary 1.0` outside `transpose`
+    mesh = jax.sharding.Mesh(jax.devices()[:1], ("data",))
+    spec = jax.sharding.PartitionSpec
+
+    def local(w, x):
+        return jax.grad(lambda w, x: jnp.sum(jnp.tanh(x @ w)), argnums=(0, 1))(w, x)
+
+    sharded = jax.shard_map(local, mesh=mesh, in_specs=(spec(), spec("data")), out_specs=(spec(), spec("data")))
+    assert [g for _, g in roles(sharded, W, X)] == ["forward", "wgrad", "dgrad"]

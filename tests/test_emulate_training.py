@@ -315,7 +315,7 @@ def test_delayed_scaling_histories_advance_as_transformer_engine_documents():
     assert float(state["dot_general.dgrad.lhs"][0]) == 1.0
 
 
-def test_delayed_scaling_needs_state_and_refuses_loops():
+def test_delayed_scaling_needs_state_and_keeps_one_history_per_operand_in_loops():
     policy = Policy(dot="fp8_delayed")
     with pytest.raises(ValueError, match="state=True"):
         emulate(lambda x, w: x @ w, policy)
@@ -328,8 +328,14 @@ def test_delayed_scaling_needs_state_and_refuses_loops():
     def scanned(ws, x):
         return jax.lax.scan(lambda h, w: (h @ w, None), x, ws)[0]
 
-    with pytest.raises(NotImplementedError, match="inside scan"):
-        init_training_state(scanned, policy, jnp.ones((2, 4, 4)), jnp.ones((3, 4)))
+    # a dot in a scan body: one history per operand, recording the max over the iterations
+    # (tests/test_emulate_delayed_loops.py); a forward dot also keeps its VJP's weight and activation
+    state = init_training_state(scanned, policy, jnp.ones((2, 4, 4)), jnp.ones((3, 4)))
+    assert sorted(state) == [f"dot_general.{op}" for op in ("dgrad.rhs", "forward.lhs", "forward.rhs", "wgrad.lhs")]
+    ws = jnp.stack([jnp.full((4, 4), 2.0), jnp.full((4, 4), 0.25)])
+    _, state = jax.jit(emulate(scanned, policy, state=True))(state, ws, jnp.ones((3, 4)))
+    # iteration 0 reads x = 1 and W = 2, iteration 1 reads h = x @ W = 8 and W = 0.25 (exact in e4m3fn)
+    assert [float(state[f"dot_general.forward.{s}"][0]) for s in ("lhs", "rhs")] == [8.0, 2.0]
     with pytest.raises(ValueError, match="stateful|delayed"):
         init_training_state(scanned, Policy(dot="mxfp8"), jnp.ones((2, 4, 4)), jnp.ones((3, 4)))
 

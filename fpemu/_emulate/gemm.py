@@ -8,12 +8,14 @@
   cotangent sits on the other side is computed with its operands swapped (and the swapped dimension
   numbers) and its result transposed back: each operand is quantized by the quantizer of its role,
   along its own contracting dimensions, exactly as `quantized_dot_general(x, g, ...)` would;
-- a forward dot is a `jax.custom_vjp` whose backward pass computes dgrad and wgrad with the same
-  functions, so ``jax.grad(emulate(loss))`` quantizes the backward GEMMs too;
+- a forward dot or convolution is a `jax.custom_vjp` whose backward pass computes dgrad and wgrad
+  with the same functions (a convolution's: the transposed convolutions JAX's own VJP emits), so
+  ``jax.grad(emulate(loss))`` quantizes the backward GEMMs too;
 - keys: GEMM ``which`` of the forward dot number ``i`` draws from `gemm_key` ``(key, i, which)``,
   whichever of ``emulate(jax.grad(f))`` or ``jax.grad(emulate(f))`` computes it;
 - delayed scaling reads the amax histories of the state and sends each quantized operand's amax out
-  through the statistics channel (`fpemu._emulate.stats.STATE`);
+  through the statistics channel (`fpemu._emulate.stats.STATE`, reduced by maximum over the
+  iterations of ``scan`` and the devices of ``shard_map``);
 - with statistics, each quantized operand's counts (on its element values) and amax.
 """
 
@@ -33,6 +35,7 @@ from jax import lax
 from fpemu._emulate import stats as _stats
 from fpemu._emulate.gemm_roles import Entry, kept
 from fpemu._emulate.interpreter import Context
+from fpemu._emulate.jax_compat import Literal, bind
 from fpemu._emulate.policy import gemm_needs_key
 from fpemu._emulate.rounding import fold_key
 from fpemu._ops.matmul import conv_general_dilated as emulated_conv
@@ -226,6 +229,63 @@ def forward_with_vjp(recipe: TrainingRecipe, a: Any, b: Any, dims: Any, keys: di
     return gemm(a, b, keys, amaxes)
 
 
+def forward_conv_with_vjp(recipe: TrainingRecipe, eqn: Any, a: Any, b: Any, keys: dict, amaxes: dict, out: Any) -> Any:
+    """The forward convolution ``eqn``, differentiable as the recipe says: its VJP computes the
+    transposed convolutions that JAX's own VJP of ``eqn`` emits (``conv(g, rev(W))``: dgrad;
+    ``conv(x, g)``: wgrad), each by `role_conv` as ``emulate(jax.grad(f))`` computes them, so that
+    ``jax.grad(emulate(f))`` equals it bit for bit when the cotangents agree. Delayed-scaling
+    gradients are scaled from their current amax there (`current_gradients`)."""
+
+    backward = current_gradients(recipe)
+
+    @jax.custom_vjp
+    def gemm(a, b, keys, amaxes):
+        return role_conv(recipe, "forward", a, b, eqn.params, None, keys["forward"], amaxes, out)
+
+    def fwd(a, b, keys, amaxes):
+        return gemm(a, b, keys, amaxes), (a, b, keys, amaxes)
+
+    def bwd(res, g):
+        a, b, keys, amaxes = res
+        da, db = _conv_transposes(backward, eqn, a, b, g.astype(eqn.outvars[0].aval.dtype), keys, amaxes)
+        return da.astype(a.dtype), db.astype(b.dtype), None, None
+
+    gemm.defvjp(fwd, bwd)
+    return gemm(a, b, keys, amaxes)
+
+
+def _conv_transposes(
+    recipe: TrainingRecipe, eqn: Any, a: Any, b: Any, g: Any, keys: dict, amaxes: dict
+) -> tuple[Any, Any]:
+    """``(da, db)``: JAX's VJP of the convolution ``eqn`` at ``(a, b)`` applied to ``g``, with each
+    of its convolutions computed by `role_conv`. A convolution reading the cotangent is dgrad when
+    its other operand is computed from the kernel ``b`` (``rev(W)``), wgrad otherwise; the other
+    equations (``rev``, layout changes of grouped convolutions) are bound as they are."""
+    vjp = lambda a, b, g: jax.vjp(lambda a, b: bind(eqn, [a, b])[0], a, b)[1](g)
+    closed = jax.make_jaxpr(vjp)(a, b, g)
+    jaxpr = closed.jaxpr
+    env = dict(zip([*jaxpr.constvars, *jaxpr.invars], [*closed.consts, a, b, g], strict=True))
+    cotangent, kernel = {jaxpr.invars[2]}, {jaxpr.invars[1]}
+    read = lambda v: v.val if isinstance(v, Literal) else env[v]
+    for inner in jaxpr.eqns:
+        ins = [v for v in inner.invars if not isinstance(v, Literal)]
+        carried = [not isinstance(v, Literal) and v in cotangent for v in inner.invars[:2]]
+        if inner.primitive.name == "conv_general_dilated" and sum(carried) == 1:
+            gradient = carried.index(True)
+            which = "dgrad" if inner.invars[1 - gradient] in kernel else "wgrad"
+            x, y = (read(v) for v in inner.invars)
+            dtype = inner.outvars[0].aval.dtype
+            outs = [role_conv(recipe, which, x, y, inner.params, gradient, keys[which], amaxes, dtype).astype(dtype)]
+        else:
+            outs = bind(inner, [read(v) for v in inner.invars])
+        for tainted in (cotangent, kernel):
+            if any(v in tainted for v in ins):
+                tainted.update(inner.outvars)
+        env.update(zip(inner.outvars, outs, strict=True))
+    da, db = (read(v) for v in jaxpr.outvars)
+    return da, db
+
+
 # -- statistics of a quantized operand -----------------------------------------------------------------
 
 
@@ -275,21 +335,18 @@ def operand_counts(x: jax.Array, dims: tuple[int, ...], q: Quantizer, key: Any, 
 
 # -- the rule ------------------------------------------------------------------------------------------
 
-# The operands whose amax history a dot reads: its own GEMM's two; a forward dot (a custom_vjp whose
-# backward pass may run outside emulate) also the weight of dgrad and the activation of wgrad, which
-# it holds. Gradient operands of a backward pass that emulate does not see use current scaling.
+# The operands whose amax history a dot reads: its own GEMM's two; a forward dot or convolution (a
+# custom_vjp whose backward pass may run outside emulate) also the weight of dgrad and the activation
+# of wgrad, which it holds. Gradient operands of a backward pass that emulate does not see use
+# current scaling.
 _VJP_OPERANDS = (("forward", "lhs"), ("forward", "rhs"), ("dgrad", "rhs"), ("wgrad", "lhs"))
 
 
-def _uses_vjp(which: str, conv: bool) -> bool:
-    return which == "forward" and not conv
-
-
-def history_keys(entry: Entry, recipe: TrainingRecipe, conv: bool) -> list[tuple[str, str]]:
+def history_keys(entry: Entry, recipe: TrainingRecipe) -> list[tuple[str, str]]:
     """``[(state key, "gemm.side")]`` of the delayed-scaling operands the dot ``entry`` reads."""
     assert entry.role is not None
     which = entry.role.gemm
-    pairs = _VJP_OPERANDS if _uses_vjp(which, conv) else ((which, "lhs"), (which, "rhs"))
+    pairs = _VJP_OPERANDS if which == "forward" else ((which, "lhs"), (which, "rhs"))
     out = []
     for gemm_name, side in pairs:
         q = getattr(recipe.gemm(gemm_name), side)
@@ -331,8 +388,9 @@ def _observe(
     ctx: Context, recipe: TrainingRecipe, entry: Entry, which: str, operands: list, key: Any, amaxes: dict
 ) -> None:
     """Record each quantized operand's amax for its history (delayed scaling) and, with statistics,
-    its counts and the amax its scale came from (inside ``scan`` and ``shard_map``, whose
-    statistics are sums, counts only)."""
+    its counts and the amax its scale came from. Amax sites merge by maximum: inside ``scan`` over
+    the iterations, inside ``shard_map`` over the devices (`fpemu._emulate.stats.reduce_stacked`,
+    `fpemu._emulate.stats.all_reduce`), so a history records one amax per site and step."""
     gemm = recipe.gemm(which)
     keys = split_key(key)
     if gemm.hadamard is not None:
@@ -347,11 +405,8 @@ def _observe(
             site = f"{entry.name}.{which}.{side}"
             delayed = amaxes.get(f"{which}.{side}")
             counts = operand_counts(x, dims, q, keys[i] if q.rounding == "stochastic" else None, delayed, recipe.margin)
-            found = {site: counts}
-            if not {"scan", "shard_map"} & set(entry.enclosing):
-                used = delayed if delayed is not None else amax_of(x.astype(F32))
-                found[site + _stats.AMAX] = _stats.amax_vector(used)
-            ctx.merge_stats(found)
+            used = delayed if delayed is not None else amax_of(x.astype(F32))
+            ctx.merge_stats({site: counts, site + _stats.AMAX: _stats.amax_vector(used)})
 
 
 def recipe_dot(ctx: Context, eqn: Any, invals: list, recipe: TrainingRecipe, conv: bool) -> list | None:
@@ -365,26 +420,25 @@ def recipe_dot(ctx: Context, eqn: Any, invals: list, recipe: TrainingRecipe, con
     which = role.gemm
     out = eqn.outvars[0].aval.dtype
     keys = {w: gemm_key(ctx.state.key, entry.ordinal, w) if gemm_needs_key(recipe, w) else None for w in GEMMS}
-    amaxes = _histories(ctx, recipe, history_keys(entry, recipe, conv))
+    amaxes = _histories(ctx, recipe, history_keys(entry, recipe))
     if conv:
-        p = eqn.params["dimension_numbers"]
-        pairs = [(a, (p.lhs_spec[1],)), (b, (p.rhs_spec[1],))]
-        _observe(
-            ctx, recipe, entry, which, pairs[::-1] if swapped(which, role.gradient) else pairs, keys[which], amaxes
-        )
-        y = role_conv(recipe, which, a, b, eqn.params, role.gradient, keys[which], amaxes, out)
+        spec = eqn.params["dimension_numbers"]
+        pairs = [(a, (spec.lhs_spec[1],)), (b, (spec.rhs_spec[1],))]
     else:
         dims = eqn.params["dimension_numbers"]
         pairs = [(a, tuple(dims[0][0])), (b, tuple(dims[0][1]))]
-        _observe(
-            ctx, recipe, entry, which, pairs[::-1] if swapped(which, role.gradient) else pairs, keys[which], amaxes
-        )
-        if _uses_vjp(which, conv):
-            for operand, x in (("dgrad.rhs", b), ("wgrad.lhs", a)):
-                if operand in amaxes:
-                    _record(ctx, entry, operand, x)
-            y = forward_with_vjp(recipe, a, b, dims, keys, amaxes, out)
+    _observe(ctx, recipe, entry, which, pairs[::-1] if swapped(which, role.gradient) else pairs, keys[which], amaxes)
+    if which == "forward":
+        for operand, x in (("dgrad.rhs", b), ("wgrad.lhs", a)):
+            if operand in amaxes:
+                _record(ctx, entry, operand, x)
+        if conv:
+            y = forward_conv_with_vjp(recipe, eqn, a, b, keys, amaxes, out)
         else:
-            y = role_dot(recipe, which, a, b, dims, role.gradient, keys[which], amaxes, out)
+            y = forward_with_vjp(recipe, a, b, dims, keys, amaxes, out)
+    elif conv:
+        y = role_conv(recipe, which, a, b, eqn.params, role.gradient, keys[which], amaxes, out)
+    else:
+        y = role_dot(recipe, which, a, b, dims, role.gradient, keys[which], amaxes, out)
     y = y.astype(out) if y.dtype != out else y
     return [ctx.round_output(y)]

@@ -20,7 +20,10 @@ it), and the transpose rule of ``dot_general`` always emits ``dot_general(cotang
    ``transpose`` produces it from a gradient, from a float literal (the seed ``1.0``) or from no
    variable at all (``broadcast_in_dim 1.0``); recomputations of a ``jax.checkpoint`` (JAX's scope
    ``rematted_computation``) produce no gradient from literals. A float argument of the function
-   that only the backward pass reads (the cotangent given to ``jax.vjp``) is a gradient too.
+   that only the backward pass reads (the cotangent given to ``jax.vjp``) is a gradient too, as is
+   a float literal passed into a body under ``transpose`` (a scalar carry's seed), and a layout op
+   of a literal outside ``transpose`` whose result only the backward pass reads (``shard_map``'s
+   ``pvary 1.0``).
 3. **Roles.** A dot outside ``transpose``, or under it with no gradient operand (a recomputation),
    is *forward*. A dot under ``transpose`` with one gradient operand is backward; the other operand
    is the residual: if it is (aliases) the right operand of a forward dot, the dot is *dgrad*
@@ -195,18 +198,28 @@ class _Analysis:
     def classify(self, jaxpr: Jaxpr, path: Path, stack: tuple, enclosing: tuple[str, ...] = ()) -> None:
         for eqn in jaxpr.eqns:
             own = stack + jax_compat.name_stack(eqn)
-            subs = _sub_jaxprs(eqn)
-            if subs:
-                for body, _, _ in subs:
-                    self.classify(body, (*path, id(eqn)), own, (*enclosing, eqn.primitive.name))
-                continue
             transposed = jax_compat.is_transposed(own)
             recompute = REMAT_SCOPE in jax_compat.scope_names(own)
+            subs = _sub_jaxprs(eqn)
+            if subs:
+                inner = (*path, id(eqn))
+                for body, operands, _ in subs:
+                    if transposed and not recompute:  # a seed passed into a body (a scalar carry's 1.0)
+                        for outer, param in zip(operands, body.invars, strict=True):
+                            if isinstance(outer, JaxLiteral) and _is_float(outer):
+                                self.gradient.add(self.uf.find((inner, param)))
+                    self.classify(body, inner, own, (*enclosing, eqn.primitive.name))
+                continue
             float_literal = any(isinstance(a, JaxLiteral) and _is_float(a) for a in eqn.invars)
             inputs = list(_vars(eqn.invars))
             produces = any(self.is_gradient(path, v) for v in inputs)
             if transposed and not recompute and (float_literal or not inputs):
                 produces = True  # a seed: the cotangent 1.0, or zeros
+            if not transposed and float_literal and not inputs and eqn.primitive.name in LAYOUT_OPS:
+                # the seed made outside the backward pass (shard_map's pvary/reshard of 1.0): read by it only
+                roots = [self.uf.find((path, v)) for v in filter(_is_float, _vars(eqn.outvars))]
+                if roots and all(r in self.read_backward_roots and r not in self.read_forward_roots for r in roots):
+                    produces = True
             if eqn.primitive.name in DOT_PRIMITIVES:
                 self.entries.append(Entry(path, eqn, own, self.role(eqn, path, transposed), enclosing=enclosing))
             if produces:
@@ -293,8 +306,8 @@ class _Analysis:
         self.forward_lhs_roots = {find(n) for n in self.forward_lhs}
         self.forward_rhs_roots = {find(n) for n in self.forward_rhs}
         self.argument_roots = {find(((), v)) for v in [*jaxpr.invars, *jaxpr.constvars]}
-        read_forward = {find(n) for n in self.read_forward}
-        read_backward = {find(n) for n in self.read_backward}
+        read_forward = self.read_forward_roots = {find(n) for n in self.read_forward}
+        read_backward = self.read_backward_roots = {find(n) for n in self.read_backward}
         for v in jaxpr.invars:  # a cotangent given as an argument (jax.vjp): read by the backward pass only
             root = find(((), v))
             if _is_float(v) and root in read_backward and root not in read_forward:

@@ -117,7 +117,10 @@ def while_loop(ctx: Context, eqn: Any, invals: list) -> list:
 @register("scan", kind="control")
 def scan(ctx: Context, eqn: Any, invals: list) -> list:
     """``lax.scan`` over the emulated body (same length, direction and unroll). Per-iteration counts
-    leave the loop as stacked outputs and are summed."""
+    leave the loop as stacked outputs and are summed; amax values (a training recipe's operand
+    amax, the amax a delayed-scaling history records) are reduced by maximum, so a dot in the body
+    records one amax per step: the largest of its iterations (Transformer Engine's one amax per
+    module and step)."""
     p = eqn.params
     n_consts, n_carry = p["num_consts"], p["num_carry"]
     consts, init, xs = invals[:n_consts], invals[n_consts : n_consts + n_carry], invals[n_consts + n_carry :]
@@ -159,7 +162,10 @@ def shard_map(ctx: Context, eqn: Any, invals: list) -> list:
 
     Inside the body each device rounds its own shard; stochastic rounding folds the device's position
     in the manual axes into the key, so shards draw different bits. Counts are summed over devices
-    (``psum``): work replicated over an axis is counted once per device."""
+    (``psum``): work replicated over an axis is counted once per device. Amax values are reduced
+    by maximum (``pmax``): a delayed-scaling history records the largest amax of all devices, as
+    Transformer Engine all-reduces amax over the data-parallel group, and every device reads the
+    same (replicated) history, so every device uses the same scale."""
     p = eqn.params
     jaxpr, consts = open_jaxpr(p["jaxpr"])
     fn = ctx.subfunction(jaxpr)

@@ -115,26 +115,16 @@ def _histories_needed(roles: GemmRoles, policy: Policy) -> dict[str, int]:
         dtypes = [v.aval.dtype for v in entry.eqn.invars[:2]]
         if recipe is None or not quantized(entry, recipe, dtypes):
             continue
-        keys = history_keys(entry, recipe, conv=entry.eqn.primitive.name == "conv_general_dilated")
-        loops = {"scan", "shard_map"} & set(entry.enclosing)
-        if keys and loops:
-            raise NotImplementedError(
-                f"fpemu.emulate: delayed scaling of {entry.name!r} inside {'/'.join(sorted(loops))}: the amax of "
-                f"several iterations or devices cannot be carried out yet; use a current-scaling recipe such as "
-                f"'fp8_current' there, or exclude the scope (Policy(exclude=...))"
-            )
-        for key, _ in keys:
+        for key, _ in history_keys(entry, recipe):
             out[key] = recipe.amax_history_len
     return out
 
 
 def classify_for(closed: Any, policy: Policy) -> GemmRoles:
-    """The roles of ``closed``'s dots; for a stateful policy, also checks that their histories can
-    be kept (none inside ``scan`` or ``shard_map``)."""
-    roles = classify(closed)
-    if policy.stateful:
-        _histories_needed(roles, policy)
-    return roles
+    """The roles of ``closed``'s dots under ``policy`` (the pre-pass of `fpemu.emulate`). Every
+    dot's histories can be kept, in loops and on meshes too: nothing to check beyond the roles."""
+    del policy
+    return classify(closed)
 
 
 def init_training_state(fn: Callable, policy: Policy | FormatLike, *args: Any, **kwargs: Any) -> dict:
@@ -144,7 +134,8 @@ def init_training_state(fn: Callable, policy: Policy | FormatLike, *args: Any, *
     dot the recipe quantizes: ``"<dot>.<gemm>.<lhs|rhs>"``, where ``<dot>`` names the forward dot
     (``"scope/dot_general"``, ``#k`` for the k-th of the same name) whose forward, dgrad or wgrad
     GEMM reads it, and ``lhs``/``rhs`` are the recipe's operands (dgrad's lhs and wgrad's rhs are
-    the gradient). A zero history gives scale 1 (Transformer Engine's initial scale). ``fn`` is
+    the gradient). A dot in a ``scan`` or ``shard_map`` body has one history, which records the
+    largest amax of the step's iterations or devices. A zero history gives scale 1 (Transformer Engine's initial scale). ``fn`` is
     traced with ``args`` (shapes and dtypes matter, values do not), as `fpemu.emulate` will trace it.
 
     Args:
@@ -157,7 +148,6 @@ def init_training_state(fn: Callable, policy: Policy | FormatLike, *args: Any, *
 
     Raises:
       ValueError: a policy without a stateful training recipe.
-      NotImplementedError: delayed scaling of a dot inside ``scan`` or ``shard_map``.
 
     Example:
       >>> import jax, jax.numpy as jnp, fpemu
