@@ -210,3 +210,28 @@ def test_bad_values_name_the_field_and_the_choices():
         fpemu.Policy(dot="nvfp4", stochastic_variant="nearest_even")  # a recipe's quantizers have their own
     with pytest.raises(ValueError, match=r"Policy.exponent_ties must be one of 'away', 'even'"):
         fpemu.Policy(exponent_ties="odd")
+
+
+def _float32_bitcasts(jaxpr) -> int:
+    """The roundings of float32 values in ``jaxpr``: each starts by reading the float32 bits."""
+    found = 0
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "bitcast_convert_type" and eqn.invars[0].aval.dtype == np.float32:
+            found += 1
+        for param in eqn.params.values():
+            inner = getattr(param, "jaxpr", None)
+            if inner is not None:
+                found += _float32_bitcasts(inner)
+    return found
+
+
+def test_a_value_already_rounded_is_not_rounded_again_as_a_dot_operand():
+    # tanh and exp round their results to e4m3fn; the dot's operands are those values (the transpose
+    # between moves bits only), so the only other rounding is the dot's result: 3, not 5
+    f = lambda a, b: jnp.tanh(a) @ jnp.exp(b).T
+    a, b = jnp.linspace(-2.0, 2.0, 6).reshape(2, 3), jnp.linspace(-1.0, 1.0, 12).reshape(4, 3)
+    emulated = fpemu.emulate(f, fpemu.Policy(default="e4m3fn", round_inputs=False))
+    assert _float32_bitcasts(jax.make_jaxpr(emulated)(a, b).jaxpr) == 3
+    q = lambda v: fpemu.quantize(v, "e4m3fn")
+    expected = q(q(jnp.tanh(a)) @ q(jnp.exp(b)).T)
+    np.testing.assert_array_equal(np.asarray(emulated(a, b)).view(np.uint32), np.asarray(expected).view(np.uint32))

@@ -57,6 +57,9 @@ class State:
     sites: int = 0
     counting: bool = False  # count roundings (with_stats); else the channel only carries amax values
     training: Training | None = None
+    # id(value) -> (value, (format, rounding)): values known to be values of that format, so that rounding
+    # them again (an operand of a dot) is skipped; the value is kept so that its id cannot be reused
+    rounded: dict[int, tuple[Any, tuple]] = dataclasses.field(default_factory=dict)
 
 
 def site_name(stack: tuple, primitive: str) -> str:
@@ -123,32 +126,72 @@ class Context:
         self.state.sites += 1
         return fold_key(self.state.key, self.state.sites)
 
+    def site(self, suffix: str = "") -> str:
+        """This equation's site name (`site_name`) + ``suffix``."""
+        return site_name(self.stack, self.eqn.primitive.name) + suffix
+
     def round_output(self, x: Any, *, fmt: Any = _DEFAULT, suffix: str = "") -> Any:
         """``x``, an output of this equation, rounded to ``fmt`` (default: the policy's format for
         this primitive) and counted at this equation's site (+ ``suffix``)."""
         if fmt is _DEFAULT:
             fmt = self.format_for()
-        site = site_name(self.stack, self.eqn.primitive.name) + suffix
-        return self.round_and_count(x, fmt, site)
+        return self.round_and_count(x, fmt, lambda: self.site(suffix))
 
-    def round_and_count(self, x: Any, fmt: Format | None, site: str, rounding: str | None = None) -> Any:
-        """``x`` rounded to ``fmt`` (in ``rounding``, default the policy's), counted under ``site``."""
-        if fmt is None or not is_inexact(jnp.result_type(x)):
+    def round_and_count(
+        self, x: Any, fmt: Format | None, site: str | Callable[[], str], rounding: str | None = None
+    ) -> Any:
+        """``x`` rounded to ``fmt`` (in ``rounding``, default the policy's), counted under ``site``
+        (a name, or a function giving it: names are only built where counts or errors need them)."""
+        if fmt is None or not is_inexact(_dtype_of(x)):
             return x
         rounding = rounding or self.policy.rounding
         key = self.site_key() if rounding == "stochastic" else None
         y = round_to_format(x, fmt, self.policy, rounding, key, site)
         if self.counting:
-            self.merge_stats({site: counts(x, y, fmt)})
+            self.merge_stats({site if isinstance(site, str) else site(): counts(x, y, fmt)})
+        self.state.rounded[id(y)] = (y, (fmt, rounding))
         return y
 
     def round_operand(self, x: Any, fmt: Format | None) -> Any:
-        """``x`` rounded to ``fmt``, not counted (operands that are already counted where produced)."""
-        if fmt is None or not is_inexact(jnp.result_type(x)):
+        """``x`` rounded to ``fmt``, not counted (operands that are already counted where produced).
+        A value this interpretation already rounded to ``fmt`` in the policy's rounding (or moved
+        unchanged from such values: `propagate_rounded`) is returned as it is: rounding a value of the
+        format gives it back bit for bit (NaN included), in every mode and saturation, and XLA would
+        compile the second rounding (compile time, bench/RESULTS_training.md). Its site still takes its
+        index, so that the keys of stochastic rounding are those of every other site."""
+        if fmt is None or not is_inexact(_dtype_of(x)):
             return x
-        key = self.site_key() if self.policy.rounding == "stochastic" else None
-        where = site_name(self.stack, self.eqn.primitive.name)
-        return round_to_format(x, fmt, self.policy, self.policy.rounding, key, where)
+        rounding = self.policy.rounding
+        if self.is_rounded(x, fmt, rounding):
+            if self.state.key is not None and rounding == "stochastic":
+                self.state.sites += 1
+            return x
+        key = self.site_key() if rounding == "stochastic" else None
+        y = round_to_format(x, fmt, self.policy, rounding, key, self.site)
+        self.state.rounded[id(y)] = (y, (fmt, rounding))
+        return y
+
+    def is_rounded(self, x: Any, fmt: Format, rounding: str) -> bool:
+        """Whether ``x`` is known to hold values of ``fmt`` rounded in ``rounding`` under this policy."""
+        known = self.state.rounded.get(id(x))
+        return known is not None and known[0] is x and known[1] == (fmt, rounding)
+
+    def propagate_rounded(self, invals: list, outvals: list) -> None:
+        """Outputs of a primitive that only moves bits (`fpemu._emulate.registry.BIT_COPIES`) are known
+        values of a format when every floating-point input is a known value of it."""
+        tag = None
+        for x in invals:
+            if not is_inexact(_dtype_of(x)):
+                continue
+            known = self.state.rounded.get(id(x))
+            if known is None or known[0] is not x or (tag is not None and known[1] != tag):
+                return
+            tag = known[1]
+        if tag is None:
+            return
+        for y in outvals:
+            if is_inexact(_dtype_of(y)):
+                self.state.rounded[id(y)] = (y, tag)
 
     def merge_stats(self, other: dict) -> None:
         if self.state.stats is not None:
@@ -182,8 +225,9 @@ class Context:
         if fmt is None or not is_inexact(dtype) or not isinstance(value, (np.ndarray, np.generic, float, complex)):
             return value
         array = np.asarray(value, dtype)
-        rounded, vector = round_literal_on_host(dtype.name, array.tobytes(), array.shape, fmt, self.policy)
-        if self.counting:
+        counting = self.counting
+        rounded, vector = round_literal_on_host(dtype.name, array.tobytes(), array.shape, fmt, self.policy, counting)
+        if counting:
             self.merge_stats({"constants": jnp.asarray(vector)})
         return value if rounded is None else rounded
 
@@ -232,6 +276,12 @@ class Context:
         scopes = jax_compat.scope_names(self.stack)
         path = "/".join(scopes)
         return any(name in scopes or path == name or path.startswith(name + "/") for name in exclude)
+
+
+def _dtype_of(x: Any) -> Any:
+    """The dtype of an array or tracer, else of a Python or NumPy scalar (as JAX would type it)."""
+    dtype = getattr(x, "dtype", None)
+    return jnp.result_type(x) if dtype is None else dtype
 
 
 def interpret(ctx: Context, jaxpr: Jaxpr, consts: list, args: list) -> list:

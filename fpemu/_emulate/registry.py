@@ -82,6 +82,15 @@ EXACT = (
 #: two's-complement minimum. Their rule rounds in those cases (`fpemu._emulate.rules_plain`).
 SIGN_CHANGES = ("neg", "abs", "sign")
 
+#: The exact primitives whose floating-point results are bit copies of floating-point inputs (data movement
+#: and selection by a non-float predicate): their results are values of every format their inputs are values
+#: of, on every backend (no arithmetic, so no flush of subnormals). The interpreter carries that knowledge
+#: through them, so that an operand already rounded is not rounded again (`Context.round_operand`).
+BIT_COPIES = frozenset((
+    "reshape", "broadcast_in_dim", "transpose", "squeeze", "slice", "dynamic_slice", "rev", "copy", "concatenate",
+    "split", "select_n",
+))  # fmt: skip
+
 CONTROL = (
     "cond", "while", "scan", "custom_jvp_call", "custom_vjp_call", "custom_linear_solve", "remat2", "checkpoint",
     "shard_map",

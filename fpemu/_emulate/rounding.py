@@ -11,6 +11,7 @@ derives the key of each rounding site.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -24,7 +25,7 @@ from fpemu._core.registry import get_format
 from fpemu._emulate import stats as _stats
 from fpemu._emulate.policy import Policy
 from fpemu._engine.rng import mix
-from fpemu._ops.quantize import quantize
+from fpemu._ops.quantize import RoundingSpec, _quantize_jit, quantize, resolve_backend, rounding_spec, seeds_for
 
 
 def is_float(dtype: Any) -> bool:
@@ -36,6 +37,7 @@ def is_complex(dtype: Any) -> bool:
     return jnp.issubdtype(dtype, jnp.complexfloating)
 
 
+@functools.lru_cache(maxsize=256)
 def is_inexact(dtype: Any) -> bool:
     """A dtype whose values `round_to_format` rounds: real floating point, or complex (by parts)."""
     return jnp.issubdtype(dtype, jnp.inexact)
@@ -49,43 +51,96 @@ def component_dtype(dtype: Any) -> np.dtype:
 def is_identity(container: Format, fmt: Format, policy: Policy) -> bool:
     """Whether rounding every value of the ``container`` format (a dtype's) to ``fmt`` under
     ``policy`` returns it unchanged, bit for bit."""
+    return _is_identity(container, fmt, policy.saturate, policy.subnormals)
+
+
+@functools.lru_cache(maxsize=1024)
+def _is_identity(container: Format, fmt: Format, saturate: bool | str, subnormals: bool) -> bool:
     if not fits(container, fmt):
         return False
     # saturate=True and "sat_finite" clamp infinities; False, "sat_propagate" and "ovf_inf" keep them
-    if container.has_inf and (policy.saturate in (True, "sat_finite") or not fmt.has_inf):
+    if container.has_inf and (saturate in (True, "sat_finite") or not fmt.has_inf):
         return False
-    return policy.subnormals or not container.has_subnormals or container.min_subnormal >= fmt.min_normal
+    return subnormals or not container.has_subnormals or container.min_subnormal >= fmt.min_normal
 
 
-def round_to_format(x: jax.Array, fmt: Format, policy: Policy, rounding: str, key: Any, where: str) -> jax.Array:
-    """``x`` rounded to ``fmt`` under ``policy``, in ``x``'s dtype (``rounding`` and ``key`` given
-    separately; ``where`` names the site in errors). A complex ``x`` has its real and imaginary parts
-    rounded separately (the imaginary part with its own key), as two arrays of its part dtype."""
-    dtype = component_dtype(x.dtype)
+# What `round_to_format` does with a (real dtype, format) pair under a policy's saturate/subnormals.
+_IDENTITY, _NARROWER, _MISMATCH, _ROUND = "identity", "narrower", "mismatch", "round"
+
+
+@functools.lru_cache(maxsize=1024)
+def _plan(dtype: np.dtype, fmt: Format, saturate: bool | str, subnormals: bool) -> str:
     container = get_format(dtype)
     if not fits(fmt, container):
-        if fits(container, fmt):
-            return x  # the dtype is narrower than the format: its values are values of the format
+        return _NARROWER if fits(container, fmt) else _MISMATCH
+    return _IDENTITY if _is_identity(container, fmt, saturate, subnormals) else _ROUND
+
+
+# A stand-in key, so that `rounding_spec` checks a stochastic spec once (the site keys come per call).
+_SPEC_KEY = np.zeros((2,), np.uint32)
+
+
+@functools.lru_cache(maxsize=1024)
+def _spec(
+    fmt: Format, rounding: str, saturate: bool | str, subnormals: bool, random_bits: int | None, variant: str, ties: str
+) -> RoundingSpec:
+    """The checked `RoundingSpec` of `fpemu.quantize` for these options: built once, not on every rounding."""
+    if rounding != "stochastic":
+        return rounding_spec(fmt, rounding, saturate, subnormals, None, None, exponent_ties=ties)
+    return rounding_spec(
+        fmt, rounding, saturate, subnormals, _SPEC_KEY, random_bits, stochastic_variant=variant, exponent_ties=ties
+    )
+
+
+def round_to_format(
+    x: jax.Array, fmt: Format, policy: Policy, rounding: str, key: Any, where: str | Callable[[], str]
+) -> jax.Array:
+    """``x`` rounded to ``fmt`` under ``policy``, in ``x``'s dtype (``rounding`` and ``key`` given
+    separately; ``where``, or what it returns, names the site in errors). A complex ``x`` has its real
+    and imaginary parts rounded separately (the imaginary part with its own key), as two arrays of its
+    part dtype.
+
+    The same bits as `fpemu.quantize` with the policy's options; a JAX array of a dtype `fpemu.quantize`
+    takes goes straight to its jitted rounding with the options checked once per (format, options)
+    (`_spec`), not through the argument layer on every call.
+    """
+    dtype = component_dtype(x.dtype)
+    plan = _plan(dtype, fmt, policy.saturate, policy.subnormals)
+    if plan == _NARROWER or plan == _IDENTITY:
+        return x  # the dtype is narrower than the format, or the rounding cannot change its values
+    if plan == _MISMATCH:
+        container = get_format(dtype)
+        site = where if isinstance(where, str) else where()
         raise ValueError(
-            f"fpemu.emulate: cannot round the {container.name} values of {where} to {fmt.name}: neither format "
+            f"fpemu.emulate: cannot round the {container.name} values of {site} to {fmt.name}: neither format "
             f"holds the other's values ({fmt.name}: {fmt.mantissa_bits} mantissa bits, max {fmt.max:g}; "
             f"{container.name}: {container.mantissa_bits} mantissa bits, max {container.max:g}). Compute in a dtype "
             "that holds the format (e.g. call the function with float32 arrays) or pick a format that fits."
         )
-    if is_identity(container, fmt, policy):
-        return x
-    if is_complex(x.dtype):
+    if dtype != x.dtype:  # complex
         real = round_to_format(lax.real(x), fmt, policy, rounding, key, where)
         imag = round_to_format(lax.imag(x), fmt, policy, rounding, fold_key(key, 1), where)
         return lax.complex(real, imag)
-    options: dict[str, Any] = dict(
-        saturate=policy.saturate, subnormals=policy.subnormals, rounding=rounding, exponent_ties=policy.exponent_ties
-    )
-    if rounding == "stochastic":
-        options.update(key=key, random_bits=policy.random_bits, stochastic_variant=policy.stochastic_variant)
-    if dtype.name in INPUT_DTYPES:  # float16, bfloat16, float32, float64: rounded from their own value
+    if dtype.name not in INPUT_DTYPES:  # float8 data: an exact round trip through float32
+        return round_to_format(x.astype(jnp.float32), fmt, policy, rounding, key, where).astype(x.dtype)
+    stochastic = rounding == "stochastic"
+    if not isinstance(x, jax.Array) or (stochastic and key is None):
+        # host data (a NumPy constant: float64 is rounded from its own value) or a missing key: the public door
+        options: dict[str, Any] = dict(
+            saturate=policy.saturate,
+            subnormals=policy.subnormals,
+            rounding=rounding,
+            exponent_ties=policy.exponent_ties,
+        )
+        if stochastic:
+            options.update(key=key, random_bits=policy.random_bits, stochastic_variant=policy.stochastic_variant)
         return quantize(x, fmt, **options)
-    return quantize(x.astype(jnp.float32), fmt, **options).astype(x.dtype)  # float8 data: exact round trip
+    spec = _spec(
+        fmt, rounding, policy.saturate, policy.subnormals, policy.random_bits, policy.stochastic_variant,
+        policy.exponent_ties,
+    )  # fmt: skip
+    engine = resolve_backend("auto", jax.default_backend(), float64=dtype == np.float64)
+    return _quantize_jit(x, seeds_for(spec, key), spec, engine)
 
 
 def counts(x: jax.Array, y: jax.Array, fmt: Format) -> jax.Array:
@@ -98,15 +153,20 @@ def counts(x: jax.Array, y: jax.Array, fmt: Format) -> jax.Array:
 
 
 @functools.lru_cache(maxsize=4096)
-def round_literal_on_host(dtype: str, data: bytes, shape: tuple, fmt: Format, policy: Policy) -> tuple:
-    """A literal's rounded value (None if unchanged) and its counts, computed once on the host
-    (nearest even when the policy is stochastic: a literal has no site key)."""
+def round_literal_on_host(
+    dtype: str, data: bytes, shape: tuple, fmt: Format, policy: Policy, with_counts: bool
+) -> tuple:
+    """A literal's rounded value (None if unchanged) and, ``with_counts``, its counts (else None),
+    computed once on the host (nearest even when the policy is stochastic: a literal has no site key).
+    The counts are asked for only when they are kept: computing them eagerly compiles a handful of
+    small XLA programs, which was most of the first trace of an emulated function (0.6 s)."""
     value = np.frombuffer(data, dtype=jnp.dtype(dtype)).reshape(shape)
     rounding = "nearest_even" if policy.rounding == "stochastic" else policy.rounding
     with jax.ensure_compile_time_eval():
         x = jnp.asarray(value)
         rounded = round_to_format(x, fmt, policy, rounding, None, "a literal")
-        out, vector = np.asarray(rounded), np.asarray(counts(x, rounded, fmt))
+        out = np.asarray(rounded)
+        vector = np.asarray(counts(x, rounded, fmt)) if with_counts else None
     return (None if out.tobytes() == value.tobytes() else out), vector
 
 

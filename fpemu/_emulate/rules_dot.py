@@ -83,10 +83,17 @@ def _implicit_dot(ctx: Context, eqn: Any, a: Any, b: Any, fmt: Format) -> list:
     if a.dtype == b.dtype == out_dtype == jnp.float32 and fits(fmt, get_format("bf16")):
         a, b = a.astype(jnp.bfloat16), b.astype(jnp.bfloat16)
         overrides["preferred_element_type"] = np.dtype(np.float32)
-        if eqn.primitive.name == "dot_general":
+        if eqn.primitive.name == "dot_general" and not _leading_batch(eqn.params["dimension_numbers"]):
             a, b, overrides["dimension_numbers"] = _canonical_layout(a, b, eqn.params["dimension_numbers"])
     (y,) = ctx.bind(eqn, [a, b], **overrides)
     return [ctx.round_output(y)]
+
+
+def _leading_batch(dimension_numbers: Any) -> bool:
+    """Whether both operands' batch dimensions come first, in order (XLA:CPU runs such bfloat16 dots
+    as they are; transposing them anyway costs a copy kernel each: compile time)."""
+    _, (lb, rb) = dimension_numbers
+    return tuple(lb) == tuple(range(len(lb))) and tuple(rb) == tuple(range(len(rb)))
 
 
 def _canonical_layout(a: Any, b: Any, dimension_numbers: Any) -> tuple[Any, Any, Any]:

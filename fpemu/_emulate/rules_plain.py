@@ -13,7 +13,7 @@ import jax.numpy as jnp
 from fpemu._core.format import Format, fits
 from fpemu._core.registry import get_format
 from fpemu._emulate.interpreter import Context
-from fpemu._emulate.registry import EXACT, ROUNDED, SIGN_CHANGES, register
+from fpemu._emulate.registry import BIT_COPIES, EXACT, ROUNDED, SIGN_CHANGES, register
 from fpemu._emulate.rounding import component_dtype, is_complex, is_inexact
 
 
@@ -25,8 +25,12 @@ def rounded(ctx: Context, eqn: Any, invals: list) -> list:
 
 @register(*(name for name in EXACT if name not in SIGN_CHANGES), kind="exact")
 def exact(ctx: Context, eqn: Any, invals: list) -> list:
-    """Bind unchanged: the results are values of the inputs."""
-    return ctx.bind(eqn, invals)
+    """Bind unchanged: the results are values of the inputs. Through data movement (`BIT_COPIES`) the
+    interpreter also carries which values are known to be rounded already."""
+    outvals = ctx.bind(eqn, invals)
+    if eqn.primitive.name in BIT_COPIES:
+        ctx.propagate_rounded(invals, outvals)
+    return outvals
 
 
 def leaves_format(primitive: str, dtype: Any, fmt: Format | None) -> bool:
