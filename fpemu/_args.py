@@ -324,6 +324,23 @@ def key_or_streams_arg(key: Any, random: Any, stochastic: bool, what: str) -> bo
     return True
 
 
+def bit_source_arg(value: Any, stochastic: bool, has_key: bool, name: str = "random") -> Any:
+    """A source of random bits, ``value(key, shape, random_bits) -> integers``, or None; only for
+    stochastic rounding, and since a source derives each site's bits from that site's key, with a key."""
+    if value is None:
+        return None
+    if not stochastic:
+        raise ValueError(f"{name}= is only used with a stochastic policy (rounding='stochastic')")
+    if not callable(value):
+        raise TypeError(
+            f"{name} must be a function (key, shape, random_bits) -> random bits, such as fpemu.stochastic_bits, "
+            f"got {type(value).__name__}"
+        )
+    if not has_key:
+        raise ValueError(f"{name} gives the bits of each rounding site from the site's key: pass key= as well")
+    return value
+
+
 def _is_typed_key(key: Any) -> bool:
     return isinstance(key, jax.Array) and jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)
 

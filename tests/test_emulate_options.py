@@ -235,3 +235,75 @@ def test_a_value_already_rounded_is_not_rounded_again_as_a_dot_operand():
     q = lambda v: fpemu.quantize(v, "e4m3fn")
     expected = q(q(jnp.tanh(a)) @ q(jnp.exp(b)).T)
     np.testing.assert_array_equal(np.asarray(emulated(a, b)).view(np.uint32), np.asarray(expected).view(np.uint32))
+
+
+# -- explicit random bits: emulate(random=source) -------------------------------------------------------
+
+
+def test_a_bit_source_of_the_keys_own_bits_gives_the_keyed_result():
+    f = lambda a, b: jnp.tanh(a @ b) * 3.0 + jnp.exp(a).sum()
+    a, b = jnp.linspace(-2.0, 2.0, 12).reshape(3, 4), jnp.linspace(-1.0, 1.0, 20).reshape(4, 5)
+    key = jax.random.key(3)
+    policies = [
+        fpemu.Policy(default="e4m3fn", rounding="stochastic"),
+        fpemu.Policy(
+            default="bf16", rounding="stochastic", random_bits=5, dot=fpemu.DotPolicy(lhs="e4m3fn", rhs="e5m2")
+        ),
+    ]
+    for policy in policies:
+        keyed = jax.jit(fpemu.emulate(f, policy, key=key))(a, b)
+        sourced = jax.jit(fpemu.emulate(f, policy, key=key, random=fpemu.stochastic_bits))(a, b)
+        np.testing.assert_array_equal(np.asarray(sourced).view(np.uint32), np.asarray(keyed).view(np.uint32))
+
+
+def test_a_bit_source_gives_every_stochastic_rounding_its_bits():
+    # all-zero bits: every inexact value rounds toward zero (the bits are added to the discarded
+    # fraction, then truncated), computed by hand with fpemu.quantize(random=...) at each rounding
+    calls = []
+
+    def zeros(key, shape, random_bits):
+        calls.append((tuple(shape), random_bits))
+        return jnp.zeros(shape, jnp.uint32)
+
+    x = jnp.array([0.1, 1.3, 2.9, -5.1])
+    emulated = fpemu.emulate(lambda v: jnp.exp(v) * 3.0, fpemu.Policy(default="e4m3fn", rounding="stochastic"),
+                             key=jax.random.key(0), random=zeros)  # fmt: skip
+    down = lambda v: fpemu.quantize(v, "e4m3fn", rounding="stochastic", random=jnp.zeros(v.shape, jnp.uint32))
+    expected = down(down(jnp.exp(down(x))) * 3.0)
+    np.testing.assert_array_equal(np.asarray(emulated(x)).view(np.uint32), np.asarray(expected).view(np.uint32))
+    assert calls == [((4,), 32)] * 3  # the input, exp, mul
+    nearest = fpemu.emulate(lambda v: jnp.exp(v) * 3.0, "e4m3fn")(x)
+    assert not np.array_equal(np.asarray(emulated(x)), np.asarray(nearest))
+
+
+def test_a_bit_source_of_a_dot_policy_draws_each_operand_stream():
+    calls = []
+
+    def source(key, shape, random_bits):
+        calls.append((tuple(shape), random_bits))
+        return fpemu.stochastic_bits(key, shape, random_bits)
+
+    policy = fpemu.Policy(default="bf16", rounding="stochastic", random_bits=5, round_inputs=False,
+                          dot=fpemu.DotPolicy(lhs="e4m3fn", rhs="e5m2"))  # fmt: skip
+    fpemu.emulate(lambda a, b: a @ b, policy, key=jax.random.key(1), random=source)(jnp.ones((3, 4)), jnp.ones((4, 5)))
+    assert calls == [((3, 4), 32), ((4, 5), 32), ((3, 5), 5)]  # lhs, rhs streams; the result in bf16
+
+
+@pytest.mark.parametrize(
+    "policy, kwargs, error, match",
+    [
+        ("e4m3fn", dict(random=fpemu.stochastic_bits), ValueError, "random= is only used with a stochastic"),
+        (fpemu.Policy(default="e4m3fn", rounding="stochastic"), dict(random=fpemu.stochastic_bits), ValueError,
+         "needs emulate"),
+        (fpemu.Policy(default="e4m3fn", rounding="stochastic"), dict(key=jax.random.key(0), random=3), TypeError,
+         "random must be a function"),
+        (fpemu.Policy(dot=fpemu.DotPolicy(lhs="e4m3fn", accumulate="bf16", accumulate_every=4,
+                                          accumulate_rounding="stochastic")),
+         dict(key=jax.random.key(0), random=fpemu.stochastic_bits), ValueError, "stochastic accumulator"),
+        (fpemu.Policy(dot="nvfp4"), dict(key=jax.random.key(0), random=fpemu.stochastic_bits), ValueError,
+         "training recipe 'nvfp4'"),
+    ],
+)  # fmt: skip
+def test_bad_bit_sources(policy, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        fpemu.emulate(lambda v: v * 3.0, policy, **kwargs)

@@ -57,6 +57,8 @@ class State:
     sites: int = 0
     counting: bool = False  # count roundings (with_stats); else the channel only carries amax values
     training: Training | None = None
+    # emulate's random=: random(site key, shape, random_bits) -> the bits, replacing those the key would give
+    random: Callable[[Any, tuple[int, ...], int], Any] | None = None
     # id(value) -> (value, (format, rounding)): values known to be values of that format, so that rounding
     # them again (an operand of a dot) is skipped; the value is kept so that its id cannot be reused
     rounded: dict[int, tuple[Any, tuple]] = dataclasses.field(default_factory=dict)
@@ -146,7 +148,7 @@ class Context:
             return x
         rounding = rounding or self.policy.rounding
         key = self.site_key() if rounding == "stochastic" else None
-        y = round_to_format(x, fmt, self.policy, rounding, key, site)
+        y = round_to_format(x, fmt, self.policy, rounding, key, site, self.state.random)
         if self.counting:
             self.merge_stats({site if isinstance(site, str) else site(): counts(x, y, fmt)})
         self.state.rounded[id(y)] = (y, (fmt, rounding))
@@ -167,7 +169,7 @@ class Context:
                 self.state.sites += 1
             return x
         key = self.site_key() if rounding == "stochastic" else None
-        y = round_to_format(x, fmt, self.policy, rounding, key, self.site)
+        y = round_to_format(x, fmt, self.policy, rounding, key, self.site, self.state.random)
         self.state.rounded[id(y)] = (y, (fmt, rounding))
         return y
 
@@ -206,9 +208,10 @@ class Context:
         own state, for a combinator to trace (``lax.scan``, ``jax.custom_jvp``...)."""
         policy, with_stats, prefix = self.policy, self.stats_enabled, self.stack  # not the state: it holds tracers
         counting, training, path = self.state.counting, self.state.training, self.inner_path()
+        random = self.state.random
 
         def fn(key, consts, *args):
-            sub = State(policy, key, {} if with_stats else None, counting=counting, training=training)
+            sub = State(policy, key, {} if with_stats else None, counting=counting, training=training, random=random)
             outs = interpret(Context(sub, prefix, path=path), jaxpr, list(consts), list(args))
             return outs, dict(sub.stats or {})
 

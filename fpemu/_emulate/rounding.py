@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from fpemu._args import INPUT_DTYPES
+from fpemu._args import DEFAULT_RANDOM_BITS, INPUT_DTYPES
 from fpemu._core.format import Format, fits
 from fpemu._core.registry import get_format
 from fpemu._emulate import stats as _stats
@@ -92,13 +92,24 @@ def _spec(
     )
 
 
+def _random_bits(policy: Policy) -> int:
+    return DEFAULT_RANDOM_BITS if policy.random_bits is None else policy.random_bits
+
+
 def round_to_format(
-    x: jax.Array, fmt: Format, policy: Policy, rounding: str, key: Any, where: str | Callable[[], str]
+    x: jax.Array,
+    fmt: Format,
+    policy: Policy,
+    rounding: str,
+    key: Any,
+    where: str | Callable[[], str],
+    random: Callable[[Any, tuple[int, ...], int], Any] | None = None,
 ) -> jax.Array:
     """``x`` rounded to ``fmt`` under ``policy``, in ``x``'s dtype (``rounding`` and ``key`` given
     separately; ``where``, or what it returns, names the site in errors). A complex ``x`` has its real
     and imaginary parts rounded separately (the imaginary part with its own key), as two arrays of its
-    part dtype.
+    part dtype. ``random`` (emulate's ``random=``) gives the bits of a stochastic rounding,
+    ``random(site key, x's shape, policy.random_bits)``, instead of the bits the key gives.
 
     The same bits as `fpemu.quantize` with the policy's options; a JAX array of a dtype `fpemu.quantize`
     takes goes straight to its jitted rounding with the options checked once per (format, options)
@@ -118,14 +129,15 @@ def round_to_format(
             "that holds the format (e.g. call the function with float32 arrays) or pick a format that fits."
         )
     if dtype != x.dtype:  # complex
-        real = round_to_format(lax.real(x), fmt, policy, rounding, key, where)
-        imag = round_to_format(lax.imag(x), fmt, policy, rounding, fold_key(key, 1), where)
+        real = round_to_format(lax.real(x), fmt, policy, rounding, key, where, random)
+        imag = round_to_format(lax.imag(x), fmt, policy, rounding, fold_key(key, 1), where, random)
         return lax.complex(real, imag)
     if dtype.name not in INPUT_DTYPES:  # float8 data: an exact round trip through float32
-        return round_to_format(x.astype(jnp.float32), fmt, policy, rounding, key, where).astype(x.dtype)
+        return round_to_format(x.astype(jnp.float32), fmt, policy, rounding, key, where, random).astype(x.dtype)
     stochastic = rounding == "stochastic"
-    if not isinstance(x, jax.Array) or (stochastic and key is None):
-        # host data (a NumPy constant: float64 is rounded from its own value) or a missing key: the public door
+    if not isinstance(x, jax.Array) or (stochastic and (key is None or random is not None)):
+        # host data (a NumPy constant: float64 is rounded from its own value), a missing key or the bits of
+        # emulate's random= source: the public door
         options: dict[str, Any] = dict(
             saturate=policy.saturate,
             subnormals=policy.subnormals,
@@ -133,7 +145,11 @@ def round_to_format(
             exponent_ties=policy.exponent_ties,
         )
         if stochastic:
-            options.update(key=key, random_bits=policy.random_bits, stochastic_variant=policy.stochastic_variant)
+            options.update(random_bits=policy.random_bits, stochastic_variant=policy.stochastic_variant)
+            if random is not None and key is not None:
+                options.update(random=random(key, np.shape(x), _random_bits(policy)))
+            else:
+                options.update(key=key)
         return quantize(x, fmt, **options)
     spec = _spec(
         fmt, rounding, policy.saturate, policy.subnormals, policy.random_bits, policy.stochastic_variant,

@@ -15,6 +15,7 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
+from fpemu._args import DEFAULT_RANDOM_BITS
 from fpemu._core.format import Format, fits
 from fpemu._core.registry import get_format
 from fpemu._emulate.gemm import recipe_dot
@@ -24,6 +25,7 @@ from fpemu._emulate.registry import register
 from fpemu._emulate.rounding import is_float, is_identity
 from fpemu._ops.matmul import conv_general_dilated as emulated_conv
 from fpemu._ops.matmul import dot_general as emulated_dot
+from fpemu._ops.matmul_config import MatmulOptions, key_streams, matmul_config, random_streams
 from fpemu._training.recipes import TrainingRecipe
 
 Compute = Callable[[Any, Any, dict], Any]  # (lhs, rhs, options of fpemu.dot_general) -> result
@@ -56,6 +58,17 @@ def _matmul_options(ctx: Context, dot_policy: DotPolicy, out_dtype: Any) -> dict
         key=ctx.site_key() if stochastic else None,
         preferred_element_type=out_dtype,
     )
+
+
+def _with_explicit_bits(random: Callable, options: dict, a: Any, b: Any, out_shape: tuple[int, ...]) -> dict:
+    """The options with emulate's ``random=`` source giving each stochastic rounding of the dot its
+    bits, ``random(stream key, shape, 32)``, from the streams the site key would give (docs/matmul.md),
+    in place of the key. The running sum's stream is refused earlier (`fpemu.emulate`)."""
+    cfg = matmul_config(get_format(a.dtype), get_format(b.dtype), MatmulOptions(**options))
+    keys = dict(zip(("lhs", "rhs", "accumulate", "out"), key_streams(options["key"]), strict=True))
+    shapes = {"lhs": tuple(a.shape), "rhs": tuple(b.shape), "out": tuple(out_shape)}
+    bits = {name: random(keys[name], shapes[name], DEFAULT_RANDOM_BITS) for name in random_streams(cfg)}
+    return {**options, "key": None, "random": bits}
 
 
 def _implicit_format(ctx: Context, a: Any, b: Any) -> Format | None:
@@ -136,7 +149,10 @@ def _dot_like(
         return ctx.bind_and_round(eqn, invals) if fmt is None else _implicit_dot(ctx, eqn, a, b, fmt)
     a, b = _operands(ctx, explicit, a, b)
     out_dtype = eqn.outvars[0].aval.dtype
-    y = compute(a, b, _matmul_options(ctx, explicit, out_dtype))
+    options = _matmul_options(ctx, explicit, out_dtype)
+    if ctx.state.random is not None and options["key"] is not None:
+        options = _with_explicit_bits(ctx.state.random, options, a, b, eqn.outvars[0].aval.shape)
+    y = compute(a, b, options)
     y = y.astype(out_dtype) if y.dtype != out_dtype else y
     return [ctx.round_output(y, fmt=explicit.out or ctx.format_for())]
 

@@ -15,15 +15,17 @@ import functools
 from collections.abc import Callable
 
 import jax
+from jax.typing import ArrayLike
 
-from fpemu._args import bool_arg, key_arg
+from fpemu._args import bit_source_arg, bool_arg, key_arg
 from fpemu._core.registry import FormatLike
 from fpemu._emulate import rules_calls, rules_control, rules_dot, rules_plain
 from fpemu._emulate import stats as _stats
 from fpemu._emulate.interpreter import Context, State, Training, interpret
-from fpemu._emulate.policy import Policy, as_policy
+from fpemu._emulate.policy import DotPolicy, Policy, as_policy, recipe_needs_key
 from fpemu._emulate.training_state import advance, check_state, classify_for, input_flags, trace
 from fpemu._engine.rng import seeds_from_key
+from fpemu._training.recipes import TrainingRecipe
 
 __all__ = ["emulate"]
 
@@ -37,6 +39,7 @@ def emulate(
     *,
     with_stats: bool = False,
     key: jax.Array | None = None,
+    random: Callable[[jax.Array, tuple[int, ...], int], ArrayLike] | None = None,
     state: bool = False,
 ) -> Callable:
     """Return a function with ``fn``'s signature that runs ``fn`` with its floating-point results
@@ -76,6 +79,13 @@ def emulate(
         ``rounding="stochastic"``, a stochastic accumulator, a training recipe with stochastic
         rounding or a random Hadamard transform). Every rounding site folds its own index (and its
         loop iteration) into it.
+      random: for a stochastic policy, the source of the random bits instead of fpemu's generator:
+        ``random(site_key, shape, random_bits)`` returns integers in ``[0, 2**random_bits)``
+        broadcastable to ``shape`` (it runs while the function is traced, on traced keys), and each
+        stochastic rounding of a result (with ``Policy.random_bits``) and of a `DotPolicy` dot's
+        operands (``random_bits`` 32, from the streams of docs/matmul.md) takes its bits from it.
+        ``random=fpemu.stochastic_bits`` gives exactly the bits ``key`` alone gives. Needs ``key``;
+        a stochastic accumulator or a training recipe's stochastic rounding is refused with it.
       state: for training recipes with delayed scaling (``Policy(dot="fp8_delayed")``): the emulated
         function takes the amax histories first and returns the new ones,
         ``emulated(state, *args) -> (value, new_state)``; make the first state with
@@ -119,6 +129,9 @@ def emulate(
             "stochastic quantizers or random Hadamard transform) needs emulate(..., key=jax.random.key(...))"
         )
     key = key_arg(key, policy.stochastic, "key", what=f"with {policy!r}")
+    random = bit_source_arg(random, policy.stochastic, key is not None)
+    if random is not None:
+        _check_bit_source(policy)
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
     if policy.stateful and not stateful:
@@ -136,7 +149,7 @@ def emulate(
         if policy.has_recipe:
             training = Training(classify_for(closed, policy), histories)
         channel = with_stats or histories is not None
-        state = State(policy, root, {} if channel else None, counting=with_stats, training=training)
+        state = State(policy, root, {} if channel else None, counting=with_stats, training=training, random=random)
         ctx = Context(state)
         inputs = [ctx.constant(value, "inputs", selected=flags[i]) for value, i in zip(values, dynamic, strict=True)]
         outs = interpret(ctx, closed.jaxpr, list(closed.consts), inputs)
@@ -160,3 +173,19 @@ def emulate(
         return result, advance(histories, found)
 
     return emulated_with_state
+
+
+def _check_bit_source(policy: Policy) -> None:
+    """``random=`` supplies the bits of the policy's stochastic roundings (results, dot operands); the
+    running sum's and a training recipe's draw per chunk and per block from keys of their own."""
+    for dot in (policy.dot, policy.conv):
+        if isinstance(dot, DotPolicy) and dot.accumulate_rounding == "stochastic":
+            raise ValueError(
+                "emulate(random=...) does not reach a DotPolicy's stochastic accumulator (accumulate_rounding="
+                "'stochastic'); pass key= alone, or call fpemu.dot_general(random={'accumulate': ...}) directly"
+            )
+        if isinstance(dot, TrainingRecipe) and recipe_needs_key(dot):
+            raise ValueError(
+                f"emulate(random=...) does not reach the stochastic rounding of the training recipe {dot.name!r}; "
+                "pass key= alone"
+            )
