@@ -775,3 +775,11 @@ def test_a_dot_policy_refuses_complex_operands():
         fpemu.emulate(lambda x: x @ x, policy)(z)
     excluded = fpemu.Policy(default="bf16", dot=policy.dot, exclude=("dot_general",))
     np.testing.assert_array_equal(np.asarray(fpemu.emulate(lambda x: x @ x, excluded)(z)), np.full((2, 2), 2 + 0j))
+
+
+def test_stack_moves_rounded_values_unchanged():
+    # jnp.stack is its own primitive (`stack`) on this JAX: exact data movement, like concatenate
+    a, b = jnp.array([0.1, 1.7, 300.0]), jnp.array([2.9, -0.3, 1e-3])
+    q = lambda v: fpemu.quantize(v, "e4m3fn")
+    expected = jnp.stack([q(q(a) * 3.0), q(b)])
+    assert_same_bits(fpemu.emulate(lambda x, y: jnp.stack([x * 3.0, y]), "e4m3fn")(a, b), expected)

@@ -70,7 +70,7 @@ EXACT = (
     "select_and_gather_add", "scatter", "scatter-min", "scatter-max", "pmax", "pmin",
     # data movement
     "reshape", "broadcast_in_dim", "transpose", "squeeze", "slice", "dynamic_slice", "dynamic_update_slice",
-    "gather", "concatenate", "pad", "rev", "split", "copy", "empty", "zeros_like", "complex", "conj",
+    "gather", "concatenate", "stack", "pad", "rev", "split", "copy", "empty", "zeros_like", "complex", "conj",
     "all_gather", "all_gather_invariant", "all_to_all", "ppermute", "pbroadcast", "pvary",
     # identities and annotations
     "stop_gradient", "name", "optimization_barrier", "sharding_constraint", "device_put", "reshard",
@@ -88,7 +88,7 @@ SIGN_CHANGES = ("neg", "abs", "sign")
 #: through them, so that an operand already rounded is not rounded again (`Context.round_operand`).
 BIT_COPIES = frozenset((
     "reshape", "broadcast_in_dim", "transpose", "squeeze", "slice", "dynamic_slice", "rev", "copy", "concatenate",
-    "split", "select_n",
+    "stack", "split", "select_n",
 ))  # fmt: skip
 
 CONTROL = (

@@ -10,7 +10,7 @@ import numpy as np
 from jax import lax
 
 from fpemu.scalify._array import ScaledArray, is_static_anyscale, wide_dtype
-from fpemu.scalify._pow2 import is_numpy
+from fpemu.scalify._pow2 import is_numpy, pow2_divide
 
 _FLOAT_ORDER = ("float8", "bfloat16", "float16", "float32", "float64")
 
@@ -66,15 +66,20 @@ def minimum(a: Any, b: Any) -> Any:
     return np.minimum(a, b) if is_numpy(a) and is_numpy(b) else lax.min(jnp.asarray(a), jnp.asarray(b))
 
 
-def rescaled(value: ScaledArray, scale: Any, dtype: Any = None) -> Any:
+def rescaled(value: ScaledArray, scale: Any, dtype: Any = None, *, pow2: bool = False) -> Any:
     """``value``'s data expressed in ``scale``: ``data * (value.scale / scale)`` (0 for a zero
     ``scale``), in ``dtype`` (default: the data's). A static ratio of 1 leaves the data alone.
 
     The product is computed in float32 (float64 if an operand is) and rounded once to ``dtype``:
     a ratio beyond the data format's range (``2**17`` for float16, the mantissa of a broadcast
-    ``1e-5`` scalar) would otherwise become inf or 0 before the multiplication."""
+    ``1e-5`` scalar) would otherwise become inf or 0 before the multiplication. ``pow2=True``
+    says that ``scale`` is 0, +inf or a power of two (`pow2_round`'s result in a power-of-two
+    mode): the ratio is then `pow2_divide`'s, the same quotient without a division."""
     dtype = np.dtype(value.dtype if dtype is None else dtype)
-    ratio = safe_div(value.scale, scale)
+    if pow2 and not (is_numpy(value.scale) and is_numpy(scale)):
+        ratio = pow2_divide(value.scale, scale)
+    else:
+        ratio = safe_div(value.scale, scale)
     if is_numpy(ratio) and np.all(ratio == 1):
         return value.data if value.dtype == dtype else value.data.astype(dtype)
     xp = api(ratio)

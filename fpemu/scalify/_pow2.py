@@ -112,6 +112,53 @@ def _stochastic_up(value: Any, key: Any) -> Any:
     return (random >> jnp.uint32(9)) < fraction
 
 
+# Bits of the reciprocal of a power of two: (2 * bias) << mantissa bits, minus the power's bits.
+_RECIPROCAL_BASE: dict[np.dtype, Any] = {
+    np.dtype(np.float32): np.uint32(254 << 23),
+    np.dtype(np.float64): np.uint64(2046 << 52),
+}
+
+
+def pow2_divide(num: Any, den: Any) -> Any:
+    """``num / den`` in ``den``'s dtype, bit for bit as the division, without dividing: for ``den``
+    a JAX scalar that is 0, +inf or a positive power of two (a scale rounded by `pow2_round` in a
+    power-of-two mode; other values give wrong results).
+
+    ``den = 0`` gives 0 (any ``num``: a zero scale never makes a NaN, as `safe_div`); ``den = inf``
+    gives ``num * 0`` (±0, or NaN for an infinite or NaN ``num``, as the division); NaN ``num``
+    gives NaN; a quotient beyond the dtype's range overflows to ±inf or underflows (to a subnormal,
+    or to 0 where the backend flushes subnormals) exactly as the division does.
+
+    The quotient is ``num`` times the reciprocal ``2**-e``, built from the bits of ``den`` (in
+    float32, float64 for float64): an exact product rounded once to ``den``'s dtype. For the largest
+    power (``2**127`` in float32), whose reciprocal is subnormal, ``num`` is halved first (exact
+    unless the quotient is 0 anyway).
+
+    Why: a division is an "expensive" op to XLA, which gives every scalar division with several
+    users a kernel of its own; multiplies and bit operations are fused into the fusions that use
+    them.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from fpemu.scalify._pow2 import pow2_divide
+      >>> [float(pow2_divide(jnp.float32(3), jnp.float32(d))) for d in (4, 0, jnp.inf)]
+      [0.75, 0.0, 0.0]
+      >>> float(pow2_divide(jnp.float32(3), jnp.float32(2.0**127))) == 3 * 2.0**-127
+      True
+    """
+    den = jnp.asarray(den)
+    work = _work(den.dtype)
+    wide, bits = _bits(den, work)
+    top = lax.eq(bits, _RECIPROCAL_BASE[work[0]])  # 2**127: its reciprocal is not a normal number
+    smallest = work[1].type(1 << (23 if work is _F32 else 52))  # bits of the smallest normal power
+    inverse = _from_bits(lax.select(top, smallest, _RECIPROCAL_BASE[work[0]] - bits), work)
+    zero = lax.full_like(wide, 0)
+    inverse = lax.select(lax.eq(bits, work[2]), zero, inverse)  # den = inf: num * 0
+    half = lax.select(top, lax.full_like(wide, 0.5), lax.full_like(wide, 1))
+    quotient = lax.mul(lax.mul(jnp.asarray(num).astype(den.dtype).astype(work[0]), half), inverse)
+    return lax.select(lax.eq(bits, lax.full_like(bits, 0)), zero, quotient).astype(den.dtype)
+
+
 def pow2_round_down(val: Any) -> Any:
     """``|val|`` rounded down to a power of two, in ``val``'s dtype.
 

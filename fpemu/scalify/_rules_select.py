@@ -68,6 +68,20 @@ def scaled_concatenate(*operands: ScaledArray, **params: Any) -> ScaledArray:
     return ScaledArray(lax.concatenate_p.bind(*datas, **params), scale)
 
 
+if hasattr(lax, "stack_p"):  # jnp.stack and jnp.unstack bind these since jax 0.10
+
+    @register_rule("stack", kind="rule")
+    def scaled_stack(*operands: ScaledArray, **params: Any) -> ScaledArray:
+        """``s = max(operand scales)``, the operands' data re-scaled to it (as `scaled_concatenate`)."""
+        scale, datas = common(operands)
+        return ScaledArray(lax.stack_p.bind(*datas, **params), scale)
+
+    @register_rule("unstack", kind="same scale")
+    def scaled_unstack(operand: ScaledArray, **params: Any) -> list:
+        """``s = sa`` for every piece."""
+        return [ScaledArray(piece, operand.scale) for piece in lax.unstack_p.bind(operand.data, **params)]
+
+
 @register_rule("pad", kind="rule")
 def scaled_pad(operand: ScaledArray, padding_value: ScaledArray, **params: Any) -> ScaledArray:
     """``s = sa``; the padding value is expressed in ``sa`` (jax-scalify takes only a zero)."""

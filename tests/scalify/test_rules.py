@@ -156,6 +156,16 @@ def test_max_min_select_concatenate_clamp():
     assert_scaled(cat, jnp.concatenate([a, c]), s)
 
 
+def test_stack_and_unstack():
+    s = max(SA, SB)
+    out = jsa.scalify(lambda u, v: jnp.stack([u, v], axis=1))(sa(A, SA), sa(C, SB))
+    assert_scaled(out, jnp.stack([A * (SA / s), C * (SB / s)], axis=1), s)
+    rows = jsa.scalify(lambda v: jnp.unstack(v, axis=1))(sa())
+    assert len(rows) == A.shape[1]
+    for row, ref in zip(rows, jnp.unstack(jnp.asarray(A), axis=1)):
+        assert_scaled(row, ref, SA)
+
+
 def test_relu_and_where_zero_keep_the_scale():
     for fn in (lambda v: jnp.maximum(v, 0.0), jax.nn.relu, lambda v: jnp.where(v > 0, v, 0.0)):
         assert_scaled(jsa.scalify(fn)(sa()), jnp.maximum(jnp.asarray(A), 0.0), SA)
