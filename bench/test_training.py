@@ -14,11 +14,19 @@ Issue 13's targets: ``mxfp8`` and ``nvfp4`` at most 1.5x ``emulated-bf16`` per s
 time of an emulated function at most 1.5x that of the same function unemulated. ``test_interleaved``
 times the rows round-robin (the ratio least disturbed by load drift); ``test_compile_time`` splits
 each row's compile time into tracing (Python: JAX's trace and emulate's interpreter, ``.lower``) and
-XLA's compilation (``.compile``), so that the extra time has an address. Results: bench/RESULTS_training.md.
+XLA's compilation (``.compile``), so that the extra time has an address. ``test_nvfp4_breakdown`` says
+where NVFP4's step time and compile time go, by taking parts away (see its docstring).
+
+Each timing is given twice: wall time and the process's CPU time (``time.process_time``: all of
+XLA's threads). On a shared 2-core machine the wall time grows with the other processes' load; the
+CPU time mostly does not, so its ratios are the steadier ones. Results: bench/RESULTS_training.md.
+Run: ``.venv/bin/python -m pytest bench/test_training.py -k "interleaved or compile or breakdown" -s
+-p no:cacheprovider --benchmark-disable``.
 """
 
 from __future__ import annotations
 
+import importlib
 import time
 
 import jax
@@ -61,35 +69,108 @@ def test_step(benchmark, name):
     benchmark(_call, name)
 
 
+def _timed(fn):
+    """((wall seconds, CPU seconds of the process), result) of ``fn()``."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    out = fn()
+    return (time.perf_counter() - wall, time.process_time() - cpu), out
+
+
+def _interleave(calls, rounds):
+    """Median (wall, CPU) seconds of each of ``calls`` (name -> function), timed round-robin."""
+    for fn in calls.values():
+        fn()
+    times = {name: [] for name in calls}
+    for _ in range(rounds):
+        for name, fn in calls.items():
+            times[name].append(_timed(fn)[0])
+    return {name: tuple(float(v) for v in np.median(np.array(t), axis=0)) for name, t in times.items()}
+
+
 def test_interleaved():
-    for name in FUNCTIONS:
-        _call(name)
-    times = {name: [] for name in FUNCTIONS}
-    for _ in range(5):
-        for name in FUNCTIONS:
-            start = time.perf_counter()
-            _call(name)
-            times[name].append(time.perf_counter() - start)
-    medians = {name: float(np.median(t)) for name, t in times.items()}
+    medians = _interleave({name: lambda name=name: _call(name) for name in FUNCTIONS}, rounds=5)
+    base = medians["emulated-bf16"]
     print(f"\n{machine_line()}")
-    for name, median in medians.items():
-        ratio = median / medians["emulated-bf16"]
-        print(f"{name:14s} median {1e3 * median:9.2f} ms   {ratio:5.2f}x emulated-bf16")
+    print(f"{'row':14s} {'wall (ms)':>10s} {'vs bf16':>8s} {'CPU (ms)':>10s} {'vs bf16':>8s}")
+    for name, (wall, cpu) in medians.items():
+        print(f"{name:14s} {1e3 * wall:10.2f} {wall / base[0]:7.2f}x {1e3 * cpu:10.2f} {cpu / base[1]:7.2f}x")
     for name in ("mxfp8", "nvfp4"):
-        ratio = medians[name] / medians["emulated-bf16"]
+        ratio = medians[name][0] / base[0]
         print(f"{name} / emulated-bf16 = {ratio:.2f} (target <= {TARGET}): {'met' if ratio <= TARGET else 'NOT met'}")
+
+
+def _compile(fn, executables=None, name=None):
+    """(trace, XLA) seconds, wall and CPU, of compiling a fresh function that calls ``fn`` (the
+    executable kept in ``executables[name]`` if given), every JAX cache cleared first (the traces of
+    the jitted pieces inside, such as the recipe GEMMs, are cached across functions)."""
+    jax.clear_caches()
+    fresh = lambda *args: fn(*args)  # a new function: no trace or executable cached
+    trace, lowered = _timed(lambda: jax.jit(fresh).trace(*ARGS).lower())
+    xla, executable = _timed(lowered.compile)
+    if executables is not None:
+        executables[name] = executable
+    return trace, xla
 
 
 def test_compile_time():
     print(f"\n{machine_line()}")
-    print(f"{'row':14s} {'trace (s)':>10s} {'XLA (s)':>10s} {'total (s)':>10s} {'vs fp32':>8s}")
+    print(
+        f"{'row':14s} {'trace (s)':>10s} {'XLA (s)':>10s} {'total (s)':>10s} {'vs fp32':>8s}   CPU: trace, XLA, vs fp32"
+    )
     totals = {}
     for name, fn in FUNCTIONS.items():
-        start = time.perf_counter()
-        fresh = lambda *args, fn=fn: fn(*args)  # a new function: no trace or executable cached
-        lowered = jax.jit(fresh).trace(*ARGS).lower()
-        traced = time.perf_counter() - start
-        lowered.compile()
-        total = time.perf_counter() - start
-        totals[name] = total
-        print(f"{name:14s} {traced:10.2f} {total - traced:10.2f} {total:10.2f} {total / totals['fp32']:7.2f}x")
+        trace, xla = _compile(fn)
+        totals[name] = (trace[0] + xla[0], trace[1] + xla[1])
+        wall, cpu = totals[name]
+        base = totals["fp32"]
+        print(
+            f"{name:14s} {trace[0]:10.2f} {xla[0]:10.2f} {wall:10.2f} {wall / base[0]:7.2f}x   "
+            f"{trace[1]:.2f}, {xla[1]:.2f}, {cpu / base[1]:.2f}x"
+        )
+
+
+# -- where NVFP4's time goes ---------------------------------------------------------------------------
+
+_QUANTIZER = importlib.import_module("fpemu._training.quantizer")
+_HADAMARD = importlib.import_module("fpemu._training.hadamard")
+_DOT = importlib.import_module("fpemu._training.dot")
+
+
+def _without(monkeypatch, parts):
+    """Take ``parts`` out of the recipe GEMMs (wrong results, for timing only): ``"quantizers"`` (each
+    operand used as it is), ``"hadamard"`` (no transform), ``"f32 dots"`` (bfloat16 dots instead)."""
+    if "quantizers" in parts:
+        monkeypatch.setattr(_QUANTIZER, "_quantize", lambda x, key, amax, **kw: x)
+    if "hadamard" in parts:
+        monkeypatch.setattr(_HADAMARD, "_hadamard", lambda x, key, **kw: x)
+    if "f32 dots" in parts:
+        monkeypatch.setattr(_DOT, "_bf16_exact", lambda q: True)
+
+
+def test_nvfp4_breakdown():
+    """NVFP4's step with one part taken away per row, and with all three: the differences from the full
+    step are what the quantizers, the Hadamard transforms and the float32 dots (bfloat16 dots instead:
+    what factoring the float32 tensor scales out of the dot would cost) take. Step time: CPU time,
+    interleaved; compile time: CPU time."""
+    variants = {
+        "nvfp4": (),
+        "no quantizers": ("quantizers",),
+        "no Hadamard": ("hadamard",),
+        "bf16 dots": ("f32 dots",),
+        "none of them": ("quantizers", "hadamard", "f32 dots"),
+    }
+    compiled, compile_cpu = {}, {}
+    for name, parts in variants.items():
+        with pytest.MonkeyPatch.context() as monkeypatch:
+            _without(monkeypatch, parts)
+            trace, xla = _compile(FUNCTIONS["nvfp4"], compiled, name)
+        compile_cpu[name] = (trace[1], xla[1])
+    jax.clear_caches()
+    rows = {"emulated-bf16": jax.jit(FUNCTIONS["emulated-bf16"]).trace(*ARGS).lower().compile(), **compiled}
+    medians = _interleave({name: lambda fn=fn: jax.block_until_ready(fn(*ARGS)) for name, fn in rows.items()}, 7)
+    print(f"\n{machine_line()}")
+    print(f"{'row':14s} {'step CPU (ms)':>14s} {'vs bf16':>8s} {'trace CPU (s)':>14s} {'XLA CPU (s)':>12s}")
+    for name, (_, cpu) in medians.items():
+        trace, xla = compile_cpu.get(name, (float("nan"), float("nan")))
+        ratio = cpu / medians["emulated-bf16"][1]
+        print(f"{name:14s} {1e3 * cpu:14.2f} {ratio:7.2f}x {trace:14.2f} {xla:12.2f}")

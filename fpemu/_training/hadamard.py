@@ -18,6 +18,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from fpemu._args import int_arg, key_arg
 from fpemu._engine import rng
@@ -72,16 +73,39 @@ def _signs(key: jax.Array | None, size: int) -> jax.Array:
     return jnp.where((bits >> jnp.uint32(31)) == jnp.uint32(1), jnp.float32(-1), jnp.float32(1))
 
 
-def _walsh_hadamard(v: jax.Array) -> jax.Array:
-    """``v @ H`` (= ``H @ v`` per row, H symmetric) over the last axis of length n, in float32 butterflies."""
-    n = v.shape[-1]
-    lead = v.shape[:-1]
+def _once(d: jax.Array) -> jax.Array:
+    """The sign vector ``d`` itself, computed once: XLA:CPU fuses a cheap producer (the hash of the key)
+    into every loop that reads it, so each element of the transform would hash its sign again (more
+    work, and more code to compile). An identity `lax.cond` on a data-dependent predicate is a fusion
+    boundary; both branches return ``d`` (±1), so the predicate does not matter. Other backends: ``d``."""
+    keep = lambda t: lax.cond(t[0] == 0, jnp.sign, lambda u: u, t)
+    return lax.platform_dependent(d, cpu=keep, default=lambda t: t)
+
+
+def _walsh_hadamard(v: jax.Array, n: int, lanes: int) -> jax.Array:
+    """``H @ block`` for each row of ``v`` (shape ``(rows, n * lanes)``: a block of ``n`` elements, each
+    ``lanes`` wide, row-major), in float32 butterflies: stage ``h`` maps each pair ``(a, b)`` of elements
+    ``h`` apart (within runs of ``2h``) to ``(a + b, a - b)``, lane by lane.
+
+    Stages ``h`` and ``2h`` run in one pass where both remain (each of the four outputs repeats the
+    additions of stage ``h`` it needs: the same operations, half the passes over memory). Every
+    element sees the same additions in the same order whatever ``lanes`` is; the lanes (the
+    dimensions after the transformed axis) are what XLA vectorises."""
+    rows = v.shape[0]
     h = 1
     while h < n:
-        pairs = v.reshape(lead + (n // (2 * h), 2, h))
-        a, b = pairs[..., 0, :], pairs[..., 1, :]
-        v = jnp.stack([a + b, a - b], axis=-2).reshape(lead + (n,))
-        h *= 2
+        if 4 * h <= n:  # stages h and 2h: runs of 4h as quarters q0..q3
+            q = v.reshape(rows * (n // (4 * h)), 4, h * lanes)
+            p0, p1 = q[:, 0] + q[:, 1], q[:, 0] - q[:, 1]  # stage h
+            p2, p3 = q[:, 2] + q[:, 3], q[:, 2] - q[:, 3]
+            v = jnp.stack([p0 + p2, p1 + p3, p0 - p2, p1 - p3], axis=1)  # stage 2h
+            h *= 4
+        else:
+            pairs = v.reshape(rows * (n // (2 * h)), 2, h * lanes)
+            a, b = pairs[:, 0], pairs[:, 1]
+            v = jnp.stack([a + b, a - b], axis=1)
+            h *= 2
+        v = v.reshape(rows, n * lanes)
     return v
 
 
@@ -122,16 +146,28 @@ def hadamard(x: Any, axis: int, size: int, key: jax.Array | None) -> jax.Array:
     return _hadamard(x, key, axis=axis % x.ndim, size=size)
 
 
+#: Below this many elements after the transformed axis, the butterflies run on a transposed copy
+#: (the block's elements leading, everything else as lanes): XLA:CPU vectorises long lanes only.
+_LANES = 16
+
+
 @functools.partial(jax.jit, static_argnames=("axis", "size"))
 def _hadamard(x: jax.Array, key: jax.Array | None, *, axis: int, size: int) -> jax.Array:
-    d = _signs(key, size)
-    moved = jnp.moveaxis(x, axis, -1).astype(jnp.float32)
-    n = moved.shape[-1]
-    full = n // size * size
-    head = moved[..., :full].reshape(moved.shape[:-1] + (n // size, size))
-    head = head * d.reshape((1,) * (head.ndim - 1) + (size,))
+    d = _signs(key, size) if key is None else _once(_signs(key, size))
+    shape = x.shape
+    n = shape[axis]
+    pre, post = math.prod(shape[:axis]), math.prod(shape[axis + 1 :])
+    full, blocks = n // size * size, pre * (n // size)
+    v = x.astype(jnp.float32).reshape(pre, n, post)
+    head = (v[:, :full] if full != n else v).reshape(blocks, size, post) * d.reshape(1, size, 1)
     norm = jnp.float32(1 / math.sqrt(size))
-    out = (_walsh_hadamard(head) * norm).reshape(moved.shape[:-1] + (full,))
+    if post >= _LANES:  # in place: each block's elements are rows of `post` lanes
+        out = _walsh_hadamard(head.reshape(blocks, size * post), size, post) * norm
+    else:  # transposed: the blocks' elements leading, all blocks side by side as lanes
+        lanes = head.transpose(1, 0, 2).reshape(1, size * blocks * post)
+        out = _walsh_hadamard(lanes, size, blocks * post) * norm
+        out = out.reshape(size, blocks, post).transpose(1, 0, 2)
+    out = out.reshape(pre, full, post)
     if full != n:
-        out = jnp.concatenate([out, moved[..., full:]], axis=-1)
-    return jnp.moveaxis(out.astype(x.dtype), -1, axis)
+        out = jnp.concatenate([out, v[:, full:]], axis=1)
+    return out.reshape(shape).astype(x.dtype)

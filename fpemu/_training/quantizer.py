@@ -345,7 +345,26 @@ def quantize_operand(
     margin = int_arg(margin, "margin", minimum=-_MAX_MARGIN, maximum=_MAX_MARGIN)
     a = _amax_arg(amax, q, "amax")
     k = _key_arg(key, q, "key")
-    return _quantize(x, k, a, q=q, dims=dims, margin=margin)
+    return _quantize(x, k, a, q=q, dims=_traced_dims(q, dims, x.ndim), margin=margin)
+
+
+def _traced_dims(q: Quantizer, dims: tuple[int, ...], ndim: int) -> tuple[int, ...]:
+    """The contraction `_quantize` is traced with: where the result does not depend on ``dims``, one
+    value, so that the quantizations of one array for different GEMMs (a weight in the forward GEMM
+    and in dgrad) are one traced computation on the same input, which XLA computes once.
+
+    - ``"none"``, ``"tensor"``, ``"delayed"``: the array is quantized as it is (``dims`` unused);
+    - ``"block_2d"`` of a matrix (rank 2, one contracting dimension) rounded to nearest: the tiles of
+      ``W`` and of ``W^T`` hold the same elements (the grid starts at element (0, 0) either way, and
+      partial tiles end both dimensions), so both orientations give the same scales and values; the
+      matrix is tiled as it is stored. Stochastic rounding keeps ``dims``: its random bits follow the
+      position in the tiled view.
+    """
+    if q.scaling in ("none", "tensor", "delayed"):
+        return ()
+    if q.scaling == "block_2d" and q.rounding != "stochastic" and ndim == 2 and len(dims) == 1:
+        return (1,)
+    return dims
 
 
 def _view(x: jax.Array, q: Quantizer, dims: tuple[int, ...]) -> tuple[jax.Array, int | None, Callable[..., Any]]:
