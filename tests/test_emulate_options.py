@@ -297,9 +297,6 @@ def test_a_bit_source_of_a_dot_policy_draws_each_operand_stream():
          "needs emulate"),
         (fpemu.Policy(default="e4m3fn", rounding="stochastic"), dict(key=jax.random.key(0), random=3), TypeError,
          "random must be a function"),
-        (fpemu.Policy(dot=fpemu.DotPolicy(lhs="e4m3fn", accumulate="bf16", accumulate_every=4,
-                                          accumulate_rounding="stochastic")),
-         dict(key=jax.random.key(0), random=fpemu.stochastic_bits), ValueError, "stochastic accumulator"),
         (fpemu.Policy(dot="nvfp4"), dict(key=jax.random.key(0), random=fpemu.stochastic_bits), ValueError,
          "training recipe 'nvfp4'"),
     ],
@@ -307,3 +304,37 @@ def test_a_bit_source_of_a_dot_policy_draws_each_operand_stream():
 def test_bad_bit_sources(policy, kwargs, error, match):
     with pytest.raises(error, match=match):
         fpemu.emulate(lambda v: v * 3.0, policy, **kwargs)
+
+
+def test_a_bit_source_reaches_a_stochastic_accumulator_once_per_chunk():
+    calls = []
+
+    def source(key, shape, random_bits):
+        calls.append((tuple(shape), random_bits))
+        return fpemu.stochastic_bits(key, shape, random_bits)
+
+    dot = fpemu.DotPolicy(
+        lhs="e4m3fn", rhs="e4m3fn", accumulate="bf16", accumulate_every=4, accumulate_rounding="stochastic"
+    )
+    policy = fpemu.Policy(dot=dot)
+    a, b = jnp.linspace(-3.0, 3.0, 30).reshape(3, 10), jnp.linspace(0.5, 2.0, 20).reshape(10, 2)
+    key = jax.random.key(4)
+    keyed = fpemu.emulate(lambda x, y: x @ y, policy, key=key)(a, b)
+    sourced = fpemu.emulate(lambda x, y: x @ y, policy, key=key, random=source)(a, b)
+    np.testing.assert_array_equal(np.asarray(sourced).view(np.uint32), np.asarray(keyed).view(np.uint32))
+    assert calls == [((3, 2), 32)]  # one call, vmapped over the 3 chunks of 10 products
+    # the bits matter: a source of zeros truncates every chunk's sum
+    zeros = fpemu.emulate(lambda x, y: x @ y, policy, key=key, random=lambda k, s, n: jnp.zeros(s, jnp.uint32))(a, b)
+    expected = fpemu.dot_general(
+        a, b, (((1,), (0,)), ((), ())), lhs="e4m3fn", rhs="e4m3fn", accumulate="bf16", accumulate_every=4,
+        accumulate_rounding="stochastic", random={"accumulate": jnp.zeros((3, 3, 2), jnp.uint32)},
+    )  # fmt: skip
+    np.testing.assert_array_equal(np.asarray(zeros).view(np.uint32), np.asarray(expected).view(np.uint32))
+
+
+def test_a_bit_source_refuses_a_convolutions_stochastic_accumulator():
+    dot = fpemu.DotPolicy(accumulate="bf16", accumulate_every=2, accumulate_rounding="stochastic")
+    conv = lambda x, w: jax.lax.conv(x, w, (1, 1), "VALID")
+    emulated = fpemu.emulate(conv, fpemu.Policy(dot=dot), key=jax.random.key(0), random=fpemu.stochastic_bits)
+    with pytest.raises(ValueError, match="stochastic accumulator of a convolution"):
+        emulated(jnp.ones((1, 2, 4, 4)), jnp.ones((3, 2, 2, 2)))

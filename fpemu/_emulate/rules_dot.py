@@ -9,9 +9,11 @@ format (`_implicit_dot`). docs/emulate.md has the contract.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -25,7 +27,7 @@ from fpemu._emulate.registry import register
 from fpemu._emulate.rounding import is_float, is_identity
 from fpemu._ops.matmul import conv_general_dilated as emulated_conv
 from fpemu._ops.matmul import dot_general as emulated_dot
-from fpemu._ops.matmul_config import MatmulOptions, key_streams, matmul_config, random_streams
+from fpemu._ops.matmul_config import MatmulOptions, chunk_key_words, key_streams, matmul_config, random_streams
 from fpemu._training.recipes import TrainingRecipe
 
 Compute = Callable[[Any, Any, dict], Any]  # (lhs, rhs, options of fpemu.dot_general) -> result
@@ -60,14 +62,29 @@ def _matmul_options(ctx: Context, dot_policy: DotPolicy, out_dtype: Any) -> dict
     )
 
 
-def _with_explicit_bits(random: Callable, options: dict, a: Any, b: Any, out_shape: tuple[int, ...]) -> dict:
+def _with_explicit_bits(
+    random: Callable, options: dict, a: Any, b: Any, out_shape: tuple[int, ...], contraction: int | None
+) -> dict:
     """The options with emulate's ``random=`` source giving each stochastic rounding of the dot its
     bits, ``random(stream key, shape, 32)``, from the streams the site key would give (docs/matmul.md),
-    in place of the key. The running sum's stream is refused earlier (`fpemu.emulate`)."""
+    in place of the key: the operands' and output's, and the running sum's once per chunk (its chunk
+    key, the result's shape). ``contraction`` is the dot's number of products per result (None: a
+    convolution, whose running-sum bits are drawn in another layout: refused)."""
     cfg = matmul_config(get_format(a.dtype), get_format(b.dtype), MatmulOptions(**options))
     keys = dict(zip(("lhs", "rhs", "accumulate", "out"), key_streams(options["key"]), strict=True))
     shapes = {"lhs": tuple(a.shape), "rhs": tuple(b.shape), "out": tuple(out_shape)}
-    bits = {name: random(keys[name], shapes[name], DEFAULT_RANDOM_BITS) for name in random_streams(cfg)}
+    bits = {}
+    for name in random_streams(cfg):
+        if name != "accumulate":
+            bits[name] = random(keys[name], shapes[name], DEFAULT_RANDOM_BITS)
+            continue
+        if contraction is None:
+            raise ValueError(
+                "emulate(random=...) does not reach the stochastic accumulator of a convolution; pass key= alone, "
+                "or call fpemu.conv_general_dilated(random={'accumulate': ...}) directly"
+            )
+        chunk_keys = chunk_key_words(keys[name], -(-contraction // (cfg.accumulate_every or 1)))
+        bits[name] = jax.vmap(lambda k: jnp.asarray(random(k, tuple(out_shape), DEFAULT_RANDOM_BITS)))(chunk_keys)
     return {**options, "key": None, "random": bits}
 
 
@@ -151,7 +168,10 @@ def _dot_like(
     out_dtype = eqn.outvars[0].aval.dtype
     options = _matmul_options(ctx, explicit, out_dtype)
     if ctx.state.random is not None and options["key"] is not None:
-        options = _with_explicit_bits(ctx.state.random, options, a, b, eqn.outvars[0].aval.shape)
+        contraction = None
+        if eqn.primitive.name == "dot_general":
+            contraction = math.prod(a.shape[d] for d in eqn.params["dimension_numbers"][0][0])
+        options = _with_explicit_bits(ctx.state.random, options, a, b, eqn.outvars[0].aval.shape, contraction)
     y = compute(a, b, options)
     y = y.astype(out_dtype) if y.dtype != out_dtype else y
     return [ctx.round_output(y, fmt=explicit.out or ctx.format_for())]

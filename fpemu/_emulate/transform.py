@@ -22,7 +22,7 @@ from fpemu._core.registry import FormatLike
 from fpemu._emulate import rules_calls, rules_control, rules_dot, rules_plain
 from fpemu._emulate import stats as _stats
 from fpemu._emulate.interpreter import Context, State, Training, interpret
-from fpemu._emulate.policy import DotPolicy, Policy, as_policy, recipe_needs_key
+from fpemu._emulate.policy import Policy, as_policy, recipe_needs_key
 from fpemu._emulate.training_state import advance, check_state, classify_for, input_flags, trace
 from fpemu._engine.rng import seeds_from_key
 from fpemu._training.recipes import TrainingRecipe
@@ -82,10 +82,11 @@ def emulate(
       random: for a stochastic policy, the source of the random bits instead of fpemu's generator:
         ``random(site_key, shape, random_bits)`` returns integers in ``[0, 2**random_bits)``
         broadcastable to ``shape`` (it runs while the function is traced, on traced keys), and each
-        stochastic rounding of a result (with ``Policy.random_bits``) and of a `DotPolicy` dot's
-        operands (``random_bits`` 32, from the streams of docs/matmul.md) takes its bits from it.
-        ``random=fpemu.stochastic_bits`` gives exactly the bits ``key`` alone gives. Needs ``key``;
-        a stochastic accumulator or a training recipe's stochastic rounding is refused with it.
+        stochastic rounding of a result (with ``Policy.random_bits``) and of a `DotPolicy` dot
+        (``random_bits`` 32: its operands' streams, and its running sum's once per chunk, from the
+        keys of docs/matmul.md) takes its bits from it. ``random=fpemu.stochastic_bits`` gives
+        exactly the bits ``key`` alone gives. Needs ``key``; a training recipe's stochastic
+        rounding, and a convolution's stochastic accumulator, are refused with it.
       state: for training recipes with delayed scaling (``Policy(dot="fp8_delayed")``): the emulated
         function takes the amax histories first and returns the new ones,
         ``emulated(state, *args) -> (value, new_state)``; make the first state with
@@ -176,14 +177,9 @@ def emulate(
 
 
 def _check_bit_source(policy: Policy) -> None:
-    """``random=`` supplies the bits of the policy's stochastic roundings (results, dot operands); the
-    running sum's and a training recipe's draw per chunk and per block from keys of their own."""
+    """``random=`` supplies the bits of the policy's stochastic roundings (results, DotPolicy dots); a
+    training recipe's quantizers draw from keys of their own."""
     for dot in (policy.dot, policy.conv):
-        if isinstance(dot, DotPolicy) and dot.accumulate_rounding == "stochastic":
-            raise ValueError(
-                "emulate(random=...) does not reach a DotPolicy's stochastic accumulator (accumulate_rounding="
-                "'stochastic'); pass key= alone, or call fpemu.dot_general(random={'accumulate': ...}) directly"
-            )
         if isinstance(dot, TrainingRecipe) and recipe_needs_key(dot):
             raise ValueError(
                 f"emulate(random=...) does not reach the stochastic rounding of the training recipe {dot.name!r}; "
