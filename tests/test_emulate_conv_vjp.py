@@ -17,18 +17,10 @@ import pytest
 from jax import lax
 
 from fpemu import Policy, emulate, init_training_state
-from fpemu.testing import assert_bit_exact
+from tests.test_emulate_training import assert_tree_bits
 
 KEY = jax.random.key(11)
 DN = ("NHWC", "HWIO", "NHWC")
-
-
-def assert_tree_bits(actual, expected) -> None:
-    flat_a, tree_a = jax.tree_util.tree_flatten(actual)
-    flat_e, tree_e = jax.tree_util.tree_flatten(expected)
-    assert tree_a == tree_e
-    for a, e in zip(flat_a, flat_e, strict=True):
-        assert_bit_exact(a, e)
 
 
 def normal(seed: int, *shape: int, scale: float = 1.0) -> jax.Array:

@@ -21,7 +21,7 @@ import pytest
 from jax import lax
 
 import fpemu
-from fpemu.testing import assert_bit_exact
+from tests.test_emulate_training import assert_tree_bits
 
 nn = pytest.importorskip("flax.linen")
 nnx = pytest.importorskip("flax.nnx")
@@ -37,14 +37,6 @@ def step(loss, recipe: str):
     """The emulated value_and_grad step of ``loss`` under ``Policy(default="bf16", dot=recipe)``."""
     policy = fpemu.Policy(default="bf16", dot=recipe)
     return fpemu.emulate(jax.value_and_grad(loss), policy, key=KEY if policy.stochastic else None)
-
-
-def assert_tree_bits(actual, expected) -> None:
-    flat_a, tree_a = jax.tree_util.tree_flatten(actual)
-    flat_e, tree_e = jax.tree_util.tree_flatten(expected)
-    assert tree_a == tree_e
-    for a, e in zip(flat_a, flat_e, strict=True):
-        assert_bit_exact(a, e)
 
 
 def assert_some_leaf_differs(actual, expected) -> None:
