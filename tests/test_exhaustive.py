@@ -1,9 +1,11 @@
 """Exhaustive: every float16 and bfloat16 bit pattern (as float32) x every format of <= 16 bits x every
 rounding mode x saturate x subnormals, fast path against the exact reference, compared as bits.
 
+CI sweeps each of these formats through a pairwise share of the options (every rounding mode with
+each saturate and each subnormals value); the slow run (``make test-slow``) through all of them.
 The registry's IEEE P3109 binary8 formats and OCP INT8 are swept the same way: a representative of
-each layout through every option in CI, the others through nearest_even and stochastic rounding, and
-all of them through every option under the ``slow`` marker (``make test-slow``). The new options
+each layout through the options above in CI, the others through nearest_even and stochastic
+rounding, and all of them through every option under the ``slow`` marker. The new options
 (P3109's saturation modes, the stochastic variants, ties to the even exponent) have sweeps of their
 own below.
 """
@@ -22,6 +24,14 @@ from fpemu.testing import reference
 
 SMALL_FORMATS = [f for f in fpemu.formats() if f.bits <= 16]
 OPTIONS = list(itertools.product(ROUNDING_MODES, (False, True), (True, False)))
+# CI's share of OPTIONS (the slow run sweeps them all): every rounding mode with each saturate value and
+# each subnormals value, and every (saturate, subnormals) pair, in half the compilations (a pairwise design).
+PAIRWISE_OPTIONS = [
+    (rounding, saturate, subnormals)
+    for i, rounding in enumerate(ROUNDING_MODES)
+    for saturate, subnormals in (((False, False), (True, True)) if i % 2 else ((False, True), (True, False)))
+]
+assert {(s, sub) for _, s, sub in PAIRWISE_OPTIONS} == {(s, sub) for _, s, sub in OPTIONS}
 
 
 def _is_new(fmt) -> bool:
@@ -65,20 +75,31 @@ def _check(fmt, x, rounding, saturate, subnormals, random_bits=None, **extra):
         fast_kw.update(key=key, random_bits=random_bits)
         k = random_bits or 32
         ref_kw.update(random=_random_draws(x.shape, k, key), random_bits=k)
-    y = np.asarray(fpemu.quantize(jnp.asarray(x), fmt, **fast_kw))
+    # One compilation for both (the sweep's cost is compiling, once per format and options).
+    both = jax.jit(lambda v: (fpemu.quantize(v, fmt, **fast_kw), fpemu.encode(v, fmt, **fast_kw)))
+    y, codes = (np.asarray(a) for a in both(jnp.asarray(x)))
     expected_codes, expected = reference.round_and_encode_array(x, fmt, **ref_kw)
     nan = np.isnan(expected)
     np.testing.assert_array_equal(np.isnan(y), nan, err_msg=f"NaN mismatch for {fmt.name} {kw}")
     np.testing.assert_array_equal(
         y[~nan].view(np.uint32), expected[~nan].astype(np.float32).view(np.uint32), err_msg=f"{fmt.name} {kw}"
     )
-    codes = np.asarray(fpemu.encode(jnp.asarray(x), fmt, **fast_kw))
     np.testing.assert_array_equal(codes, expected_codes, err_msg=f"codes {fmt.name} {kw}")
 
 
-@pytest.mark.parametrize("option", OPTIONS, ids=_option_id)
-@pytest.mark.parametrize("fmt", CLASSIC_FORMATS + [fpemu.get_format(n) for n in REPRESENTATIVES], ids=lambda f: f.name)
+SWEPT_FORMATS = CLASSIC_FORMATS + [fpemu.get_format(n) for n in REPRESENTATIVES]
+
+
+@pytest.mark.parametrize("option", PAIRWISE_OPTIONS, ids=_option_id)
+@pytest.mark.parametrize("fmt", SWEPT_FORMATS, ids=lambda f: f.name)
 def test_every_16_bit_pattern(fmt, option, patterns):
+    _check(fmt, patterns, *option)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("option", [o for o in OPTIONS if o not in PAIRWISE_OPTIONS], ids=_option_id)
+@pytest.mark.parametrize("fmt", SWEPT_FORMATS, ids=lambda f: f.name)
+def test_every_16_bit_pattern_other_options(fmt, option, patterns):
     _check(fmt, patterns, *option)
 
 

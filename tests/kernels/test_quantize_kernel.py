@@ -38,10 +38,13 @@ def _assert_same(actual, expected):
     np.testing.assert_array_equal(actual[~nan].view(bits), expected[~nan].view(bits))
 
 
-# CI: every format with nearest-even and stochastic rounding, every mode for a few formats, the
-# saturate/subnormal options for one. The full cross product is behind the `slow` marker.
+# CI: every format with nearest-even and stochastic rounding (the P3109 family's 28 formats, one
+# layout apart, alternately with one of the two), every mode for a few formats, the saturate/subnormal
+# options for one. The full cross product is behind the `slow` marker.
+_P3109 = [f.name for f in SMALL_FORMATS if f.name.startswith("p3109_")]
 _FAST_CASES = (
-    [(f.name, m, False, True) for f in SMALL_FORMATS for m in ("nearest_even", "stochastic")]
+    [(f.name, m, False, True) for f in SMALL_FORMATS if f.name not in _P3109 for m in ("nearest_even", "stochastic")]
+    + [(name, ("nearest_even", "stochastic")[i % 2], False, True) for i, name in enumerate(_P3109)]
     + [(f, m, False, True) for f in ("e4m3fn", "e2m1fn", "e8m0fnu") for m in ROUNDING_MODES if m not in ("nearest_even", "stochastic")]
     + [("e5m2", "toward_positive", s, sub) for s, sub in ((True, True), (False, False), (True, False))]
 )  # fmt: skip
