@@ -143,8 +143,8 @@ def test_the_pallas_engine_takes_explicit_bits_as_the_xla_engine_does():
             "e4m3fn", "stochastic", False, True, None, None, random=bits, stochastic_variant=variant
         )
         words = _quantize.seeds_for(spec, None, bits, x.shape)
-        xla = _quantize._quantize_jit(x, words, spec, "xla")
-        kernel = _quantize._quantize_jit(x, words, spec, "pallas_interpret")
+        xla = _quantize.quantize_with_spec(x, words, spec, "xla")
+        kernel = _quantize.quantize_with_spec(x, words, spec, "pallas_interpret")
         np.testing.assert_array_equal(np.asarray(kernel).view(np.uint32), np.asarray(xla).view(np.uint32))
         keyed = fpemu.quantize(x, "e4m3fn", rounding="stochastic", key=jax.random.key(5), stochastic_variant=variant)
         np.testing.assert_array_equal(np.asarray(kernel).view(np.uint32), np.asarray(keyed).view(np.uint32))

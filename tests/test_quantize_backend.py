@@ -31,7 +31,7 @@ def _inputs(n=3000, seed=0) -> jax.Array:
 
 def _engine_quantize(x, fmt, engine, rounding="nearest_even", key=None):
     spec = _quantize.rounding_spec(fmt, rounding, False, True, key, None)
-    return _quantize._quantize_jit(x, _quantize.seeds_for(spec, key), spec, engine)
+    return _quantize.quantize_with_spec(x, _quantize.seeds_for(spec, key), spec, engine)
 
 
 @pytest.mark.parametrize("platform", ["cpu", "gpu", "tpu", "some_future_platform"])

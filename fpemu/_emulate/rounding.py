@@ -25,7 +25,14 @@ from fpemu._core.registry import get_format
 from fpemu._emulate import stats as _stats
 from fpemu._emulate.policy import Policy
 from fpemu._engine.rng import mix
-from fpemu._ops.quantize import RoundingSpec, _quantize_jit, quantize, resolve_backend, rounding_spec, seeds_for
+from fpemu._ops.quantize import (
+    RoundingSpec,
+    quantize,
+    quantize_with_spec,
+    resolve_backend,
+    rounding_spec,
+    seeds_for,
+)
 
 
 def is_float(dtype: Any) -> bool:
@@ -156,7 +163,7 @@ def round_to_format(
         policy.exponent_ties,
     )  # fmt: skip
     engine = resolve_backend("auto", jax.default_backend(), float64=dtype == np.float64)
-    return _quantize_jit(x, seeds_for(spec, key), spec, engine)
+    return quantize_with_spec(x, seeds_for(spec, key), spec, engine)
 
 
 def counts(x: jax.Array, y: jax.Array, fmt: Format) -> jax.Array:

@@ -218,7 +218,10 @@ def _quantize_ste_jvp(spec, engine, primals, tangents):
     return _quantize_ste(x, seeds, spec, engine), x_dot  # straight-through: d quantize(x) / dx = 1
 
 
-_quantize_jit = jax.jit(_quantize_ste, static_argnums=(2, 3))
+#: ``quantize_with_spec(x, seeds, spec, engine)``: ``x`` rounded as the checked `RoundingSpec` says,
+#: jitted, with the straight-through gradient; no argument checks (`quantize` makes them first).
+#: `fpemu.emulate`'s rounding sites call it with a spec they checked once per format and options.
+quantize_with_spec = jax.jit(_quantize_ste, static_argnums=(2, 3))
 
 
 def _quantize_host_float64(x, spec: RoundingSpec, seeds, engine: str = "xla") -> jax.Array:
@@ -227,7 +230,7 @@ def _quantize_host_float64(x, spec: RoundingSpec, seeds, engine: str = "xla") ->
     check_fits(spec.fmt, fp32, name="the float64 input (x64 is disabled, so the result is float32)")
     with jax.enable_x64(True):
         x64 = jnp.asarray(x, jnp.float64)
-        y64 = _quantize_jit(x64, seeds, spec, engine)
+        y64 = quantize_with_spec(x64, seeds, spec, engine)
         bits64 = lax.bitcast_convert_type(y64, jnp.uint64)
         fp64 = get_format("fp64")
         bits32 = _convert.round_narrow(
@@ -349,4 +352,4 @@ def quantize(
     x = float_array(x)
     check_fits(spec.fmt, input_format(x.dtype))
     engine = resolve_backend(backend, jax.default_backend(), float64=np.dtype(x.dtype) == np.float64)
-    return _quantize_jit(x, seeds_for(spec, key, random, x.shape), spec, engine)
+    return quantize_with_spec(x, seeds_for(spec, key, random, x.shape), spec, engine)
