@@ -31,9 +31,10 @@ CACHED = cache=$$(mktemp -d) && trap 'rm -rf "$$cache"' EXIT && JAX_COMPILATION_
 
 # Lint, then unit tests, doctests in the package, and the examples in README.md and docs/. Hypothesis
 # runs its derandomized `ci` profile (fixed examples, no database): the same run every time. The tests
-# run in one process per core (pytest-xdist): no test depends on another or on the order they run in.
+# run in one process per core (pytest-xdist; a worker that runs out of tests takes over half of the
+# other's queue): no test depends on another or on the order they run in.
 test: lint
-	$(CACHED) FPEMU_HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest tests fpemu kernels README.md docs --doctest-modules --doctest-glob='*.md' -p no:cacheprovider -n auto
+	$(CACHED) FPEMU_HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest tests fpemu kernels README.md docs --doctest-modules --doctest-glob='*.md' -p no:cacheprovider -n auto --dist worksteal
 
 # Long sweeps (every float32 input, the full kernel sweep, thorough hypothesis profile): not run in CI.
 test-slow: $(STAMP)
