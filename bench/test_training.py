@@ -15,7 +15,8 @@ time of an emulated function at most 1.5x that of the same function unemulated. 
 times the rows round-robin (the ratio least disturbed by load drift); ``test_compile_time`` splits
 each row's compile time into tracing (Python: JAX's trace and emulate's interpreter, ``.lower``) and
 XLA's compilation (``.compile``), so that the extra time has an address. ``test_nvfp4_breakdown`` says
-where NVFP4's step time and compile time go, by taking parts away (see its docstring).
+where NVFP4's step time and compile time go, by taking parts away (see its docstring);
+``test_mxfp8_breakdown`` sets MXFP8's step beside the same recipe with bfloat16 operands.
 
 Each timing is given twice: wall time and the process's CPU time (``time.process_time``: all of
 XLA's threads). On a shared 2-core machine the wall time grows with the other processes' load; the
@@ -26,6 +27,7 @@ Run: ``.venv/bin/python -m pytest bench/test_training.py -k "interleaved or comp
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import time
 
@@ -174,3 +176,38 @@ def test_nvfp4_breakdown():
         trace, xla = compile_cpu.get(name, (float("nan"), float("nan")))
         ratio = cpu / medians["emulated-bf16"][1]
         print(f"{name:14s} {1e3 * cpu:14.2f} {ratio:7.2f}x {trace:14.2f} {xla:12.2f}")
+
+
+# -- where MXFP8's time goes ---------------------------------------------------------------------------
+
+
+def _with_operands(recipe: fpemu.TrainingRecipe, quantizer: fpemu.Quantizer) -> fpemu.TrainingRecipe:
+    """``recipe`` with every operand of its three GEMMs quantized by ``quantizer`` instead."""
+    gemm = lambda g: dataclasses.replace(g, lhs=quantizer, rhs=quantizer)
+    return dataclasses.replace(
+        recipe, name=f"{recipe.name}[{quantizer.format.name}]", forward=gemm(recipe.forward),
+        dgrad=gemm(recipe.dgrad), wgrad=gemm(recipe.wgrad),
+    )  # fmt: skip
+
+
+def test_mxfp8_breakdown():
+    """MXFP8's step beside the same recipe whose operands are only rounded to bfloat16 (the recipe's
+    machinery: the dot classification, the custom VJPs, the bfloat16 dots; no block scales), and
+    beside a plain ``DotPolicy`` with bfloat16 operands: the difference from the first is what the
+    MX quantizers take. Wall and CPU time, interleaved."""
+    mxfp8 = fpemu.training_recipe("mxfp8")
+    rows = {
+        "emulated-bf16": FUNCTIONS["emulated-bf16"],
+        "mxfp8": FUNCTIONS["mxfp8"],
+        "mxfp8 machinery, bf16 operands": emulated(
+            fpemu.Policy(dot=_with_operands(mxfp8, fpemu.Quantizer(format="bf16", scaling="none")))
+        ),
+        "DotPolicy bf16 operands": emulated(fpemu.Policy(dot=fpemu.DotPolicy(lhs="bf16", rhs="bf16"))),
+    }
+    jitted = {name: jax.jit(fn) for name, fn in rows.items()}
+    medians = _interleave({name: lambda fn=fn: jax.block_until_ready(fn(*ARGS)) for name, fn in jitted.items()}, 15)
+    base = medians["emulated-bf16"]
+    print(f"\n{machine_line()}")
+    print(f"{'row':32s} {'wall (ms)':>10s} {'vs bf16':>8s} {'CPU (ms)':>10s} {'vs bf16':>8s}")
+    for name, (wall, cpu) in medians.items():
+        print(f"{name:32s} {1e3 * wall:10.2f} {wall / base[0]:7.2f}x {1e3 * cpu:10.2f} {cpu / base[1]:7.2f}x")
