@@ -17,6 +17,7 @@ from jax import lax
 from fpemu._core.modes import Rounding, StochasticVariant
 from fpemu._ops import codec
 from fpemu._ops import quantize as element_quantize
+from fpemu._ops.fusion import MATERIALIZE_MIN_SIZE, materialize
 from fpemu.scaled import _bits, _rne
 from fpemu.scaled._bits import ABS, IMPLICIT, INF, NAN, U32
 from fpemu.scaled._recipes import Recipe
@@ -24,7 +25,6 @@ from fpemu.scaled._scale import float_encode_scale, pow2_exponent, two_level_sca
 
 F32 = jnp.float32
 I32 = jnp.int32
-MATERIALIZE_MIN_SIZE = 1 << 16  # arrays from this many elements compute per-group values once (see materialize)
 
 
 class Layout(NamedTuple):
@@ -89,40 +89,6 @@ def expand(g: jnp.ndarray, layout: Layout, shape: tuple[int, ...]) -> jnp.ndarra
 
 def _is_nan_bits(b: jnp.ndarray) -> jnp.ndarray:
     return (b & U32(ABS)) > U32(INF)
-
-
-def materialize(arrays: tuple[jnp.ndarray, ...]) -> tuple[jnp.ndarray, ...]:
-    """The same arrays, computed once (per group) rather than fused into every element's loop.
-
-    XLA fuses an elementwise producer into its consumer even through a broadcast, so per-group
-    values (the scale exponent, the grid's limits: dozens of operations) would be recomputed for
-    each of a group's elements. On CPU (where optimization barriers are removed before fusion) they
-    are passed through an identity ``lax.cond`` on a data-dependent predicate, which fusion cannot
-    cross; either branch returns the arrays unchanged, so the predicate does not matter.
-    """
-    if not arrays or any(a.size == 0 for a in arrays):
-        return arrays
-    probe = _xor_zero(arrays[0].reshape(-1)[:1])
-    pred = jnp.any(probe.astype(jnp.bool_) if probe.dtype == jnp.bool_ else probe == jnp.zeros((), probe.dtype))
-    identity = lambda t: t
-
-    def no_op(t):  # the identity again, written differently so that XLA keeps the conditional
-        return tuple(_xor_zero(a) for a in t)
-
-    def on_cpu(t):
-        return lax.cond(pred, identity, no_op, t)
-
-    return lax.platform_dependent(arrays, cpu=on_cpu, default=identity)
-
-
-def _xor_zero(a: jnp.ndarray) -> jnp.ndarray:
-    if a.dtype == jnp.bool_:
-        return a | jnp.zeros((), jnp.bool_)
-    if jnp.issubdtype(a.dtype, jnp.integer):
-        return a ^ jnp.zeros((), a.dtype)
-    uint = jnp.dtype(f"uint{8 * a.dtype.itemsize}")
-    bits = lax.bitcast_convert_type(a, uint)
-    return lax.bitcast_convert_type(bits ^ jnp.zeros((), uint), a.dtype)
 
 
 class Work(NamedTuple):

@@ -1,0 +1,52 @@
+"""Where XLA may fuse: `materialize`, which computes arrays once instead of inside every consumer's loop.
+
+XLA fuses an elementwise producer into each of its consumers, recomputing it there. That is right for
+cheap producers and wrong for expensive ones read by several loops: a block's scale constants (dozens
+of operations per group) broadcast to each of its elements, or a training recipe's operand (the
+backward pass's chain of elementwise work) read by a quantizer's amax reduction and again by its
+rounding loop. `fpemu.scaled` and the training recipes' GEMMs use `materialize` there.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+from jax import lax
+
+__all__ = ["MATERIALIZE_MIN_SIZE", "materialize"]
+
+#: Arrays computed for this many elements or more are materialized (smaller ones: not worth the compile time).
+MATERIALIZE_MIN_SIZE = 1 << 16
+
+
+def materialize(arrays: tuple[jnp.ndarray, ...]) -> tuple[jnp.ndarray, ...]:
+    """The same arrays, computed once rather than fused into every consumer's loop.
+
+    XLA fuses an elementwise producer into its consumer even through a broadcast, so per-group
+    values (the scale exponent, the grid's limits: dozens of operations) would be recomputed for
+    each of a group's elements. On CPU (where optimization barriers are removed before fusion) they
+    are passed through an identity ``lax.cond`` on a data-dependent predicate, which fusion cannot
+    cross; either branch returns the arrays unchanged, so the predicate does not matter.
+    """
+    if not arrays or any(a.size == 0 for a in arrays):
+        return arrays
+    probe = _xor_zero(arrays[0].reshape(-1)[:1])
+    pred = jnp.any(probe.astype(jnp.bool_) if probe.dtype == jnp.bool_ else probe == jnp.zeros((), probe.dtype))
+    identity = lambda t: t
+
+    def no_op(t):  # the identity again, written differently so that XLA keeps the conditional
+        return tuple(_xor_zero(a) for a in t)
+
+    def on_cpu(t):
+        return lax.cond(pred, identity, no_op, t)
+
+    return lax.platform_dependent(arrays, cpu=on_cpu, default=identity)
+
+
+def _xor_zero(a: jnp.ndarray) -> jnp.ndarray:
+    if a.dtype == jnp.bool_:
+        return a | jnp.zeros((), jnp.bool_)
+    if jnp.issubdtype(a.dtype, jnp.integer):
+        return a ^ jnp.zeros((), a.dtype)
+    uint = jnp.dtype(f"uint{8 * a.dtype.itemsize}")
+    bits = lax.bitcast_convert_type(a, uint)
+    return lax.bitcast_convert_type(bits ^ jnp.zeros((), uint), a.dtype)
