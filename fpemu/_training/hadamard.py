@@ -18,10 +18,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 
 from fpemu._args import int_arg, key_arg
 from fpemu._engine import rng
+from fpemu._ops.fusion import materialize
 from fpemu._training.quantizer import operand_arg
 
 __all__ = ["TE_WGRAD_SIGNS", "hadamard", "hadamard_signs", "hadamard_size_arg"]
@@ -71,15 +71,6 @@ def _signs(key: jax.Array | None, size: int) -> jax.Array:
         return jnp.asarray(np.array(TE_WGRAD_SIGNS, np.float32))
     bits = rng.random_uint32(rng.seeds_from_key(key), (size,))
     return jnp.where((bits >> jnp.uint32(31)) == jnp.uint32(1), jnp.float32(-1), jnp.float32(1))
-
-
-def _once(d: jax.Array) -> jax.Array:
-    """The sign vector ``d`` itself, computed once: XLA:CPU fuses a cheap producer (the hash of the key)
-    into every loop that reads it, so each element of the transform would hash its sign again (more
-    work, and more code to compile). An identity `lax.cond` on a data-dependent predicate is a fusion
-    boundary; both branches return ``d`` (±1), so the predicate does not matter. Other backends: ``d``."""
-    keep = lambda t: lax.cond(t[0] == 0, jnp.sign, lambda u: u, t)
-    return lax.platform_dependent(d, cpu=keep, default=lambda t: t)
 
 
 def _walsh_hadamard(v: jax.Array, n: int, lanes: int) -> jax.Array:
@@ -153,7 +144,9 @@ _LANES = 16
 
 @functools.partial(jax.jit, static_argnames=("axis", "size"))
 def _hadamard(x: jax.Array, key: jax.Array | None, *, axis: int, size: int) -> jax.Array:
-    d = _signs(key, size) if key is None else _once(_signs(key, size))
+    # the signs computed once: XLA:CPU would fuse the hash of the key into every loop that reads them,
+    # hashing each element's sign again (more work, and more code to compile)
+    d = _signs(key, size) if key is None else materialize((_signs(key, size),))[0]
     shape = x.shape
     n = shape[axis]
     pre, post = math.prod(shape[:axis]), math.prod(shape[axis + 1 :])
