@@ -21,7 +21,7 @@ from fpemu._ops.fusion import MATERIALIZE_MIN_SIZE, materialize
 from fpemu.scaled import _bits, _rne
 from fpemu.scaled._bits import ABS, IMPLICIT, INF, NAN, U32
 from fpemu.scaled._recipes import Recipe
-from fpemu.scaled._scale import float_encode_scale, pow2_exponent, two_level_scales
+from fpemu.scaled._scale import float_encode_scale, global_scale_is_normal, pow2_exponent, two_level_scales
 
 F32 = jnp.float32
 I32 = jnp.int32
@@ -224,7 +224,7 @@ def quantize_dequantize(
             stochastic_variant=stochastic_variant,
             random=random,
         )
-        return decode(values, scale_leaf, global_leaf, recipe, layout)
+        return decode(values, scale_leaf, global_leaf, recipe, layout, computed_global=True)
     bits = _bits.to_bits(x)
     w = Work(x.shape, layout)
     k, nan = _pow2_scales(bits, recipe, layout, scale)
@@ -286,9 +286,19 @@ def exponents(scale_leaf: jnp.ndarray, recipe: Recipe) -> tuple[jnp.ndarray, jnp
 
 
 def decode(
-    values: jnp.ndarray, scale_leaf: jnp.ndarray, global_leaf: jnp.ndarray | None, recipe: Recipe, layout: Layout
+    values: jnp.ndarray,
+    scale_leaf: jnp.ndarray,
+    global_leaf: jnp.ndarray | None,
+    recipe: Recipe,
+    layout: Layout,
+    *,
+    computed_global: bool = False,
 ) -> jnp.ndarray:
-    """float32 ``values * scale`` (and ``* global``), each product rounded once; NaN-scale groups give NaN."""
+    """float32 ``values * scale`` (and ``* global``), each product rounded once; NaN-scale groups give NaN.
+
+    ``computed_global``: ``global_leaf`` is `encode`'s (a normal float32 where
+    `global_scale_is_normal`), not a stored one, which may be any positive float32.
+    """
     w = Work(values.shape, layout)
     vb = _bits.to_bits(values.astype(F32))
     if recipe.is_pow2:
@@ -296,12 +306,15 @@ def decode(
         out = _bits.scale_up(vb, w.per_element(k))
     else:
         sb, nan = scale_bits(scale_leaf, recipe)
-        if recipe.scale_kind == "narrow" and _products_are_normal(recipe):  # exact in float32
+        normal = recipe.scale_kind == "narrow" and _products_are_normal(recipe)
+        if normal:  # exact in float32
             out = _bits.to_bits(_bits.from_bits(vb) * _bits.from_bits(w.per_element(sb)))
         else:
             out = _bits.mul_exact(vb, w.per_element(sb))
         if recipe.scale_kind == "narrow" and global_leaf is not None:
-            out = _bits.mul_exact(out, _bits.to_bits(global_leaf.astype(F32)))  # (1,) * ndim: broadcasts
+            normal = normal and computed_global and global_scale_is_normal(recipe)
+            mul = _bits.mul_normal if normal else _bits.mul_exact
+            out = mul(out, _bits.to_bits(global_leaf.astype(F32)))  # (1,) * ndim: broadcasts
         out = jnp.where((vb & U32(ABS)) >= U32(INF), vb, out)  # inf and NaN elements pass through
     out = jnp.where(w.per_element(nan), U32(NAN), out)
     return _bits.from_bits(out)

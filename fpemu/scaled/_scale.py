@@ -81,6 +81,12 @@ def float_encode_scale(amax: jnp.ndarray, recipe: Recipe) -> tuple[jnp.ndarray, 
     return jnp.where(zero, F32(1), enc), nonfinite
 
 
+def global_scale_is_normal(recipe: Recipe) -> bool:
+    """Whether every tensor scale ``g`` `two_level_scales` computes for ``recipe`` is a normal float32:
+    ``S <= 2**126``, and ``S >= M_s * M_e / FLT_MAX >= 2**-126`` where ``M_s * M_e >= 4`` (NVFP4: 2688)."""
+    return not recipe.global_scale or recipe.scale_format.max * recipe.element.max >= 4
+
+
 def two_level_scales(
     amax_tensor: jnp.ndarray, amax_block: jnp.ndarray, recipe: Recipe
 ) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray, jnp.ndarray]:
@@ -110,6 +116,9 @@ def two_level_scales(
     block = jnp.where(nonfinite, U32(0), amax_block)
     codes = codec.encode(jnp.minimum(_bits.mul_flushing(block, mult), F32(s_fmt.max)), s_fmt, saturate=True)
     d = codec.decode(codes, s_fmt)
-    p = _bits.mul_exact(_bits.to_bits(d), _bits.to_bits(g))
+    # d is normal or zero where every value of the scale format is
+    normal = s_fmt.min_subnormal >= 2.0**-126 and global_scale_is_normal(recipe)
+    mul = _bits.mul_normal if normal else _bits.mul_exact
+    p = mul(_bits.to_bits(d), _bits.to_bits(g))
     enc = jnp.minimum(_bits.reciprocal(p), _bits.from_bits(U32(FLT_MAX)))
     return codes, g, enc, nonfinite

@@ -62,6 +62,46 @@ def test_mul_exact_at_the_subnormal_and_overflow_edges():
     np.testing.assert_array_equal(np.asarray(got), _bits_of(expected))
 
 
+def _positive_normal(n, rng=RNG):
+    b = _random_finite(n, rng) & 0x7FFFFFFF
+    return np.where(b < 0x00800000, b | 0x00800000, b)  # subnormals become normals of the lowest binade
+
+
+@pytest.mark.parametrize("bits", [1, 4, 6, 8])
+def test_mul_normal_is_the_float32_product(bits):
+    """Random exponents put about a tenth of the products below 2**-126 and a tenth beyond FLT_MAX."""
+    a = _short(N, bits)
+    b = _positive_normal(N)
+    with np.errstate(over="ignore"):
+        expected = a * b.view(np.float32)
+    assert np.sum((np.abs(expected) < 2.0**-126) & (expected != 0)) > N // 20
+    got = jax.jit(_bits.mul_normal)(jnp.asarray(_bits_of(a)), jnp.asarray(b))
+    np.testing.assert_array_equal(np.asarray(got), _bits_of(expected))
+
+
+def test_mul_normal_at_the_subnormal_edges_with_a_scalar_scale():
+    """One scale for every element (a tensor scale): ties at the subnormal quantum, products that round
+    up to 2**-126 or just stay below, the smallest subnormal, and its half (a tie to zero)."""
+    g = np.float32(2.0**-126 * (1 + 2.0**-23))  # 0x00800001
+    a = np.array([1.0, -1.0, 1.5, 2.0**-23, 2.0**-24, 1.5 * 2.0**-24, 1 - 2.0**-8, -(1 - 2.0**-8), 0.0, -0.0])
+    a = np.concatenate([a, np.ldexp(np.arange(129, 256), -8 - np.arange(127) % 30)]).astype(np.float32)
+    for scale in (g, np.float32(2.0**-126), np.float32(1.75 * 2.0**-120), np.float32(2.0**127)):
+        with np.errstate(over="ignore"):
+            expected = a * scale
+        got = jax.jit(_bits.mul_normal)(jnp.asarray(_bits_of(a)), jnp.asarray(_bits_of(scale)))
+        np.testing.assert_array_equal(np.asarray(got), _bits_of(expected))
+
+
+def test_mul_normal_of_a_product_with_a_constant():
+    """XLA would compute ``(3 * d) * g`` for a broadcast scalar ``g`` as ``d * (3 * g)``: not the same bits."""
+    d = _short(N, 4) * np.float32(2.0**-40)
+    g = np.float32(0.00535397)
+    with np.errstate(over="ignore"):
+        expected = (np.float32(3) * d) * g
+    fn = jax.jit(lambda d, g: _bits.mul_normal(_bits.to_bits(jnp.float32(3) * d), _bits.to_bits(g)))
+    np.testing.assert_array_equal(np.asarray(fn(jnp.asarray(d), jnp.asarray(g))), _bits_of(expected))
+
+
 def test_reciprocal_including_subnormals():
     b = _random_finite(N) & 0x7FFFFFFF
     b = b[b <= _bits_of(np.float32(2.0**126))]
