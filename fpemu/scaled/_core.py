@@ -18,8 +18,8 @@ from fpemu._core.modes import Rounding, StochasticVariant
 from fpemu._ops import codec
 from fpemu._ops import quantize as element_quantize
 from fpemu._ops.fusion import MATERIALIZE_MIN_SIZE, materialize
-from fpemu.scaled import _bits, _rne
-from fpemu.scaled._bits import ABS, IMPLICIT, INF, NAN, U32
+from fpemu.scaled import _bits, _rne, _table
+from fpemu.scaled._bits import ABS, IMPLICIT, INF, NAN, SIGN, U32
 from fpemu.scaled._recipes import Recipe
 from fpemu.scaled._scale import float_encode_scale, global_scale_is_normal, pow2_exponent, two_level_scales
 
@@ -101,8 +101,16 @@ class Work(NamedTuple):
 
     def per_element(self, *groups: jnp.ndarray):
         """Group values (in `group_shape`) broadcast against the elements: one array, or a tuple."""
+        return self.broadcast(*self.materialized(*groups))
+
+    def materialized(self, *groups: jnp.ndarray) -> tuple[jnp.ndarray, ...]:
+        """``groups`` computed once (`materialize`), where the elements are many enough to be worth it."""
         if math.prod(self.shape) >= MATERIALIZE_MIN_SIZE:  # small arrays: not worth the compile time
-            groups = materialize(groups)
+            return materialize(groups)
+        return groups
+
+    def broadcast(self, *groups: jnp.ndarray):
+        """`per_element` without materializing (for groups that already are, or slices of those)."""
         if self.layout.axis is None or self.layout.block is None:
             out = groups  # keepdims: they broadcast as they are
         else:
@@ -156,10 +164,7 @@ def encode(
         y = _bits.mul_flushing(xb, w.per_element(enc))
         scale_leaf = s if nan is None else jnp.where(nan, F32(jnp.nan), s)
     else:
-        amax_block = group_max(bits & U32(ABS), layout)
-        finite = jnp.where(amax_block < U32(INF), amax_block, U32(0))  # blocks with NaN/inf do not count
-        amax_tensor = jnp.max(finite, axis=tuple(range(x.ndim)), keepdims=True, initial=U32(0))
-        codes, g, enc_b, nan = two_level_scales(amax_tensor, amax_block, recipe)
+        codes, g, enc_b, nan = _narrow_scales(bits, recipe, layout)
         y = _bits.mul_flushing(xb, w.per_element(enc_b))
         scale_leaf = jnp.where(nan, jnp.asarray(s_fmt.nan_code, codes.dtype), codes)
         global_leaf = g if recipe.global_scale else None
@@ -178,6 +183,46 @@ def encode(
     if current and nan is not None:  # every branch sets nan under current scaling
         values = jnp.where(w.per_element(nan), F32(0), values)
     return values, scale_leaf, global_leaf
+
+
+def _narrow_scales(bits: jnp.ndarray, recipe: Recipe, layout: Layout):
+    """`two_level_scales` (codes, g, enc_b, NaN mask) from the blocks' and the tensor's amax."""
+    amax_block = group_max(bits & U32(ABS), layout)
+    finite = jnp.where(amax_block < U32(INF), amax_block, U32(0))  # blocks with NaN/inf do not count
+    amax_tensor = jnp.max(finite, axis=tuple(range(bits.ndim)), keepdims=True, initial=U32(0))
+    return two_level_scales(amax_tensor, amax_block, recipe)
+
+
+def _by_table(recipe: Recipe, scale: jnp.ndarray | None, rounding: Rounding) -> bool:
+    """Whether `quantize_dequantize` takes `_table`'s path: nearest even, a narrow-scale recipe (NVFP4)
+    under current scaling whose element has few values, and products `mul_normal` computes exactly
+    (``v * d`` normal, the tensor scale normal, no subnormal narrow scale)."""
+    return (
+        scale is None
+        and rounding == "nearest_even"
+        and recipe.scale_kind == "narrow"
+        and _table.applies(recipe.element)
+        and _products_are_normal(recipe)
+        and recipe.scale_format.min_subnormal >= 2.0**-126
+        and global_scale_is_normal(recipe)
+    )
+
+
+def _qdq_by_table(x: jnp.ndarray, recipe: Recipe, layout: Layout) -> jnp.ndarray:
+    """`quantize_dequantize` for `_by_table` recipes: the same bits, rounded by thresholds and with each
+    block's ``fl(v * d * g)`` computed once per value (`fpemu.scaled._table`)."""
+    bits = _bits.to_bits(x)
+    w = Work(x.shape, layout)
+    codes, g, enc_b, nan = _narrow_scales(bits, recipe, layout)
+    # the per-block chain once, then the table from it (else each of its entries would repeat the chain)
+    d, nan, enc_b = w.materialized(codec.decode(codes, recipe.scale_format), nan, enc_b)
+    values = np.array(_table.positive_values(recipe.element), np.float32)
+    products = _bits.to_bits(d[..., None] * values.reshape((1,) * d.ndim + (-1,)))  # exact, normal
+    (table,) = w.materialized(_bits.mul_normal(products, _bits.to_bits(g)[..., None]))
+    *entries, nan, enc_b = w.broadcast(*(table[..., i] for i in range(len(values))), nan, enc_b)
+    y = _bits.to_bits(_bits.mul_flushing(bits, enc_b))
+    out = _table.round_to_table(y & U32(ABS), entries, recipe.element) | (y & U32(SIGN))
+    return _bits.from_bits(jnp.where(nan, U32(NAN), out))
 
 
 def _pow2_scales(bits: jnp.ndarray, recipe: Recipe, layout: Layout, scale) -> tuple[jnp.ndarray, jnp.ndarray]:
@@ -212,6 +257,8 @@ def quantize_dequantize(
 ) -> jnp.ndarray:
     """float32 ``decode(encode(x))``; for power-of-two recipes and nearest even, in one rounding pass
     (`_rne`: the same bits as encode and decode, 1.3-2x faster; its docstring has the numbers)."""
+    if _by_table(recipe, scale, rounding):
+        return _qdq_by_table(x, recipe, layout)
     if not (recipe.is_pow2 and rounding == "nearest_even"):
         values, scale_leaf, global_leaf = encode(
             x,
