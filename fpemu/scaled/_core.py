@@ -190,7 +190,7 @@ def _narrow_scales(bits: jnp.ndarray, recipe: Recipe, layout: Layout):
     amax_block = group_max(bits & U32(ABS), layout)
     finite = jnp.where(amax_block < U32(INF), amax_block, U32(0))  # blocks with NaN/inf do not count
     amax_tensor = jnp.max(finite, axis=tuple(range(bits.ndim)), keepdims=True, initial=U32(0))
-    return two_level_scales(amax_tensor, amax_block, recipe)
+    return two_level_scales(amax_tensor, amax_block, recipe, once=Work(bits.shape, layout).materialized)
 
 
 def _by_table(recipe: Recipe, scale: jnp.ndarray | None, rounding: Rounding) -> bool:
@@ -217,9 +217,9 @@ def _qdq_by_table(x: jnp.ndarray, recipe: Recipe, layout: Layout) -> jnp.ndarray
     # the per-block chain once, then the table from it (else each of its entries would repeat the chain)
     d, nan, enc_b = w.materialized(codec.decode(codes, recipe.scale_format), nan, enc_b)
     values = np.array(_table.positive_values(recipe.element), np.float32)
-    products = _bits.to_bits(d[..., None] * values.reshape((1,) * d.ndim + (-1,)))  # exact, normal
-    (table,) = w.materialized(_bits.mul_normal(products, _bits.to_bits(g)[..., None]))
-    *entries, nan, enc_b = w.broadcast(*(table[..., i] for i in range(len(values))), nan, enc_b)
+    products = _bits.to_bits(d[None] * values.reshape((-1,) + (1,) * d.ndim))  # exact, normal
+    (table,) = w.materialized(_bits.mul_normal(products, _bits.to_bits(g)[None]))
+    *entries, nan, enc_b = w.broadcast(*(table[i] for i in range(len(values))), nan, enc_b)
     y = _bits.to_bits(_bits.mul_flushing(bits, enc_b))
     out = _table.round_to_table(y & U32(ABS), entries, recipe.element) | (y & U32(SIGN))
     return _bits.from_bits(jnp.where(nan, U32(NAN), out))

@@ -6,6 +6,8 @@ float32 subnormals), so no logarithm and no flushed float arithmetic is involved
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import jax.numpy as jnp
 import numpy as np
 
@@ -88,9 +90,15 @@ def global_scale_is_normal(recipe: Recipe) -> bool:
 
 
 def two_level_scales(
-    amax_tensor: jnp.ndarray, amax_block: jnp.ndarray, recipe: Recipe
+    amax_tensor: jnp.ndarray,
+    amax_block: jnp.ndarray,
+    recipe: Recipe,
+    once: Callable[..., tuple[jnp.ndarray, ...]] = lambda *arrays: arrays,
 ) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray, jnp.ndarray]:
     """(codes of d, g, enc_b, nonfinite) for a narrow block scale format (NVFP4 and friends).
+
+    ``once`` takes the codes and returns them computed once (``Work.materialized``), so that their
+    consumers (``enc_b``, the caller's ``d``) do not each repeat the chain that rounds them.
 
     ``amax_tensor``: bits of the largest magnitude in the tensor's finite blocks (one per tensor);
     ``amax_block``: bits of each block's amax. The float32 sequence, after Transformer Engine's
@@ -114,7 +122,7 @@ def two_level_scales(
         g = s
     mult = s * F32(np.float32(1) / np.float32(e_fmt.max))
     block = jnp.where(nonfinite, U32(0), amax_block)
-    codes = codec.encode(jnp.minimum(_bits.mul_flushing(block, mult), F32(s_fmt.max)), s_fmt, saturate=True)
+    (codes,) = once(codec.encode(jnp.minimum(_bits.mul_flushing(block, mult), F32(s_fmt.max)), s_fmt, saturate=True))
     d = codec.decode(codes, s_fmt)
     # d is normal or zero where every value of the scale format is
     normal = s_fmt.min_subnormal >= 2.0**-126 and global_scale_is_normal(recipe)
