@@ -5,6 +5,8 @@ cheap producers and wrong for expensive ones read by several loops: a block's sc
 of operations per group) broadcast to each of its elements, or a training recipe's operand (the
 backward pass's chain of elementwise work) read by a quantizer's amax reduction and again by its
 rounding loop, or the Hadamard transform's signs (a hash of the key) read by each of its elements.
+A quantized operand is also materialized after its quantizer: XLA would fuse the dot's operand
+transpose into the quantizer's rounding loop, which then runs in the transposed order, unvectorised.
 `fpemu.scaled` and the training recipes' GEMMs and Hadamard transform use `materialize` there.
 """
 
@@ -13,7 +15,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jax import lax
 
-__all__ = ["MATERIALIZE_MIN_SIZE", "materialize"]
+__all__ = ["MATERIALIZE_MIN_SIZE", "computed_once", "materialize"]
 
 #: Arrays computed for this many elements or more are materialized (smaller ones: not worth the compile time).
 MATERIALIZE_MIN_SIZE = 1 << 16
@@ -51,3 +53,8 @@ def _xor_zero(a: jnp.ndarray) -> jnp.ndarray:
     uint = jnp.dtype(f"uint{8 * a.dtype.itemsize}")
     bits = lax.bitcast_convert_type(a, uint)
     return lax.bitcast_convert_type(bits ^ jnp.zeros((), uint), a.dtype)
+
+
+def computed_once(x: jnp.ndarray) -> jnp.ndarray:
+    """``x`` materialized (`materialize`) if it has `MATERIALIZE_MIN_SIZE` elements or more, else as it is."""
+    return materialize((x,))[0] if x.size >= MATERIALIZE_MIN_SIZE else x

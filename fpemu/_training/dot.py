@@ -14,7 +14,7 @@ from jax.typing import DTypeLike
 from fpemu._args import int_arg, key_arg
 from fpemu._core.format import Format, fits
 from fpemu._core.registry import get_format
-from fpemu._ops.fusion import MATERIALIZE_MIN_SIZE, materialize
+from fpemu._ops.fusion import computed_once
 from fpemu._ops.matmul import dot_general
 from fpemu._training.hadamard import hadamard, hadamard_signs
 from fpemu._training.layout import Contraction, contracting_dims_arg
@@ -60,14 +60,6 @@ def _transform(x: jax.Array, dims: tuple[int, ...], size: int, key: jax.Array | 
     c = Contraction(tuple(x.shape), dims)
     y, axis = c.group(x)
     return c.ungroup(hadamard(y, axis, size, key))
-
-
-def _computed_once(x: jax.Array) -> jax.Array:
-    """``x``, materialized: a quantizer reads its operand in several loops (the amax reduction, the
-    rounding), and XLA would otherwise recompute the operand's producers (the backward pass's
-    elementwise chain) in each of them. In the transformer block's MXFP8 training step this took
-    1.74x emulated bf16 to 1.07x (bench/RESULTS_training.md); the results are the same bits."""
-    return materialize((x,))[0] if x.size >= MATERIALIZE_MIN_SIZE else x
 
 
 def _bf16_exact(q: Quantizer | None) -> bool:
@@ -185,12 +177,22 @@ def _product(a, b, key, lhs_amax, rhs_amax, *, dn: DimensionNumbers, gemm: GemmR
     if gemm.hadamard is not None:
         a = _transform(a.astype(f32), lc, gemm.hadamard, keys[2])
         b = _transform(b.astype(f32), rc, gemm.hadamard, keys[2])
+    # Quantized operands are materialized before and after their quantizer (the same bits either way).
+    # Before: a quantizer reads its operand in several loops (the amax reduction, the rounding), and XLA
+    # would recompute the operand's producers (the backward pass's elementwise chain) in each of them
+    # (the transformer block's MXFP8 step: 1.74x emulated bf16 -> 1.07x). After: XLA would fuse the dot's
+    # operand transposes into the quantizer's rounding loop, which then runs in the transposed order,
+    # unvectorised (bench/RESULTS_training.md).
     if gemm.lhs is not None:
-        a = quantize_operand(_computed_once(a), lc, gemm.lhs, key=keys[0], amax=lhs_amax, margin=margin)
+        a = quantize_operand(computed_once(a), lc, gemm.lhs, key=keys[0], amax=lhs_amax, margin=margin)
     if gemm.rhs is not None:
-        b = quantize_operand(_computed_once(b), rc, gemm.rhs, key=keys[1], amax=rhs_amax, margin=margin)
+        b = quantize_operand(computed_once(b), rc, gemm.rhs, key=keys[1], amax=rhs_amax, margin=margin)
     if _bf16_exact(gemm.lhs) and _bf16_exact(gemm.rhs):
         a, b = a.astype(jnp.bfloat16), b.astype(jnp.bfloat16)
+    if gemm.lhs is not None:
+        a = computed_once(a)
+    if gemm.rhs is not None:
+        b = computed_once(b)
     return dot_general(
         a,
         b,

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import fpemu
-import fpemu._training.dot as dot_module
+import fpemu._ops.fusion as fusion
 from fpemu._training import GemmRecipe, Quantizer, hadamard, quantized_dot_general, training_recipe
 from fpemu._training.hadamard import hadamard_signs
 from fpemu.testing import assert_bit_exact
@@ -275,11 +275,19 @@ def test_the_gradient_is_the_product_with_the_quantized_other_operand():
     assert_bit_exact(dx, np.ones((4, 3), np.float32) @ wq.T)
 
 
+def _quantizer_loops_that_transpose(hlo: str) -> int:
+    """Fused computations of optimized HLO that transpose and also do a quantizer's bit work."""
+    computations = (c for c in hlo.split("\n\n") if c.lstrip().startswith("%fused_computation"))
+    return sum(" transpose(" in c and "bitcast-convert(" in c for c in computations)
+
+
 def test_quantized_operands_are_computed_once(monkeypatch):
     """A quantizer reads its operand in several loops (its block amax, its rounding): XLA:CPU fused the
     operand's producers, the backward pass's elementwise chain, into each of them (MXFP8's training step
-    took 1.7x emulated bf16 instead of 1.05x). Materialized operands (of 2**16 elements or more) leave
-    the compiled program fewer multiplications, with the same bits."""
+    took 1.7x emulated bf16 instead of 1.05x), and fused the dot's operand transposes into its rounding
+    loop, which then ran in the transposed order. Materialized operands (of 2**16 elements or more),
+    before and after their quantizers, leave the compiled program fewer multiplications and every
+    transpose a plain copy, with the same bits."""
     if jax.default_backend() != "cpu":
         pytest.skip("the materializing conditional is XLA:CPU's")
     rng = np.random.default_rng(0)
@@ -295,10 +303,12 @@ def test_quantized_operands_are_computed_once(monkeypatch):
         jax.clear_caches()  # the recipe GEMM's trace is cached across builds
         fn = jax.jit(fpemu.emulate(jax.value_and_grad(loss), fpemu.Policy(dot="mxfp8")))
         compiled = fn.lower(params, x).compile()
-        return compiled.as_text().count(" multiply("), compiled(params, x)
+        hlo = compiled.as_text()
+        return hlo.count(" multiply("), _quantizer_loops_that_transpose(hlo), compiled(params, x)
 
-    once, result = build()
-    monkeypatch.setattr(dot_module, "MATERIALIZE_MIN_SIZE", 1 << 40)  # nothing materialized
-    fused, fused_result = build()
+    once, transposing, result = build()
+    monkeypatch.setattr(fusion, "MATERIALIZE_MIN_SIZE", 1 << 40)  # no operand materialized
+    fused, fused_transposing, fused_result = build()
     assert once < fused, (once, fused)
+    assert transposing == 0 < fused_transposing, (transposing, fused_transposing)
     assert_tree_bits(result, fused_result)
