@@ -256,7 +256,8 @@ def quantize_dequantize(
     random: jnp.ndarray | None = None,
 ) -> jnp.ndarray:
     """float32 ``decode(encode(x))``; for power-of-two recipes and nearest even, in one rounding pass
-    (`_rne`: the same bits as encode and decode, 1.3-2x faster; its docstring has the numbers)."""
+    (`_rne`: the same bits as encode and decode, 1.3-2x faster; its docstring has the numbers); for
+    NVFP4-like recipes and nearest even, by thresholds and per-block tables (`_qdq_by_table`)."""
     if _by_table(recipe, scale, rounding):
         return _qdq_by_table(x, recipe, layout)
     if not (recipe.is_pow2 and rounding == "nearest_even"):
