@@ -164,8 +164,9 @@ def encode(
         y = _bits.mul_flushing(xb, w.per_element(enc))
         scale_leaf = s if nan is None else jnp.where(nan, F32(jnp.nan), s)
     else:
-        codes, g, enc_b, nan = _narrow_scales(bits, recipe, layout)
+        d, g, enc_b, nan = _narrow_scales(bits, recipe, layout)
         y = _bits.mul_flushing(xb, w.per_element(enc_b))
+        codes = codec.encode(d, s_fmt)  # exact: d is a value of the scale format
         scale_leaf = jnp.where(nan, jnp.asarray(s_fmt.nan_code, codes.dtype), codes)
         global_leaf = g if recipe.global_scale else None
     values = element_quantize.quantize(
@@ -186,7 +187,7 @@ def encode(
 
 
 def _narrow_scales(bits: jnp.ndarray, recipe: Recipe, layout: Layout):
-    """`two_level_scales` (codes, g, enc_b, NaN mask) from the blocks' and the tensor's amax."""
+    """`two_level_scales` (d, g, enc_b, NaN mask) from the blocks' and the tensor's amax."""
     amax_block = group_max(bits & U32(ABS), layout)
     finite = jnp.where(amax_block < U32(INF), amax_block, U32(0))  # blocks with NaN/inf do not count
     amax_tensor = jnp.max(finite, axis=tuple(range(bits.ndim)), keepdims=True, initial=U32(0))
@@ -213,9 +214,8 @@ def _qdq_by_table(x: jnp.ndarray, recipe: Recipe, layout: Layout) -> jnp.ndarray
     block's ``fl(v * d * g)`` computed once per value (`fpemu.scaled._table`)."""
     bits = _bits.to_bits(x)
     w = Work(x.shape, layout)
-    codes, g, enc_b, nan = _narrow_scales(bits, recipe, layout)
-    # the per-block chain once, then the table from it (else each of its entries would repeat the chain)
-    d, nan, enc_b = w.materialized(codec.decode(codes, recipe.scale_format), nan, enc_b)
+    d, g, enc_b, nan = _narrow_scales(bits, recipe, layout)  # d computed once: the table repeats no chain
+    nan, enc_b = w.materialized(nan, enc_b)
     values = np.array(_table.positive_values(recipe.element), np.float32)
     products = _bits.to_bits(d[None] * values.reshape((-1,) + (1,) * d.ndim))  # exact, normal
     (table,) = w.materialized(_bits.mul_normal(products, _bits.to_bits(g)[None]))

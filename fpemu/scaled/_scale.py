@@ -11,8 +11,7 @@ from collections.abc import Callable
 import jax.numpy as jnp
 import numpy as np
 
-from fpemu._ops import codec
-from fpemu.scaled import _bits
+from fpemu.scaled import _bits, _rne
 from fpemu.scaled._bits import FLT_MAX, IMPLICIT, INF, U32
 from fpemu.scaled._recipes import Recipe, pow2_constants
 
@@ -95,10 +94,11 @@ def two_level_scales(
     recipe: Recipe,
     once: Callable[..., tuple[jnp.ndarray, ...]] = lambda *arrays: arrays,
 ) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray, jnp.ndarray]:
-    """(codes of d, g, enc_b, nonfinite) for a narrow block scale format (NVFP4 and friends).
+    """(d, g, enc_b, nonfinite) for a narrow block scale format (NVFP4 and friends): ``d`` the block
+    decode scales (float32 values of the scale format, whose codes `fpemu.encode` gives exactly).
 
-    ``once`` takes the codes and returns them computed once (``Work.materialized``), so that their
-    consumers (``enc_b``, the caller's ``d``) do not each repeat the chain that rounds them.
+    ``once`` takes ``d`` and returns it computed once (``Work.materialized``), so that its consumers
+    (``enc_b``, the caller's table or codes) do not each repeat the chain that rounds it.
 
     ``amax_tensor``: bits of the largest magnitude in the tensor's finite blocks (one per tensor);
     ``amax_block``: bits of each block's amax. The float32 sequence, after Transformer Engine's
@@ -107,7 +107,8 @@ def two_level_scales(
     - ``S = min(fl(fl(M_s * M_e) / amax_tensor), 2**126)`` (``2**126`` for an all-zero tensor), or
       ``S = 1`` without ``global_scale``; ``g = fl(1 / S)`` (the float32 per-tensor decode scale);
     - ``d = round_sat(min(fl(amax_block * fl(S * fl(1 / M_e))), M_s))`` in the scale format, nearest
-      even (the block decode scale, stored as a code);
+      even (the block decode scale, stored as a code), by `fpemu.scaled._rne`'s rounding onto the
+      scale format's grid;
     - ``enc_b = min(fl(1 / fl(d * g)), FLT_MAX)`` (the block's encode scale).
     """
     s_fmt, e_fmt = recipe.scale_format, recipe.element
@@ -122,11 +123,12 @@ def two_level_scales(
         g = s
     mult = s * F32(np.float32(1) / np.float32(e_fmt.max))
     block = jnp.where(nonfinite, U32(0), amax_block)
-    (codes,) = once(codec.encode(jnp.minimum(_bits.mul_flushing(block, mult), F32(s_fmt.max)), s_fmt, saturate=True))
-    d = codec.decode(codes, s_fmt)
+    wanted = _bits.to_bits(jnp.minimum(_bits.mul_flushing(block, mult), F32(s_fmt.max)))  # finite, >= 0
+    grid = _rne.Grid.for_scale(s_fmt, jnp.zeros((), I32))  # the scale format's own values
+    (d,) = once(_rne.round_rne(wanted, grid, s_fmt, saturate=True, negative_zero=False))
     # d is normal or zero where every value of the scale format is
     normal = s_fmt.min_subnormal >= 2.0**-126 and global_scale_is_normal(recipe)
     mul = _bits.mul_normal if normal else _bits.mul_exact
-    p = mul(_bits.to_bits(d), _bits.to_bits(g))
+    p = mul(d, _bits.to_bits(g))
     enc = jnp.minimum(_bits.reciprocal(p), _bits.from_bits(U32(FLT_MAX)))
-    return codes, g, enc, nonfinite
+    return _bits.from_bits(d), g, enc, nonfinite
