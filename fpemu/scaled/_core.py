@@ -195,17 +195,14 @@ def _narrow_scales(bits: jnp.ndarray, recipe: Recipe, layout: Layout):
 
 
 def _by_table(recipe: Recipe, scale: jnp.ndarray | None, rounding: Rounding) -> bool:
-    """Whether `quantize_dequantize` takes `_table`'s path: nearest even, a narrow-scale recipe (NVFP4)
-    under current scaling whose element has few values, and products `mul_normal` computes exactly
-    (``v * d`` normal, the tensor scale normal, no subnormal narrow scale)."""
+    """Whether `quantize_dequantize` takes `_table`'s path: nearest even under current scaling, a
+    narrow-scale recipe (NVFP4) whose element has few values and whose products with the computed
+    tensor scale `mul_normal` gives."""
     return (
         scale is None
         and rounding == "nearest_even"
-        and recipe.scale_kind == "narrow"
         and _table.applies(recipe.element)
-        and _products_are_normal(recipe)
-        and recipe.scale_format.min_subnormal >= 2.0**-126
-        and global_scale_is_normal(recipe)
+        and _tensor_products_are_normal(recipe)
     )
 
 
@@ -354,14 +351,13 @@ def decode(
         out = _bits.scale_up(vb, w.per_element(k))
     else:
         sb, nan = scale_bits(scale_leaf, recipe)
-        normal = recipe.scale_kind == "narrow" and _products_are_normal(recipe)
-        if normal:  # exact in float32
+        if recipe.scale_kind == "narrow" and _products_are_normal(recipe):  # exact in float32
             out = _bits.to_bits(_bits.from_bits(vb) * _bits.from_bits(w.per_element(sb)))
         else:
             out = _bits.mul_exact(vb, w.per_element(sb))
         if recipe.scale_kind == "narrow" and global_leaf is not None:
-            normal = normal and computed_global and global_scale_is_normal(recipe)
-            mul = _bits.mul_normal if normal else _bits.mul_exact
+            by_float = computed_global and _tensor_products_are_normal(recipe)
+            mul = _bits.mul_normal if by_float else _bits.mul_exact
             out = mul(out, _bits.to_bits(global_leaf.astype(F32)))  # (1,) * ndim: broadcasts
         out = jnp.where((vb & U32(ABS)) >= U32(INF), vb, out)  # inf and NaN elements pass through
     out = jnp.where(w.per_element(nan), U32(NAN), out)
@@ -372,6 +368,12 @@ def _products_are_normal(recipe: Recipe) -> bool:
     """Whether every nonzero element value times every nonzero narrow scale is a normal float32
     (then the product, of at most 8 significant bits, is exact in float arithmetic)."""
     return recipe.element.min_subnormal * recipe.scale_format.min_subnormal >= 2.0**-126
+
+
+def _tensor_products_are_normal(recipe: Recipe) -> bool:
+    """Whether `mul_normal` gives every ``fl(v * d * g)`` of a narrow-scale recipe: ``v * d`` is a
+    normal float32 or zero, and the tensor scale ``g`` `two_level_scales` computes is normal."""
+    return recipe.scale_kind == "narrow" and _products_are_normal(recipe) and global_scale_is_normal(recipe)
 
 
 def grad_scale(scale_leaf: jnp.ndarray, global_leaf: jnp.ndarray | None, recipe: Recipe) -> jnp.ndarray:
