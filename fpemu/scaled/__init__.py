@@ -1,7 +1,8 @@
 """Scaled and block formats: per-tensor, per-axis and block scaling, OCP MX, NVFP4, delayed scaling.
 
 `ScaledArray.from_array` turns an array into a `ScaledArray` (element-format values plus per-group
-scales) and `quantize_dequantize` is the fused simulation path. Recipes are data (`Recipe`);
+scales) and `quantize_dequantize` is the fused simulation path (`quantize_dequantize_split`: with the
+float32 per-tensor scale kept apart, as a GEMM applies it). Recipes are data (`Recipe`);
 `recipes` lists the built-in ones. `DelayedScaling` quantizes with scales from an amax history
 carried in a functional state. `matmul` multiplies two matrices as a recipe does (`MATMUL_RECIPES`).
 `qsnr` and `relative_error` measure the result. `fpemu.scaled.reference` is the slow NumPy oracle the
@@ -26,6 +27,7 @@ from fpemu.scaled._recipes import RecipeLike as RecipeLike
 from fpemu.scaled._recipes import UnknownRecipeError as UnknownRecipeError
 from fpemu.scaled._recipes import get_recipe as get_recipe
 from fpemu.scaled._recipes import recipes as recipes
+from fpemu.scaled._split import quantize_dequantize_split as quantize_dequantize_split
 
 __all__ = [
     "MATMUL_RECIPES",
@@ -44,6 +46,7 @@ __all__ = [
     "qsnr",
     "qsnr_from_relative_error",
     "quantize_dequantize",
+    "quantize_dequantize_split",
     "recipes",
     "relative_error",
 ]

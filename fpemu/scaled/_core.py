@@ -7,7 +7,7 @@ float32; the element rounding is `fpemu.quantize` on the scaled values.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -206,20 +206,59 @@ def _by_table(recipe: Recipe, scale: jnp.ndarray | None, rounding: Rounding) -> 
     )
 
 
-def _qdq_by_table(x: jnp.ndarray, recipe: Recipe, layout: Layout) -> jnp.ndarray:
+def _qdq_by_table(x: jnp.ndarray, recipe: Recipe, layout: Layout, *, split: bool = False):
     """`quantize_dequantize` for `_by_table` recipes: the same bits, rounded by thresholds and with each
-    block's ``fl(v * d * g)`` computed once per value (`fpemu.scaled._table`)."""
+    block's ``fl(v * d * g)`` computed once per value (`fpemu.scaled._table`). ``split``: the pair of
+    `quantize_dequantize_split` instead, each block's ``v * d`` (exact) and ``g``."""
     bits = _bits.to_bits(x)
     w = Work(x.shape, layout)
     d, g, enc_b, nan = _narrow_scales(bits, recipe, layout)  # d computed once: the table repeats no chain
     nan, enc_b = w.materialized(nan, enc_b)
     values = np.array(_table.positive_values(recipe.element), np.float32)
-    products = _bits.to_bits(d[None] * values.reshape((-1,) + (1,) * d.ndim))  # exact, normal
-    (table,) = w.materialized(_bits.mul_normal(products, _bits.to_bits(g)[None]))
+    products = d[None] * values.reshape((-1,) + (1,) * d.ndim)  # exact, normal
+    if not split:
+        products = _bits.from_bits(_bits.mul_normal(_bits.to_bits(products), _bits.to_bits(g)[None]))
+    (table,) = w.materialized(_bits.to_bits(products))
     *entries, nan, enc_b = w.broadcast(*(table[i] for i in range(len(values))), nan, enc_b)
     y = _bits.to_bits(_bits.mul_flushing(bits, enc_b))
     out = _table.round_to_table(y & U32(ABS), entries, recipe.element) | (y & U32(SIGN))
-    return _bits.from_bits(jnp.where(nan, U32(NAN), out))
+    out = _bits.from_bits(jnp.where(nan, U32(NAN), out))
+    return (out, g) if split else out
+
+
+def splits_tensor_scale(recipe: Recipe, axis: int | None) -> bool:
+    """Whether ``recipe`` quantizing along ``axis`` has a float32 per-tensor scale that
+    `quantize_dequantize_split` takes out: a two-level recipe's global scale (NVFP4), or the one
+    float scale of a per-tensor (``axis=None``) recipe with float32 scales that are not powers of two."""
+    return recipe.global_scale or (recipe.scale_kind == "fp32" and not recipe.is_pow2 and axis is None)
+
+
+def quantize_dequantize_split(
+    x: jnp.ndarray,
+    recipe: Recipe,
+    layout: Layout,
+    *,
+    rounding: Rounding,
+    key: jax.Array | None,
+    random_bits: int | None,
+    scale: jnp.ndarray | None = None,
+    stochastic_variant: StochasticVariant = "floor",
+    random: jnp.ndarray | None = None,
+) -> tuple[jnp.ndarray, jnp.ndarray | None]:
+    """(blocks, t): float32 `quantize_dequantize` with the per-tensor scale ``t`` (shape ``(1,) * ndim``)
+    taken out where `splits_tensor_scale`, so that ``quantize_dequantize == fl(blocks * t)``; blocks
+    are NaN wherever it is NaN. Otherwise ``(quantize_dequantize, None)``."""
+    kw: dict[str, Any] = {"rounding": rounding, "key": key, "random_bits": random_bits, "scale": scale}
+    kw.update(stochastic_variant=stochastic_variant, random=random)
+    if not splits_tensor_scale(recipe, layout.axis):
+        return quantize_dequantize(x, recipe, layout, **kw), None
+    if _by_table(recipe, scale, rounding):
+        return _qdq_by_table(x, recipe, layout, split=True)
+    values, scale_leaf, global_leaf = encode(x, recipe, layout, **kw)
+    if global_leaf is not None:
+        return decode(values, scale_leaf, None, recipe, layout), global_leaf
+    t = scale_leaf.astype(F32).reshape((1,) * x.ndim)  # the one float32 scale, NaN for a NaN group
+    return jnp.where(jnp.isnan(t), F32(jnp.nan), values), t
 
 
 def _pow2_scales(bits: jnp.ndarray, recipe: Recipe, layout: Layout, scale) -> tuple[jnp.ndarray, jnp.ndarray]:

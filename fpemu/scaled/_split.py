@@ -1,0 +1,119 @@
+"""`quantize_dequantize_split`: `quantize_dequantize` with its float32 per-tensor scale kept apart.
+
+Hardware applies a per-tensor scale after the matrix product, not to each element: cuBLAS takes
+FP8's per-tensor scales as the GEMM's scale factors and NVFP4's tensor scales as its ``alpha``, and
+multiplies the float32 accumulator once. This is the quantization such a product starts from.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.typing import ArrayLike
+
+from fpemu._core.modes import Rounding, Saturation, StochasticVariant
+from fpemu.scaled import _core
+from fpemu.scaled._quantize import DEFAULT_AXIS, Config, _random_kwargs, prepare, prepare_random, prepare_scale
+from fpemu.scaled._recipes import RecipeLike
+
+__all__ = ["quantize_dequantize_split"]
+
+F32 = jnp.float32
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(3,))
+def _split_ste(x, key, scale, cfg: Config):
+    return _core.quantize_dequantize_split(
+        x.astype(F32),
+        cfg.recipe,
+        _core.Layout(cfg.axis, cfg.recipe.block_size),
+        rounding=cfg.rounding,
+        random_bits=cfg.random_bits,
+        scale=scale,
+        stochastic_variant=cfg.stochastic_variant,
+        **{"key": None, **_random_kwargs(key, cfg)},
+    )
+
+
+@_split_ste.defjvp
+def _split_jvp(cfg, primals, tangents):
+    blocks, t = _split_ste(*primals, cfg)
+    x_dot = tangents[0].astype(F32)
+    if t is None:
+        return (blocks, t), (x_dot, None)
+    # straight through the product blocks * t; the barrier on the broadcast scale keeps XLA from turning
+    # the division into a multiplication by the reciprocal (as `quantize_ste`'s), so that g * t / t = g
+    per_element = lax.optimization_barrier(jnp.broadcast_to(t, x_dot.shape))
+    return (blocks, t), (x_dot / per_element, jnp.zeros_like(t))
+
+
+_split_jit = jax.jit(_split_ste, static_argnums=(3,))
+
+
+def quantize_dequantize_split(
+    x: jax.Array | np.ndarray,
+    recipe: RecipeLike,
+    *,
+    axis: int | None = DEFAULT_AXIS,
+    rounding: Rounding = "nearest_even",
+    key: jax.Array | None = None,
+    random_bits: int | None = None,
+    scale: ArrayLike | None = None,
+    pad: bool = False,
+    scale_rule: str | None = None,
+    block_size: int | None = None,
+    margin: int | None = None,
+    saturate: Saturation | None = None,
+    stochastic_variant: StochasticVariant = "floor",
+    random: ArrayLike | None = None,
+) -> tuple[jax.Array, jax.Array | None]:
+    """`quantize_dequantize` as two factors: ``(blocks, tensor_scale)``, the float32 per-tensor scale apart.
+
+    Special values first: ``blocks`` is NaN wherever `quantize_dequantize` is NaN (a group holding
+    NaN or ±inf, under current scaling; with a per-tensor scale that is the whole tensor, and
+    ``tensor_scale`` is NaN too); otherwise the same special values.
+
+    ``tensor_scale`` is the float32 scale that applies to the whole tensor and is not a power of
+    two: a two-level recipe's global scale (NVFP4: ``blocks`` are the elements times their E4M3
+    block scales, exact), or the scale of a per-tensor recipe with float32 scales (``axis=None``,
+    ``scale_rule="float"``: Transformer Engine's FP8 current and delayed scaling; ``blocks`` are the
+    element values). Its shape is ``(1,) * x.ndim``. For every other recipe (power-of-two or
+    per-block scales only) it is None and ``blocks`` is `quantize_dequantize`'s result in float32.
+
+    Bit for bit, ``quantize_dequantize(x, ...) == fl(blocks * tensor_scale)`` (the product rounded
+    once to float32, then to ``x``'s dtype). A matrix product of two such operands is the product of
+    their ``blocks`` times ``fl(tensor_scale_a * tensor_scale_b)``, as hardware computes it.
+    Arguments are `quantize_dequantize`'s. The gradient is straight-through for the product:
+    ``blocks``' tangent is ``x``'s divided by ``tensor_scale``, whose own is zero.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from fpemu import scaled
+      >>> x = jnp.array([0.1, -0.35, 0.8, 2.0])
+      >>> blocks, t = scaled.quantize_dequantize_split(x, "nvfp4", pad=True)
+      >>> blocks.tolist(), t.tolist()          # E2M1 times the E4M3 block scale 448, tensor scale 2 / 2688
+      ([224.0, -448.0, 896.0, 2688.0], [0.0007440476329065859])
+      >>> bool(jnp.all(blocks * t == scaled.quantize_dequantize(x, "nvfp4", pad=True)))
+      True
+      >>> scaled.quantize_dequantize_split(x, "mxfp8", pad=True)[1] is None   # power-of-two scales
+      True
+    """
+    overrides = {"scale_rule": scale_rule, "block_size": block_size, "margin": margin, "saturate": saturate}
+    x, cfg = prepare(
+        x,
+        recipe,
+        axis,
+        rounding,
+        key,
+        random_bits,
+        pad,
+        overrides,
+        stochastic_variant=stochastic_variant,
+        random=random,
+    )
+    s = prepare_scale(scale, x, cfg)
+    return _split_jit(x, prepare_random(key, random, x, cfg), s, cfg)

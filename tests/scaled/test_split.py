@@ -1,0 +1,109 @@
+"""`quantize_dequantize_split`: the per-tensor float32 scale kept apart, against the NumPy reference.
+
+For every recipe: ``tensor_scale`` is there exactly when the recipe has a float per-tensor scale (a
+two-level recipe's global scale, or a per-tensor float32 scale), ``blocks`` are the reference's
+element values times their block scales (NVFP4) or the element values (per tensor), bit for bit,
+and ``fl(blocks * tensor_scale)`` is `quantize_dequantize`, bit for bit; otherwise ``blocks`` is it.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from fpemu.scaled import get_recipe, quantize_dequantize, quantize_dequantize_split, recipes, reference
+from fpemu.testing import assert_bit_exact
+from fpemu.testing import reference as element_reference
+
+F32 = np.float32
+SHAPE = (6, 48)  # blocks of 16 and 32, the last block of 32 short
+
+
+def _data(kind: str) -> np.ndarray:
+    rng = np.random.default_rng(["normal", "wide", "specials"].index(kind))
+    x = rng.standard_normal(SHAPE) * 2.0 ** rng.integers(-6, 6, (SHAPE[0], 1))
+    if kind == "wide":  # each run of 16 a different magnitude, subnormal-range ones included
+        x = x * 2.0 ** rng.integers(-140, 100, (SHAPE[0], SHAPE[1] // 16)).repeat(16, axis=1)
+    if kind == "specials":
+        x[1, 3], x[2, 40], x[3, :16] = np.nan, -np.inf, 0.0
+    return x.astype(F32)
+
+
+def _axes(name: str) -> list:
+    return [-1] if get_recipe(name).block_size else [None, -1]
+
+
+CASES = [(name, axis, kind) for name in recipes() for axis in _axes(name) for kind in ("normal", "wide", "specials")]
+
+
+def expected_split(x: np.ndarray, name: str, axis, random=None, random_bits=32):
+    """(blocks, tensor scale or None) from `fpemu.scaled.reference.quantize`."""
+    r = get_recipe(name)
+    kw = {"rounding": "stochastic", "random": random, "random_bits": random_bits} if random is not None else {}
+    res = reference.quantize(x, r, axis=axis, pad=True, **kw)
+    if r.global_scale:
+        decode = np.vectorize(lambda c: element_reference.decode_scalar(int(c), r.scale_format), otypes=[F32])
+        d = np.repeat(decode(res.scale), r.block_size, axis=-1)[:, : x.shape[-1]]
+        with np.errstate(invalid="ignore"):
+            return (res.values.astype(np.float64) * d).astype(F32), res.global_scale
+    if axis is None and r.scale_kind == "fp32" and not r.is_pow2:
+        t = np.asarray(res.scale, F32).reshape((1,) * x.ndim)
+        return np.where(np.isnan(t), F32(np.nan), res.values).astype(F32), t
+    return res.dequantized, None
+
+
+@pytest.mark.parametrize(("name", "axis", "kind"), CASES)
+def test_blocks_and_tensor_scale_match_the_reference(name, axis, kind):
+    x = _data(kind)
+    blocks, t = quantize_dequantize_split(x, name, axis=axis, pad=True)
+    want_blocks, want_t = expected_split(x, name, axis)
+    assert (t is None) == (want_t is None)
+    assert blocks.dtype == jnp.float32 and blocks.shape == x.shape
+    assert_bit_exact(blocks, want_blocks)
+    qdq = np.asarray(quantize_dequantize(x, name, axis=axis, pad=True))
+    if t is None:
+        assert_bit_exact(blocks, qdq)
+        return
+    assert t.shape == (1,) * x.ndim and t.dtype == jnp.float32
+    assert_bit_exact(t, want_t)
+    with np.errstate(invalid="ignore", over="ignore"):
+        assert_bit_exact((np.asarray(blocks) * np.asarray(t)).astype(F32), qdq)  # IEEE float32 product
+
+
+@pytest.mark.parametrize("name", ["nvfp4", "fp8_e4m3"])
+def test_stochastic_rounding_with_explicit_bits_matches_the_reference(name):
+    x = _data("normal")
+    bits = np.random.default_rng(9).integers(0, 1 << 8, SHAPE, dtype=np.uint32)
+    axis = -1 if get_recipe(name).block_size else None
+    blocks, t = quantize_dequantize_split(
+        x, name, axis=axis, pad=True, rounding="stochastic", random=bits, random_bits=8
+    )
+    want_blocks, want_t = expected_split(x, name, axis, random=bits, random_bits=8)
+    assert_bit_exact(blocks, want_blocks)
+    assert_bit_exact(t, want_t)
+
+
+def test_nan_spreads_as_in_quantize_dequantize():
+    x = _data("specials")
+    blocks, t = quantize_dequantize_split(x, "nvfp4", pad=True)
+    assert np.isnan(np.asarray(blocks)[1, :16]).all() and np.isfinite(float(t[0, 0]))  # a block holding NaN
+    assert not np.isnan(np.asarray(blocks)[3]).any()  # its neighbours keep their values
+    blocks, t = quantize_dequantize_split(x, "fp8_e4m3")  # per tensor: everything NaN, the scale too
+    assert np.isnan(np.asarray(blocks)).all() and np.isnan(float(t[0, 0]))
+
+
+def test_the_gradient_is_straight_through_the_product():
+    x = jnp.asarray(_data("normal"))
+
+    def total(v):
+        blocks, t = quantize_dequantize_split(v, "nvfp4", pad=True)
+        return jnp.sum(blocks * t)
+
+    assert_bit_exact(jax.grad(total)(x), np.ones(SHAPE, F32))
+
+
+def test_bad_arguments_name_themselves():
+    with pytest.raises(ValueError, match="axis must be an int"):
+        quantize_dequantize_split(_data("normal"), "nvfp4", axis=None)
+    with pytest.raises(TypeError, match="x must be"):
+        quantize_dequantize_split([1.0, 2.0], "nvfp4")
