@@ -35,6 +35,7 @@ from fpemu._training import (
     quantized_dot_general,
     training_recipe,
 )
+from fpemu._training.quantizer import quantize_operand_split
 from fpemu.testing import assert_bit_exact
 
 GEMMS = ("forward", "dgrad", "wgrad")
@@ -208,6 +209,21 @@ def test_vmap_of_per_example_gradients_is_per_example():
         assert_bit_exact(batched[i], grad(w, xs[i]))
 
 
+def _conv(x, w):
+    return jax.lax.conv(x, w, (1, 1), "SAME")
+
+
+def _conv_loss(x, w):
+    return 0.5 * jnp.sum(_conv(x, w) ** 2)
+
+
+def _small_integers(seed: int) -> tuple[jax.Array, jax.Array]:
+    """A (2, 2, 5, 5) input and a (3, 2, 3, 3) kernel of integers in [-2, 2]."""
+    rng = np.random.default_rng(seed)
+    x = jnp.asarray(rng.integers(-2, 3, (2, 2, 5, 5)).astype(np.float32))
+    return x, jnp.asarray(rng.integers(-2, 3, (3, 2, 3, 3)).astype(np.float32))
+
+
 def test_convolutions_compute_their_three_gemms_with_the_recipe():
     # power-of-two per-tensor scales on small integers: every product and sum below is exact, so the
     # convolutions of emulate (fpemu.conv_general_dilated) and of the reference (lax) agree bit for bit
@@ -220,26 +236,43 @@ def test_convolutions_compute_their_three_gemms_with_the_recipe():
         wgrad=GemmRecipe(lhs=q8, rhs=q5),
     )
 
-    def conv(x, w):
-        return jax.lax.conv(x, w, (1, 1), "SAME")
-
-    def loss(x, w):
-        return 0.5 * jnp.sum(conv(x, w) ** 2)
-
-    rng = np.random.default_rng(16)
-    x = jnp.asarray(rng.integers(-2, 3, (2, 2, 5, 5)).astype(np.float32))
-    w = jnp.asarray(rng.integers(-2, 3, (3, 2, 3, 3)).astype(np.float32))
+    x, w = _small_integers(16)
 
     @jax.jit
     def expected(x, w):
         qx, qw = quantize_operand(x, (1,), q8), quantize_operand(w, (1,), q8)
-        y, pullback = jax.vjp(conv, qx, qw)
+        y, pullback = jax.vjp(_conv, qx, qw)
         g = quantize_operand(y, (1,), q5)  # the cotangent of 0.5 * sum(y**2) is y
         dx, _ = pullback(g)
         _, dw = pullback(g)
         return 0.5 * jnp.sum(y**2), (dx, dw)
 
-    got = jax.jit(emulate(jax.value_and_grad(loss, argnums=(0, 1)), Policy(conv=recipe)))(x, w)
+    got = jax.jit(emulate(jax.value_and_grad(_conv_loss, argnums=(0, 1)), Policy(conv=recipe)))(x, w)
+    assert_tree_bits(got, expected(x, w))
+
+
+def test_convolutions_apply_per_tensor_float_scales_to_their_result():
+    # fp8_current: scales amax / max (2 / 448 and so on, not powers of two) multiply each convolution's
+    # result, not its operands; small integers keep every product and sum exact
+    recipe = training_recipe("fp8_current")
+
+    x, w = _small_integers(17)
+
+    def split(v, q):
+        return quantize_operand_split(v, (1,), q, key=None, amax=None, margin=0)
+
+    @jax.jit
+    def expected(x, w):
+        (bx, tx), (bw, tw) = split(x, recipe.forward.lhs), split(w, recipe.forward.rhs)
+        raw, pullback = jax.vjp(_conv, bx, bw)
+        y = raw * (tx * tw)
+        bg, tg = split(y, recipe.dgrad.lhs)  # the cotangent of 0.5 * sum(y**2) is y
+        dx, _ = pullback(bg)
+        bg_w, tg_w = split(y, recipe.wgrad.rhs)
+        _, dw = pullback(bg_w)
+        return 0.5 * jnp.sum(y**2), (dx * (tg * tw), dw * (tx * tg_w))
+
+    got = jax.jit(emulate(jax.value_and_grad(_conv_loss, argnums=(0, 1)), Policy(conv=recipe)))(x, w)
     assert_tree_bits(got, expected(x, w))
 
 

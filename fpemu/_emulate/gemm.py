@@ -38,12 +38,13 @@ from fpemu._emulate.interpreter import Context
 from fpemu._emulate.jax_compat import Literal, bind
 from fpemu._emulate.policy import gemm_needs_key
 from fpemu._emulate.rounding import fold_key
+from fpemu._ops.accumulate import times_tensor_scales
 from fpemu._ops.matmul import conv_general_dilated as emulated_conv
 from fpemu._ops.quantize import quantize as element_quantize
 from fpemu._training.dot import quantized_dot_general
 from fpemu._training.hadamard import hadamard
 from fpemu._training.layout import Contraction, tiles
-from fpemu._training.quantizer import Quantizer, _delayed_scale, amax_of, quantize_operand, scaled_recipe
+from fpemu._training.quantizer import Quantizer, _delayed_scale, amax_of, quantize_operand_split, scaled_recipe
 from fpemu._training.recipes import GEMMS, GemmRecipe, TrainingRecipe
 from fpemu.scaled import ScaledArray
 
@@ -133,27 +134,29 @@ def role_conv(
     xs = [a, b]
     if gemm.hadamard is not None:
         xs = [_transform(x.astype(F32), d, gemm.hadamard, k_had) for x, d in zip(xs, dims, strict=True)]
+    scales: list[Any] = [None, None]
     for i in range(2):
         q = quantizers[i]
         if q is not None:
             amax = amaxes.get(f"{which}.{sides[i]}")
-            xs[i] = _quantize(xs[i].astype(F32), dims[i], q, keys[i], amax, recipe.margin)
-    return emulated_conv(
+            k = keys[i] if q.rounding == "stochastic" else None
+            xs[i], scales[i] = quantize_operand_split(
+                xs[i].astype(F32), dims[i], q, key=k, amax=amax, margin=recipe.margin
+            )
+    scaled = scales != [None, None]
+    y = emulated_conv(
         xs[0], xs[1], params["window_strides"], params["padding"], lhs_dilation=params["lhs_dilation"],
         rhs_dilation=params["rhs_dilation"], dimension_numbers=dn, feature_group_count=params["feature_group_count"],
         batch_group_count=params["batch_group_count"], accumulate=gemm.accumulate,
-        accumulate_every=gemm.accumulate_every, preferred_element_type=out,
+        accumulate_every=gemm.accumulate_every, preferred_element_type=F32 if scaled else out,
     )  # fmt: skip
+    return times_tensor_scales(y, *scales).astype(F32 if out is None else out) if scaled else y
 
 
 def _transform(x: jax.Array, dims: tuple[int, ...], size: int, key: Any) -> jax.Array:
     c = Contraction(tuple(x.shape), dims)
     y, axis = c.group(x)
     return c.ungroup(hadamard(y, axis, size, key))
-
-
-def _quantize(x: jax.Array, dims: tuple[int, ...], q: Quantizer, key: Any, amax: Any, margin: int) -> jax.Array:
-    return quantize_operand(x, dims, q, key=key if q.rounding == "stochastic" else None, amax=amax, margin=margin)
 
 
 # -- the custom_vjp of a forward dot -------------------------------------------------------------------

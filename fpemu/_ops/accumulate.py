@@ -38,7 +38,14 @@ from fpemu._ops.matmul_config import (
 )
 from fpemu._ops.quantize import quantize
 
-__all__ = ["compute_dot", "device_operands", "positive_zero", "round_accumulator", "scale_product"]
+__all__ = [
+    "compute_dot",
+    "device_operands",
+    "positive_zero",
+    "round_accumulator",
+    "scale_product",
+    "times_tensor_scales",
+]
 
 _HIGHEST = lax.Precision.HIGHEST
 _BATCHED = (((2,), (1,)), ((0,), (0,)))  # (B, M, k) @ (B, k, N)
@@ -187,6 +194,16 @@ def scale_product(lhs_scale: jax.Array | None, rhs_scale: jax.Array | None) -> j
     if lhs_scale is None or rhs_scale is None:
         return rhs_scale if lhs_scale is None else lhs_scale
     return lhs_scale * rhs_scale
+
+
+def times_tensor_scales(y: jax.Array, lhs_scale: jax.Array | None, rhs_scale: jax.Array | None) -> jax.Array:
+    """``fl(y * fl(lhs_scale * rhs_scale))`` (or the one scale given): per-tensor scales applied to a
+    float32 product once, as cuBLAS's scale factors and ``alpha`` are. Where the scales' product
+    overflows, an exact zero ``y`` stays zero (its true product is finite) instead of becoming NaN."""
+    alpha = scale_product(lhs_scale, rhs_scale)
+    if alpha is None:
+        return y
+    return jnp.where((y == 0) & jnp.isinf(alpha), y, y * alpha)
 
 
 def _compute_dot(

@@ -9,16 +9,18 @@ from typing import Any, cast
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 from jax.typing import DTypeLike
 
 from fpemu._args import int_arg, key_arg
 from fpemu._core.format import Format, fits
 from fpemu._core.registry import get_format
+from fpemu._ops.accumulate import times_tensor_scales
 from fpemu._ops.fusion import computed_once
 from fpemu._ops.matmul import dot_general
 from fpemu._training.hadamard import hadamard, hadamard_signs
 from fpemu._training.layout import Contraction, contracting_dims_arg
-from fpemu._training.quantizer import Quantizer, _amax_arg, _key_arg, operand_arg, quantize_operand
+from fpemu._training.quantizer import Quantizer, _amax_arg, _key_arg, operand_arg, quantize_operand_split
 from fpemu._training.recipes import GemmRecipe
 
 __all__ = ["dimension_numbers_arg", "quantized_dot_general"]
@@ -63,9 +65,17 @@ def _transform(x: jax.Array, dims: tuple[int, ...], size: int, key: jax.Array | 
 
 
 def _bf16_exact(q: Quantizer | None) -> bool:
-    """Whether every dequantized value of ``q`` is a bfloat16 value: elements that fit bfloat16 times
-    powers of two (float32-subnormal products aside, which XLA:CPU's dot flushes anyway)."""
-    return q is not None and q.pow2 and fits(q.element, _BF16)
+    """Whether every value `quantize_operand_split` gives for ``q`` is a bfloat16 value (float32-subnormal
+    products aside, which XLA:CPU's dot flushes anyway): elements that fit bfloat16 times powers of
+    two or a per-tensor scale (taken out), or NVFP4's elements times narrow block scales whose
+    significands fit 8 bits together, in bfloat16's normal range."""
+    if q is None or not fits(q.element, _BF16):
+        return False
+    if q.tensor_scale:  # two levels: the blocks are element times block scale, exact
+        e, s = q.element, cast(Format, q.scale_format)
+        bits = (e.mantissa_bits + 1) + (s.mantissa_bits + 1)
+        return bits <= 8 and e.min_subnormal * s.min_subnormal >= 2.0**-126 and e.max * s.max <= _BF16.max
+    return q.pow2 or q.tensor_scaled
 
 
 def quantized_dot_general(
@@ -92,12 +102,17 @@ def quantized_dot_general(
     2. With ``gemm.hadamard = n``: both operands are transformed along their merged contraction axis
        (`hadamard`, blocks of ``n``) with the same signs, which leaves the exact product unchanged.
     3. Each operand is quantized by its `Quantizer` along *its* contracting dimensions of
-       ``dimension_numbers`` and dequantized to float32 (`quantize_operand`); an operand whose
-       quantizer is None is used as it is.
-    4. `fpemu.dot_general` multiplies the dequantized operands (exact products) and sums them in
-       float32, rounding the running sum to ``gemm.accumulate`` every ``gemm.accumulate_every``
-       products when set. When both operands hold bfloat16 values (power-of-two scales, elements of
-       at most 8 significant bits) the dot takes bfloat16 operands, which is exact and faster.
+       ``dimension_numbers`` and dequantized to float32 (`quantize_operand`), except for a float32
+       per-tensor scale ``t`` (`Quantizer.tensor_scaled`: FP8 current and delayed scaling, NVFP4's
+       second level), which is kept apart (`quantize_operand_split`); an operand whose quantizer is
+       None is used as it is.
+    4. `fpemu.dot_general` multiplies the operands (exact products) and sums them in float32,
+       rounding the running sum to ``gemm.accumulate`` every ``gemm.accumulate_every`` products
+       when set. When both operands hold bfloat16 values (elements of at most 8 significant bits
+       times power-of-two scales, or NVFP4's elements times their E4M3 block scales) the dot takes
+       bfloat16 operands, which is exact and faster.
+    5. The per-tensor scales multiply the float32 result once, ``fl(y * fl(t_lhs * t_rhs))``, as
+       cuBLAS applies them (docs/training.md), then it is rounded to ``preferred_element_type``.
 
     Keys: ``key`` is split as ``jax.random.split(key, 3)`` into the lhs's, the rhs's and the
     Hadamard transform's keys; each is used only where needed (stochastic rounding, the signs).
@@ -105,7 +120,8 @@ def quantized_dot_general(
     Engine's fixed signs (size 16).
 
     The gradient is that of the transform followed by straight-through quantization and
-    `fpemu.dot_general`'s straight-through product.
+    `fpemu.dot_general`'s straight-through product (with per-tensor scales: the product with the
+    other operand's ``fl(blocks * t)``).
 
     Args:
       lhs, rhs: float16, bfloat16 or float32 arrays.
@@ -177,6 +193,16 @@ def _product(a, b, key, lhs_amax, rhs_amax, *, dn: DimensionNumbers, gemm: GemmR
     if gemm.hadamard is not None:
         a = _transform(a.astype(f32), lc, gemm.hadamard, keys[2])
         b = _transform(b.astype(f32), rc, gemm.hadamard, keys[2])
+    tensor_scaled = any(q is not None and q.tensor_scaled for q in (gemm.lhs, gemm.rhs))
+    if not tensor_scaled:
+        return _quantized_product(a, b, keys[0], keys[1], lhs_amax, rhs_amax, dn, gemm, result, margin)[0]
+    return _tensor_scaled_product(a, b, keys[0], keys[1], lhs_amax, rhs_amax, dn, gemm, result, margin)
+
+
+def _quantized_product(a, b, key_a, key_b, lhs_amax, rhs_amax, dn, gemm: GemmRecipe, result, margin: int):
+    """(the product, the quantized lhs, the quantized rhs) of steps 3 and 4 (see `quantized_dot_general`)."""
+    (lc, rc), _ = dn
+    ta = tb = None
     # Quantized operands are materialized before and after their quantizer (the same bits either way).
     # Before: a quantizer reads its operand in several loops (the amax reduction, the rounding), and XLA
     # would recompute the operand's producers (the backward pass's elementwise chain) in each of them
@@ -184,20 +210,42 @@ def _product(a, b, key, lhs_amax, rhs_amax, *, dn: DimensionNumbers, gemm: GemmR
     # operand transposes into the quantizer's rounding loop, which then runs in the transposed order,
     # unvectorised (bench/RESULTS_training.md).
     if gemm.lhs is not None:
-        a = quantize_operand(computed_once(a), lc, gemm.lhs, key=keys[0], amax=lhs_amax, margin=margin)
+        a, ta = quantize_operand_split(computed_once(a), lc, gemm.lhs, key=key_a, amax=lhs_amax, margin=margin)
     if gemm.rhs is not None:
-        b = quantize_operand(computed_once(b), rc, gemm.rhs, key=keys[1], amax=rhs_amax, margin=margin)
+        b, tb = quantize_operand_split(computed_once(b), rc, gemm.rhs, key=key_b, amax=rhs_amax, margin=margin)
+    quantized = (a if ta is None else a * ta, b if tb is None else b * tb)
     if _bf16_exact(gemm.lhs) and _bf16_exact(gemm.rhs):
         a, b = a.astype(jnp.bfloat16), b.astype(jnp.bfloat16)
     if gemm.lhs is not None:
         a = computed_once(a)
     if gemm.rhs is not None:
         b = computed_once(b)
-    return dot_general(
+    tensor_scaled = ta is not None or tb is not None
+    y = dot_general(
         a,
         b,
         dn,
         accumulate=cast(Format, gemm.accumulate),
         accumulate_every=gemm.accumulate_every,
-        preferred_element_type=result,
+        preferred_element_type=jnp.float32 if tensor_scaled else result,
     )
+    if tensor_scaled:
+        y = times_tensor_scales(y, ta, tb).astype(jnp.float32 if result is None else result)
+    return y, *quantized
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(6, 7, 8, 9))
+def _tensor_scaled_product(a, b, key_a, key_b, lhs_amax, rhs_amax, dn, gemm, result, margin):
+    """`_quantized_product` with per-tensor scales, whose gradient stays the straight-through product
+    with the quantized other operand (``fl(blocks * t)``), as for every other recipe."""
+    return _quantized_product(a, b, key_a, key_b, lhs_amax, rhs_amax, dn, gemm, result, margin)[0]
+
+
+@_tensor_scaled_product.defjvp
+def _tensor_scaled_jvp(dn, gemm, result, margin, primals, tangents):
+    a, b, key_a, key_b, lhs_amax, rhs_amax = primals
+    y, a_q, b_q = _quantized_product(a, b, key_a, key_b, lhs_amax, rhs_amax, dn, gemm, result, margin)
+    da, db = (t.astype(jnp.float32) for t in tangents[:2])
+    dot = functools.partial(lax.dot_general, dimension_numbers=dn, precision=lax.Precision.HIGHEST)
+    y_dot = dot(da, b_q.astype(jnp.float32)) + dot(a_q.astype(jnp.float32), db)
+    return y, y_dot.astype(y.dtype)

@@ -23,7 +23,7 @@ from fpemu._core.format import Format
 from fpemu._core.registry import FormatLike, get_format
 from fpemu._ops.quantize import quantize as element_quantize
 from fpemu._training.layout import Contraction, contracting_dims_arg, tiles, untiles
-from fpemu.scaled import SCALE_RULES, Recipe, ScaledArray, quantize_dequantize
+from fpemu.scaled import SCALE_RULES, Recipe, ScaledArray, quantize_dequantize, quantize_dequantize_split
 
 __all__ = [
     "QUANTIZER_ROUNDINGS",
@@ -34,6 +34,7 @@ __all__ = [
     "amax_of",
     "operand_arg",
     "quantize_operand",
+    "quantize_operand_split",
     "scaled_recipe",
     "scaled_view",
 ]
@@ -202,6 +203,14 @@ class Quantizer:
     def pow2(self) -> bool:
         """Whether every scale is a power of two (a power-of-two rule, or no scale at all)."""
         return self.scaling == "none" or self.scale_rule != "float"
+
+    @property
+    def tensor_scaled(self) -> bool:
+        """Whether the operand has a float32 per-tensor scale that is not a power of two (``"tensor"``
+        and ``"delayed"`` scaling with the ``"float"`` rule, or NVFP4's ``tensor_scale``): a GEMM
+        applies it to its result (`fpemu.scaled.quantize_dequantize_split`)."""
+        per_tensor = self.scaling in ("tensor", "delayed") and _scale_kind(cast(Format, self.scale_format)) == "fp32"
+        return self.tensor_scale or (per_tensor and self.scale_rule == "float")
 
     def __repr__(self) -> str:
         parts = [f"format={self.element.name!r}", f"scaling={self.scaling!r}"]
@@ -400,6 +409,27 @@ def _quantize(x, key, amax, *, q: Quantizer, dims: tuple[int, ...], margin: int)
         return element_quantize(x, q.element, rounding=q.rounding, saturate=q.saturate, **extra)
     view, axis, back = _view(x, q, dims)
     return back(quantize_dequantize(view, scaled_recipe(q), axis=axis, **_options(key, amax, q, margin)))
+
+
+def quantize_operand_split(
+    x: jax.Array, dims: tuple[int, ...], q: Quantizer, *, key: Any, amax: Any, margin: int
+) -> tuple[jax.Array, jax.Array | None]:
+    """(blocks, tensor scale): `quantize_operand`'s result as ``fl(blocks * t)`` with ``q``'s float32
+    per-tensor scale ``t`` (a float32 scalar) apart (`fpemu.scaled.quantize_dequantize_split`), for
+    `quantized_dot_general` to apply after the product; ``blocks`` are float32. ``t`` is None for
+    quantizers without one (`Quantizer.tensor_scaled`), and ``blocks`` is then `quantize_operand`'s
+    result (in ``x``'s dtype). Arguments as `quantize_operand`'s, already checked."""
+    if not q.tensor_scaled:
+        return quantize_operand(x, dims, q, key=key, amax=amax, margin=margin), None
+    return _split(x, key, amax, q=q, dims=_traced_dims(q, dims, x.ndim), margin=margin)
+
+
+@functools.partial(jax.jit, static_argnames=("q", "dims", "margin"))
+def _split(x, key, amax, *, q: Quantizer, dims: tuple[int, ...], margin: int):
+    view, axis, back = _view(x, q, dims)
+    blocks, t = quantize_dequantize_split(view, scaled_recipe(q), axis=axis, **_options(key, amax, q, margin))
+    assert t is not None, q  # tensor_scaled: the scaled recipe has a float per-tensor scale
+    return back(blocks), t.reshape(())
 
 
 @functools.partial(jax.jit, static_argnames=("q", "dims", "margin"))

@@ -10,9 +10,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from fpemu._args import choice_arg
+from fpemu._ops.accumulate import times_tensor_scales
 from fpemu._ops.matmul import matmul as _element_matmul
-from fpemu.scaled._quantize import quantize_dequantize
 from fpemu.scaled._recipes import get_recipe
+from fpemu.scaled._split import quantize_dequantize_split
 
 MatmulRecipe = Literal[
     "fp32",
@@ -55,16 +56,16 @@ def _product(a: jax.Array, b: jax.Array, recipe: str) -> jax.Array:
         return _element_matmul(a, b, lhs=fmt, rhs=fmt)
     r = get_recipe(recipe)
     if r.block_size is None:  # per-tensor scaling: one float32 scale per operand
-        a_q = quantize_dequantize(a, r, axis=None)
-        b_q = quantize_dequantize(b, r, axis=None)
+        a_q, a_t = quantize_dequantize_split(a, r, axis=None)
+        b_q, b_t = quantize_dequantize_split(b, r, axis=None)
     else:  # blocks along the contraction dimension K; a shorter last block if K is not a multiple
-        a_q = quantize_dequantize(a, r, axis=-1, pad=True)
-        b_q = quantize_dequantize(b, r, axis=0, pad=True)
-    # Power-of-two scales times elements of at most 8 significant bits are bfloat16 values: rounding
-    # them to bf16 is exact and lets the element matmul take its bf16 x bf16 -> f32 fast path. Float
-    # scales (per-tensor FP8, NVFP4) give arbitrary float32 values: multiplied as they are.
-    fmt = "bf16" if r.is_pow2 else None
-    return _element_matmul(a_q, b_q, lhs=fmt, rhs=fmt)
+        a_q, a_t = quantize_dequantize_split(a, r, axis=-1, pad=True)
+        b_q, b_t = quantize_dequantize_split(b, r, axis=0, pad=True)
+    # What is left once the float per-tensor scales are taken out (elements times power-of-two or
+    # E4M3 block scales) has at most 8 significant bits for every recipe here: bfloat16 values, so
+    # rounding to bf16 is exact and the element matmul takes its bf16 x bf16 -> f32 fast path. The
+    # per-tensor scales multiply the float32 product once, as cuBLAS applies them.
+    return times_tensor_scales(_element_matmul(a_q, b_q, lhs="bf16", rhs="bf16"), a_t, b_t)
 
 
 def matmul(a: jax.Array | np.ndarray, b: jax.Array | np.ndarray, recipe: MatmulRecipe) -> jax.Array:
@@ -78,10 +79,12 @@ def matmul(a: jax.Array | np.ndarray, b: jax.Array | np.ndarray, recipe: MatmulR
     The recipes (`MATMUL_RECIPES`): ``"fp32"`` is the plain float32 product (float32 accumulation at
     ``Precision.HIGHEST``); ``"bf16"``/``"fp16"`` round both operands to that format (nearest even)
     and accumulate in float32 (``fpemu.matmul(a, b, lhs=fmt, rhs=fmt)``); the scaled recipes quantize
-    ``a`` along K (``axis=-1``) and ``b`` along K (``axis=0``) with `quantize_dequantize`, so that
-    blocks run along the contraction dimension as OCP MX prescribes (a shorter last block where K
-    is not a multiple of the block size), per tensor for ``"fp8_e4m3"``/``"fp8_e5m2"``, and multiply
-    the dequantized operands with float32 accumulation. Jitted once per recipe and shape.
+    ``a`` along K (``axis=-1``) and ``b`` along K (``axis=0``) with `quantize_dequantize_split`, so
+    that blocks run along the contraction dimension as OCP MX prescribes (a shorter last block where
+    K is not a multiple of the block size), per tensor for ``"fp8_e4m3"``/``"fp8_e5m2"``, and
+    multiply the dequantized operands with float32 accumulation, except for the float32 per-tensor
+    scales (FP8's, NVFP4's global scale), which multiply the float32 product once,
+    ``fl(y * fl(t_a * t_b))``, as cuBLAS applies them. Jitted once per recipe and shape.
 
     Args:
       a: float32 matrix (NumPy or JAX), M x K.

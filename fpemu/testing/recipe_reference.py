@@ -5,8 +5,11 @@ views (merged contraction axis, 2-D tiles) are NumPy index arithmetic; the Hadam
 ``H[i, j] = (-1) ** popcount(i & j)`` and each transformed element is the exact rational sum of its
 block, rounded once to float32 (the fast path's float32 butterflies agree whenever their partial
 sums are exact); delayed scales are computed from the amax with the rule's formula; the scaled
-quantization of a view is `fpemu.scaled.reference.quantize` (itself an independent oracle); the
-product is `fpemu.testing.dot_general_reference` (exact products, the chunk sums rounded once).
+quantization of a view is `fpemu.scaled.reference.quantize` (itself an independent oracle), whose
+float32 per-tensor scale (FP8's per-tensor float scale, NVFP4's global scale) is kept apart (the
+elements, or the elements times their decoded block scales) and multiplies the product's float32
+result once, ``fl(y * fl(t_lhs * t_rhs))``; the product is `fpemu.testing.dot_general_reference`
+(exact products, the chunk sums rounded once).
 
 What it shares with the fast path, on purpose, is the randomness: the key split
 (``jax.random.split(key, 3)``: lhs, rhs, Hadamard) and the counter-based random bits
@@ -126,6 +129,24 @@ def _delayed_scale(amax: Any, recipe: Recipe) -> float | None:
     return float(F32(1) / F32(enc))
 
 
+def _split(result: Any, recipe: Recipe, axis: int | None, q: Quantizer) -> tuple[np.ndarray, Any]:
+    """(blocks, tensor scale) of a view's scaled quantization: the dequantized values with ``q``'s float32
+    per-tensor scale taken out (NVFP4: element times decoded block scale, exact; per-tensor float
+    scaling: the elements), NaN wherever the dequantized values are; (dequantized, None) without one."""
+    if not q.tensor_scaled:
+        return result.dequantized, None
+    if recipe.global_scale:
+        decode = np.vectorize(lambda c: element_reference.decode_scalar(int(c), recipe.scale_format), otypes=[F32])
+        d = decode(result.scale)  # the NaN code: NaN
+        if axis is not None and recipe.block_size is not None:
+            d = np.take(np.repeat(d, recipe.block_size, axis=axis), np.arange(result.values.shape[axis]), axis=axis)
+        with np.errstate(invalid="ignore"):
+            blocks = (result.values.astype(np.float64) * d).astype(F32)  # exact; a NaN scale gives NaN
+        return blocks, F32(result.global_scale.ravel()[0])
+    t = F32(np.asarray(result.scale, F32).ravel()[0])
+    return np.where(np.isnan(t), F32(np.nan), result.values).astype(F32), t
+
+
 def quantize_operand_reference(
     x: Any,
     contracting_dims: Sequence[int],
@@ -135,13 +156,23 @@ def quantize_operand_reference(
     amax: Any = None,
     margin: int = 0,
     random: Any = None,
-) -> np.ndarray:
+    split: bool = False,
+) -> Any:
     """``quantize_operand``'s answer, from the definitions (docs/training.md), in ``x``'s dtype.
 
     ``random``: explicit random bits for stochastic rounding (unsigned ints in ``[0, 2**random_bits)``,
     the shape of the view the operand is rounded in); by default the fast path's,
     ``fpemu.stochastic_bits(key, view shape, random_bits)``.
+
+    ``split``: return ``(blocks, t)`` instead, float32, ``t`` the float32 per-tensor scale of a
+    `Quantizer.tensor_scaled` quantizer (else None, and ``blocks`` the answer), so that the answer is
+    ``fl(blocks * t)`` (`fpemu.scaled.quantize_dequantize_split`'s definition).
     """
+    if split and q.tensor_scaled:
+        return _quantize_split(_array(x), _dims(contracting_dims, np.ndim(x)), q, key, amax, margin, random)
+    if split:
+        out = quantize_operand_reference(x, contracting_dims, q, key=key, amax=amax, margin=margin, random=random)
+        return np.asarray(out, F32), None
     x = _array(x)
     dims = _dims(contracting_dims, x.ndim)
     stochastic = q.rounding == "stochastic"
@@ -176,6 +207,39 @@ def quantize_operand_reference(
     view, back = _tiled(x, dims, q.block_size)
     result = scaled_reference.quantize(view, recipe, axis=-1, random=bits(view.shape), **kw)
     return back(result.dequantized).astype(x.dtype)
+
+
+def _quantize_split(x: np.ndarray, dims: tuple[int, ...], q: Quantizer, key: Any, amax: Any, margin: int, random: Any):
+    """`quantize_operand_reference`'s ``split=True`` for a tensor-scaled quantizer (per tensor, or NVFP4)."""
+    recipe = _recipe(q, margin)
+    k_bits = q.random_bits or 32
+    kw: dict[str, Any] = {"rounding": q.rounding, "random_bits": k_bits}
+
+    def bits(shape: tuple[int, ...]) -> np.ndarray | None:
+        if q.rounding != "stochastic":
+            return None
+        if random is not None:
+            return np.asarray(random, np.uint64)
+        return np.asarray(stochastic_bits(key, shape, k_bits)).astype(np.uint64)
+
+    if q.scaling in ("tensor", "delayed"):
+        scale = None
+        if q.scaling == "delayed":
+            scale = _delayed_scale(amax, recipe)
+            if scale is None:
+                return np.full(x.shape, np.nan, F32), F32(np.nan)
+        result = scaled_reference.quantize(x, recipe, axis=None, random=bits(x.shape), scale=scale, **kw)
+        return _split(result, recipe, None, q)
+    if q.scaling in ("row", "block"):
+        view, axis, back = _merged(x, dims)
+        result = scaled_reference.quantize(view, recipe, axis=axis, random=bits(view.shape), pad=True, **kw)
+        blocks, t = _split(result, recipe, axis, q)
+        return back(blocks), t
+    assert q.scaling == "block_2d" and q.block_size is not None
+    view, back = _tiled(x, dims, q.block_size)
+    result = scaled_reference.quantize(view, recipe, axis=-1, random=bits(view.shape), **kw)
+    blocks, t = _split(result, recipe, view.ndim - 1, q)
+    return back(blocks), t
 
 
 # -- the Hadamard transform ----------------------------------------------------------------------------
@@ -297,18 +361,25 @@ def quantized_dot_general_reference(
             view, axis, back = _merged(x.astype(np.float32), dims)
             transformed.append(back(hadamard_reference(view, axis, gemm.hadamard, keys[2])))
         a, b = transformed
+    ta = tb = None
     if gemm.lhs is not None:
-        a = quantize_operand_reference(a, lc, gemm.lhs, key=keys[0], amax=lhs_amax, margin=margin)
+        a, ta = quantize_operand_reference(a, lc, gemm.lhs, key=keys[0], amax=lhs_amax, margin=margin, split=True)
     if gemm.rhs is not None:
-        b = quantize_operand_reference(b, rc, gemm.rhs, key=keys[1], amax=rhs_amax, margin=margin)
+        b, tb = quantize_operand_reference(b, rc, gemm.rhs, key=keys[1], amax=rhs_amax, margin=margin, split=True)
+    scaled = ta is not None or tb is not None
     if cast(Format, gemm.accumulate).name != "fp32":
-        return dot_general_reference(
+        out = dot_general_reference(
             a,
             b,
             dn,
             accumulate=gemm.accumulate,
             accumulate_every=gemm.accumulate_every,
-            preferred_element_type=preferred_element_type,
+            preferred_element_type=np.float32 if scaled else preferred_element_type,
         )
-    out = _exact_dot(a.astype(np.float32), b.astype(np.float32), dn, gemm.accumulate_every)
-    return out if preferred_element_type is None else out.astype(preferred_element_type)
+    else:
+        out = _exact_dot(a.astype(np.float32), b.astype(np.float32), dn, gemm.accumulate_every)
+    if scaled:  # the per-tensor scales' product, applied to the float32 result (an exact zero stays zero)
+        with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+            alpha = F32(ta) if tb is None else F32(tb) if ta is None else F32(F32(ta) * F32(tb))
+            out = np.where((out == 0) & np.isinf(alpha), out, (np.asarray(out, F32) * alpha).astype(F32))
+    return out if preferred_element_type is None else np.asarray(out).astype(preferred_element_type)

@@ -7,6 +7,8 @@ import pytest
 
 import fpemu
 from fpemu import scaled
+from fpemu.testing import assert_bit_exact
+from tests.scaled.test_split import expected_split
 
 U32 = 2.0**-24
 
@@ -44,14 +46,36 @@ def test_small_products():
     assert scaled.matmul(a, b, "fp8_e4m3").item() == pytest.approx(9.6, rel=4 * U32)
 
 
-@pytest.mark.parametrize("recipe", ["mxfp8_e4m3", "mxint8"])
-def test_mx_dequantized_values_are_bfloat16(recipe):
-    # The premise of the bf16 fast path for power-of-two recipes: rounding the dequantized operand
-    # to bfloat16 changes nothing (checked for a 4-bit significand and for the widest element, MXINT8's
-    # 7 bits; bfloat16 has 8), on heavy-tailed data (Student's t, 3 degrees of freedom).
+@pytest.mark.parametrize("recipe", [r for r in scaled.MATMUL_RECIPES if r in scaled.recipes()])
+def test_the_operands_without_their_tensor_scales_are_bfloat16(recipe):
+    # The premise of the bf16 fast path: rounding an operand's blocks (the dequantized values without
+    # a float per-tensor scale) to bfloat16 changes nothing (elements of at most 8 significant bits
+    # together with their block scales; bfloat16 has 8), on heavy-tailed data (Student's t, 3 degrees
+    # of freedom).
     a = np.random.default_rng(0).standard_t(3, (64, 64)).astype(np.float32)
-    q = np.asarray(scaled.quantize_dequantize(a, recipe, axis=-1))
-    np.testing.assert_array_equal(np.asarray(fpemu.quantize(q, "bf16")), q)
+    axis = -1 if scaled.get_recipe(recipe).block_size else None
+    blocks, _ = scaled.quantize_dequantize_split(a, recipe, axis=axis)
+    np.testing.assert_array_equal(np.asarray(fpemu.quantize(blocks, "bf16")), np.asarray(blocks))
+
+
+@pytest.mark.parametrize("recipe", ["fp8_e4m3", "fp8_e5m2", "nvfp4"])
+def test_per_tensor_scales_multiply_the_float32_product(recipe):
+    # fl(sum(blocks_a * blocks_b) * fl(t_a * t_b)) from the reference's blocks and scales, on data whose
+    # sums are exact (magnitudes in [1, 3] on a 1/64 grid: tensor scales that are not powers of two)
+    rng = np.random.default_rng(2)
+    a = ((1 + rng.integers(0, 129, (3, 32)) / 64) * rng.choice([-1, 1], (3, 32))).astype(np.float32)
+    b = ((1 + rng.integers(0, 129, (32, 2)) / 64) * rng.choice([-1, 1], (32, 2))).astype(np.float32)
+    per_tensor = scaled.get_recipe(recipe).block_size is None
+    blocks_a, t_a = expected_split(a, recipe, None if per_tensor else -1)
+    blocks_b, t_b = expected_split(b.T.copy(), recipe, None if per_tensor else -1)
+    sums = (blocks_a.astype(np.float64) @ blocks_b.T.astype(np.float64)).astype(np.float32)  # exact
+    expected = sums * (t_a.reshape(()) * t_b.reshape(()))
+    got = np.asarray(scaled.matmul(a, b, recipe))
+    assert_bit_exact(got, expected)
+    axes = (None, None) if per_tensor else (-1, 0)
+    a_q = np.asarray(scaled.quantize_dequantize(a, recipe, axis=axes[0], pad=True), np.float64)
+    b_q = np.asarray(scaled.quantize_dequantize(b, recipe, axis=axes[1], pad=True), np.float64)
+    assert not np.array_equal(got, (a_q @ b_q).astype(np.float32))  # the dequantized operands' product
 
 
 def test_special_values():

@@ -43,27 +43,28 @@ def grid(shape, seed):
     return ((1 + rng.integers(0, 65, size=shape) / 64) * rng.choice([-1.0, 1.0], size=shape)).astype(np.float32)
 
 
-def operand(shape, dims, q, seed, hadamard_key=None):
-    """Grid data with its largest magnitude planted (see the module docstring)."""
+def operand(shape, dims, q, seed, hadamard_key=None, top=None):
+    """Grid data with its largest magnitude planted (see the module docstring), or ``top``."""
     x = grid(shape, seed)
     nvfp4 = q is not None and q.tensor_scale
-    x.flat[0] = 2.625 if nvfp4 else 3.5
-    if hadamard_key is not None:  # 16 elements along the contraction, from the first, as 2.625 * signs
+    top = top or (2.625 if nvfp4 else 3.5)
+    x.flat[0] = top
+    if hadamard_key is not None:  # 16 elements along the contraction, from the first, as top * signs
         index = [0] * x.ndim
         index[dims[0]] = slice(0, 16)
-        x[tuple(index)] = 2.625 * np.asarray(hadamard_signs(hadamard_key, 16))
+        x[tuple(index)] = top * np.asarray(hadamard_signs(hadamard_key, 16))
     return x
 
 
-def _case(name, gemm_name, seed=0):
+def _case(name, gemm_name, seed=0, top=None):
     gemm = training_recipe(name).gemm(gemm_name)
     lhs_shape, rhs_shape, dn = GEMM_SHAPES[gemm_name]
     h_key = jax.random.split(KEY, 3)[2] if gemm.hadamard else None
-    lhs = operand(lhs_shape, dn[0][0], gemm.lhs, seed, h_key)
-    rhs = operand(rhs_shape, dn[0][1], gemm.rhs, seed + 1, h_key)
+    lhs = operand(lhs_shape, dn[0][0], gemm.lhs, seed, h_key, top)
+    rhs = operand(rhs_shape, dn[0][1], gemm.rhs, seed + 1, h_key, top)
     kw = {"key": KEY}
     if gemm.lhs.scaling == "delayed":
-        kw.update(lhs_amax=np.float32(3.5), rhs_amax=np.float32(3.5))
+        kw.update(lhs_amax=np.float32(top or 3.5), rhs_amax=np.float32(top or 3.5))
     return gemm, lhs, rhs, dn, kw
 
 
@@ -82,6 +83,36 @@ def test_each_recipes_gemms_match_the_reference(name, gemm_name):
     expected = quantized_dot_general_reference(lhs, rhs, dn, gemm, **kw)
     assert got.dtype == np.float32 and got.shape == expected.shape
     assert_bit_exact(got, expected)
+
+
+@pytest.mark.parametrize(
+    ("name", "gemm_name"),
+    [("nvfp4", "forward"), ("fp8_current", "forward"), ("nvfp4", "wgrad"), ("fp8_delayed", "dgrad")],
+)
+def test_per_tensor_scales_multiply_the_float32_result(name, gemm_name):
+    """Per-tensor scales that are not powers of two (the amax planted at 3) are applied to the product,
+    ``fl(sum(blocks_a * blocks_b) * fl(t_a * t_b))``, as cuBLAS applies them: not to each element."""
+    gemm, lhs, rhs, dn, kw = _case(name, gemm_name, top=3.0)
+    got = quantized_dot_general(jnp.asarray(lhs), jnp.asarray(rhs), dn, gemm, **kw)
+    assert_bit_exact(got, quantized_dot_general_reference(lhs, rhs, dn, gemm, **kw))
+    if gemm.hadamard is None:  # the product of the dequantized operands rounds differently
+        lhs_q = quantize_operand_reference(lhs, dn[0][0], gemm.lhs, key=jax.random.split(KEY, 3)[0])
+        rhs_q = quantize_operand_reference(rhs, dn[0][1], gemm.rhs, key=jax.random.split(KEY, 3)[1])
+        other = fpemu.testing.dot_general_reference(lhs_q, rhs_q, dn)
+        assert not np.array_equal(np.asarray(got), other)
+
+
+def test_an_overflowing_scale_product_keeps_an_exact_zero():
+    """Amaxes of 2**80: fl(t_lhs * t_rhs) overflows. A sum that is exactly zero stays 0 (its true product
+    is), not 0 * inf = NaN; a nonzero one overflows to inf, as its true product does."""
+    gemm = training_recipe("fp8_current").forward
+    big = np.float32(2.0**80)
+    x = np.array([[big, 0.0]], np.float32)
+    w = np.array([[0.0, big], [big, 0.0]], np.float32)  # column 0 meets x's zero, column 1 its 2**80
+    dn = (((1,), (0,)), ((), ()))
+    got = quantized_dot_general(jnp.asarray(x), jnp.asarray(w), dn, gemm)
+    assert np.asarray(got).tolist() == [[0.0, np.inf]]
+    assert_bit_exact(got, quantized_dot_general_reference(x, w, dn, gemm))
 
 
 def test_fp8_blockwise_tiles_and_promotes_every_128_products():
@@ -265,14 +296,17 @@ def test_bad_hadamard_arguments():
         hadamard(jnp.ones((2, 16)), 2, 16, KEY)
 
 
-def test_the_gradient_is_the_product_with_the_quantized_other_operand():
-    """Straight-through quantization and fpemu.dot_general's straight-through product: d(sum y)/dx = 1 . Wq^T."""
-    gemm = training_recipe("mxfp8").forward
-    x, w = grid((4, 32), 60), grid((32, 3), 61)
+@pytest.mark.parametrize(("name", "n"), [("mxfp8", 3), ("nvfp4", 1), ("fp8_current", 1)])
+def test_the_gradient_is_the_product_with_the_quantized_other_operand(name, n):
+    """Straight-through quantization and fpemu.dot_general's straight-through product: d(sum y)/dx = 1 . Wq^T,
+    with per-tensor scales (not powers of two: the amax planted at 3) in Wq = fl(blocks * t) too."""
+    gemm = training_recipe(name).forward
+    x, w = grid((4, 32), 60), grid((32, n), 61)
+    w.flat[0] = 3.0
     dn = (((1,), (0,)), ((), ()))
     dx = jax.grad(lambda v: quantized_dot_general(v, jnp.asarray(w), dn, gemm).sum())(jnp.asarray(x))
     wq = quantize_operand_reference(w, [0], gemm.rhs)
-    assert_bit_exact(dx, np.ones((4, 3), np.float32) @ wq.T)
+    assert_bit_exact(dx, np.ones((4, n), np.float32) @ wq.T)
 
 
 def _quantizer_loops_that_transpose(hlo: str) -> int:
