@@ -12,6 +12,8 @@ import fpemu
 from fpemu import scaled
 from fpemu._training import Quantizer, amax_of, quantize_operand, scaled_view, training_recipe
 from fpemu._training.layout import Contraction, untiles
+from fpemu._training.quantizer import scaled_recipe
+from fpemu.scaled._core import splits_tensor_scale
 from fpemu.testing import assert_bit_exact
 from fpemu.testing.recipe_reference import quantize_operand_reference
 
@@ -310,3 +312,24 @@ def test_bad_inputs_name_the_argument(changes, error, message):
 def test_scaled_view_refuses_an_unscaled_quantizer():
     with pytest.raises(ValueError, match="scaling='none' has no scales"):
         scaled_view(jnp.ones((2, 2)), [1], QUANTIZERS["none"])
+
+
+def _quantizers():
+    """Every valid quantizer over scalings, scale formats, rules and the tensor-scale switch (e4m3fn)."""
+    for scaling in ("tensor", "delayed", "row", "block", "block_2d"):
+        for scale_format in ("fp32", "e8m0fnu", "e4m3fn"):
+            for rule in (None, "float", "ceil"):
+                for tensor_scale in (False, True):
+                    block = 16 if scaling in ("block", "block_2d") else None
+                    try:
+                        yield Quantizer(format="e4m3fn" if not tensor_scale else "e2m1fn", scaling=scaling,
+                                        block_size=block, scale_format=scale_format, scale_rule=rule,
+                                        tensor_scale=tensor_scale)  # fmt: skip
+                    except ValueError:
+                        continue
+
+
+@pytest.mark.parametrize("q", list(_quantizers()), ids=repr)
+def test_tensor_scaled_is_when_quantize_dequantize_split_keeps_a_tensor_scale(q):
+    axis = None if q.scaling in ("tensor", "delayed") else 0
+    assert q.tensor_scaled == splits_tensor_scale(scaled_recipe(q), axis)
