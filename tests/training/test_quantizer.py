@@ -314,7 +314,7 @@ def test_scaled_view_refuses_an_unscaled_quantizer():
         scaled_view(jnp.ones((2, 2)), [1], QUANTIZERS["none"])
 
 
-def _quantizers():
+def _every_quantizer():
     """Every valid quantizer over scalings, scale formats, rules and the tensor-scale switch (e4m3fn)."""
     for scaling in ("tensor", "delayed", "row", "block", "block_2d"):
         for scale_format in ("fp32", "e8m0fnu", "e4m3fn"):
@@ -329,7 +329,7 @@ def _quantizers():
                         continue
 
 
-@pytest.mark.parametrize("q", list(_quantizers()), ids=repr)
+@pytest.mark.parametrize("q", list(_every_quantizer()), ids=repr)
 def test_tensor_scaled_is_when_quantize_dequantize_split_keeps_a_tensor_scale(q):
     axis = None if q.scaling in ("tensor", "delayed") else 0
     assert q.tensor_scaled == splits_tensor_scale(scaled_recipe(q), axis)
