@@ -44,7 +44,7 @@ from fpemu._core.format import Format
 from fpemu._core.modes import ExponentTies, Rounding, Saturation, StochasticVariant
 from fpemu._core.registry import FormatLike, get_format
 from fpemu._engine import convert, rng
-from fpemu._ops.accumulate import device_operands, positive_zero, round_accumulator, scale_product
+from fpemu._ops.accumulate import device_operands, positive_zero, round_accumulator, scale_product, times_scale
 from fpemu._ops.geometry import MatmulGeometry, matmul_geometry
 from fpemu._ops.matmul import matmul
 from fpemu._ops.matmul_config import (
@@ -243,7 +243,7 @@ def _matmul_kernel(
         if tail:  # the last chunk is shorter
             acc = accumulate(acc, chunk_sum(full * chunk_steps, tail), full)
 
-    y = acc * scale_ref[0] if scaled else acc
+    y = times_scale(acc, scale_ref[0]) if scaled else acc
     if cfg.out is not None:
         random = None
         if "out" in bits:

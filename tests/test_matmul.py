@@ -139,6 +139,17 @@ def test_scales(rng, lhs_scale, rhs_scale):
     assert_same_bits(fpemu.matmul(a, b, **options), dot_general_reference(a, b, MM, **options))
 
 
+def test_an_overflowing_scale_product_keeps_an_exact_zero():
+    """lhs_scale * rhs_scale = 2**200 overflows float32: a sum that is exactly zero stays 0 (its true
+    product is), not 0 * inf = NaN; a nonzero one is inf, as its true product overflows."""
+    a = np.array([[2.0**100, 0.0]], np.float32)
+    b = np.array([[0.0, 2.0**100], [2.0**100, 0.0]], np.float32)
+    options = dict(lhs="e4m3fn", rhs="e4m3fn", lhs_scale=2.0**100, rhs_scale=2.0**100)
+    got = fpemu.matmul(a, b, **options)
+    assert np.asarray(got).tolist() == [[0.0, np.inf]]
+    assert_same_bits(got, dot_general_reference(a, b, MM, **options))
+
+
 def test_power_of_two_scales_are_exact(rng):
     """a / 2**s rounds like a, shifted: the scaled result is the unscaled one times nothing."""
     a, b = exact_friendly(rng, (3, 8)), exact_friendly(rng, (8, 2))

@@ -44,6 +44,7 @@ __all__ = [
     "positive_zero",
     "round_accumulator",
     "scale_product",
+    "times_scale",
     "times_tensor_scales",
 ]
 
@@ -196,14 +197,17 @@ def scale_product(lhs_scale: jax.Array | None, rhs_scale: jax.Array | None) -> j
     return lhs_scale * rhs_scale
 
 
+def times_scale(y: jax.Array, scale: jax.Array) -> jax.Array:
+    """``fl(y * scale)`` for a product ``scale`` of per-tensor scales: where that product overflowed to
+    inf, an exact zero ``y`` stays zero (its true product is finite) instead of 0 * inf = NaN."""
+    return jnp.where((y == 0) & jnp.isinf(scale), y, y * scale)
+
+
 def times_tensor_scales(y: jax.Array, lhs_scale: jax.Array | None, rhs_scale: jax.Array | None) -> jax.Array:
-    """``fl(y * fl(lhs_scale * rhs_scale))`` (or the one scale given): per-tensor scales applied to a
-    float32 product once, as cuBLAS's scale factors and ``alpha`` are. Where the scales' product
-    overflows, an exact zero ``y`` stays zero (its true product is finite) instead of becoming NaN."""
+    """``fl(y * fl(lhs_scale * rhs_scale))`` (or the one scale given; `times_scale`): per-tensor scales
+    applied to a float32 product once, as cuBLAS's scale factors and ``alpha`` are."""
     alpha = scale_product(lhs_scale, rhs_scale)
-    if alpha is None:
-        return y
-    return jnp.where((y == 0) & jnp.isinf(alpha), y, y * alpha)
+    return y if alpha is None else times_scale(y, alpha)
 
 
 def _compute_dot(
@@ -227,9 +231,7 @@ def _compute_dot(
     else:
         words = jnp.zeros((chunks, 0), jnp.uint32)
     y = geometry.from3d(_accumulate(a3, b3, words, cfg))
-    scale = scale_product(lhs_scale, rhs_scale)
-    if scale is not None:
-        y = y * scale
+    y = times_tensor_scales(y, lhs_scale, rhs_scale)
     if cfg.out is not None:
         stream = _stream(cfg, keys[KEY_OUT], random, "out") if cfg.operands_stochastic else {}
         y = quantize(y, cfg.out, **stream, **cfg.rounding_options())

@@ -127,7 +127,8 @@ def dot_general(
         holding uint32 values (32 random bits per element). ``key=key`` equals ``random=`` with
         the bits its streams draw (docs/matmul.md).
       lhs_scale, rhs_scale: per-tensor scales (float scalars): the operand divided by its scale
-        is rounded, and the product of the scales multiplies the accumulated sum.
+        is rounded, and the product of the scales multiplies the accumulated sum (an exact zero
+        sum stays zero where that product overflows to inf).
       preferred_element_type: the result dtype (float16, bfloat16, float32, float64) or None.
 
     Returns:

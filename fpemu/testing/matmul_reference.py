@@ -190,6 +190,8 @@ def dot_general_reference(
             acc = 0.0
         with np.errstate(all="ignore"):
             y = float(work.type(acc) * scale) if scale is not None else acc
+        if scale is not None and acc == 0 and np.isinf(scale):  # 0 * inf: the true product is zero
+            y = float(work.type(acc))
         if cfg.out is not None:
             r = int(out_bits[out_index]) if out_bits is not None else None
             y = reference.round_scalar(y, cfg.out, random=r, **cfg.rounding_options())

@@ -172,6 +172,14 @@ class MatmulKernelTest:
         got = self._check(a, b, lhs="e4m3fn", rhs="e4m3fn", lhs_scale=jnp.float32(4.0), rhs_scale=np.float32(0.25))
         assert not np.isnan(np.asarray(got)).any()
 
+    def test_an_overflowing_scale_product_keeps_an_exact_zero(self):
+        a = np.zeros((M, K), np.float32)
+        a[:, 0] = 2.0**100
+        b = np.zeros((K, N), np.float32)
+        b[0, 1:] = 2.0**100  # column 0 meets only zeros
+        got = self._check(a, b, lhs="e4m3fn", rhs="e4m3fn", lhs_scale=2.0**100, rhs_scale=2.0**100)
+        assert (np.asarray(got)[:, 0] == 0).all() and np.isinf(np.asarray(got)[:, 1:]).all()
+
     @pytest.mark.slow
     def test_one_scale(self):
         self._check(_floats((M, K), 12, 100), _floats((K, N), 13), lhs="e4m3fn", rhs="e5m2", lhs_scale=3.0)
