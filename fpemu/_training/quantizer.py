@@ -207,10 +207,12 @@ class Quantizer:
     @property
     def tensor_scaled(self) -> bool:
         """Whether the operand has a float32 per-tensor scale that is not a power of two (``"tensor"``
-        and ``"delayed"`` scaling with the ``"float"`` rule, or NVFP4's ``tensor_scale``): a GEMM
-        applies it to its result (`fpemu.scaled.quantize_dequantize_split`)."""
-        per_tensor = self.scaling in ("tensor", "delayed") and _scale_kind(cast(Format, self.scale_format)) == "fp32"
-        return self.tensor_scale or (per_tensor and self.scale_rule == "float")
+        and ``"delayed"`` scaling with float32 scales and the ``"float"`` rule, or NVFP4's
+        ``tensor_scale``): a GEMM applies it to its result (`fpemu.scaled.Recipe.has_tensor_scale`
+        of the quantizer's recipe, per tensor or along the contraction)."""
+        if self.scaling == "none":
+            return False
+        return scaled_recipe(self).has_tensor_scale(None if self.scaling in ("tensor", "delayed") else 0)
 
     def __repr__(self) -> str:
         parts = [f"format={self.element.name!r}", f"scaling={self.scaling!r}"]

@@ -226,33 +226,16 @@ def _qdq_by_table(x: jnp.ndarray, recipe: Recipe, layout: Layout, *, split: bool
     return (out, g) if split else out
 
 
-def splits_tensor_scale(recipe: Recipe, axis: int | None) -> bool:
-    """Whether ``recipe`` quantizing along ``axis`` has a float32 per-tensor scale that
-    `quantize_dequantize_split` takes out: a two-level recipe's global scale (NVFP4), or the one
-    float scale of a per-tensor (``axis=None``) recipe with float32 scales that are not powers of two."""
-    return recipe.global_scale or (recipe.scale_kind == "fp32" and not recipe.is_pow2 and axis is None)
-
-
 def quantize_dequantize_split(
-    x: jnp.ndarray,
-    recipe: Recipe,
-    layout: Layout,
-    *,
-    rounding: Rounding,
-    key: jax.Array | None,
-    random_bits: int | None,
-    scale: jnp.ndarray | None = None,
-    stochastic_variant: StochasticVariant = "floor",
-    random: jnp.ndarray | None = None,
+    x: jnp.ndarray, recipe: Recipe, layout: Layout, **kw: Any
 ) -> tuple[jnp.ndarray, jnp.ndarray | None]:
-    """(blocks, t): float32 `quantize_dequantize` with the per-tensor scale ``t`` (shape ``(1,) * ndim``)
-    taken out where `splits_tensor_scale`, so that ``quantize_dequantize == fl(blocks * t)``; blocks
-    are NaN wherever it is NaN. Otherwise ``(quantize_dequantize, None)``."""
-    kw: dict[str, Any] = {"rounding": rounding, "key": key, "random_bits": random_bits, "scale": scale}
-    kw.update(stochastic_variant=stochastic_variant, random=random)
-    if not splits_tensor_scale(recipe, layout.axis):
+    """(blocks, t): float32 `quantize_dequantize` (``kw``: its keyword arguments) with the per-tensor
+    scale ``t`` (shape ``(1,) * ndim``) taken out where `Recipe.has_tensor_scale`, so that
+    ``quantize_dequantize == fl(blocks * t)``; blocks are NaN wherever it is NaN. Otherwise
+    ``(quantize_dequantize, None)``."""
+    if not recipe.has_tensor_scale(layout.axis):
         return quantize_dequantize(x, recipe, layout, **kw), None
-    if _by_table(recipe, scale, rounding):
+    if _by_table(recipe, kw.get("scale"), kw["rounding"]):
         return _qdq_by_table(x, recipe, layout, split=True)
     values, scale_leaf, global_leaf = encode(x, recipe, layout, **kw)
     if global_leaf is not None:

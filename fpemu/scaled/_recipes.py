@@ -237,6 +237,19 @@ class Recipe:
         """Whether every scale is a power of two (a power-of-two rule)."""
         return self.scale_rule in POW2_RULES
 
+    def has_tensor_scale(self, axis: int | None) -> bool:
+        """Whether quantizing along ``axis`` leaves a float32 per-tensor scale that is not a power of
+        two, which `fpemu.scaled.quantize_dequantize_split` keeps apart: a two-level recipe's global
+        scale (NVFP4), or the one float32 scale of a per-tensor quantization (``axis=None``, the
+        ``"float"`` rule: FP8 current scaling).
+
+        Example:
+          >>> from fpemu.scaled import get_recipe
+          >>> [get_recipe(r).has_tensor_scale(None) for r in ("nvfp4", "fp8_e4m3")], get_recipe("fp8_e4m3").has_tensor_scale(0)
+          ([True, True], False)
+        """
+        return self.global_scale or (self.scale_kind == "fp32" and not self.is_pow2 and axis is None)
+
     @property
     def bits_per_element(self) -> float:
         """Storage bits per element with the block scale amortised (per-tensor scales count as 0)."""

@@ -213,3 +213,13 @@ def test_overrides_in_quantize_rename_the_recipe():
 def test_allowed_roundings():
     assert len(get_recipe("mxfp4").allowed_roundings) == 7
     assert get_recipe("nvfp4").allowed_roundings == ("nearest_even", "nearest_away", "toward_zero", "stochastic")
+
+
+@pytest.mark.parametrize("name", scaled.recipes())
+def test_has_tensor_scale_names_nvfp4_and_per_tensor_float_scales(name):
+    recipe = scaled.get_recipe(name)
+    along_an_axis = {"nvfp4": True}.get(name, False)  # the global scale; MX scales are powers of two
+    assert recipe.has_tensor_scale(0) is along_an_axis
+    assert recipe.has_tensor_scale(None) is (name in ("nvfp4", "fp8_e4m3", "fp8_e5m2"))
+    pow2 = dataclasses.replace(recipe, scale_rule="ceil") if recipe.scale_kind == "fp32" else recipe
+    assert pow2.has_tensor_scale(None) is recipe.global_scale  # power-of-two per-tensor scales stay in

@@ -10,10 +10,8 @@ import pytest
 
 import fpemu
 from fpemu import scaled
-from fpemu._training import Quantizer, amax_of, quantize_operand, scaled_view, training_recipe
+from fpemu._training import TRAINING_RECIPES, Quantizer, amax_of, quantize_operand, scaled_view, training_recipe
 from fpemu._training.layout import Contraction, untiles
-from fpemu._training.quantizer import scaled_recipe
-from fpemu.scaled._core import splits_tensor_scale
 from fpemu.testing import assert_bit_exact
 from fpemu.testing.recipe_reference import quantize_operand_reference
 
@@ -314,22 +312,14 @@ def test_scaled_view_refuses_an_unscaled_quantizer():
         scaled_view(jnp.ones((2, 2)), [1], QUANTIZERS["none"])
 
 
-def _every_quantizer():
-    """Every valid quantizer over scalings, scale formats, rules and the tensor-scale switch (e4m3fn)."""
-    for scaling in ("tensor", "delayed", "row", "block", "block_2d"):
-        for scale_format in ("fp32", "e8m0fnu", "e4m3fn"):
-            for rule in (None, "float", "ceil"):
-                for tensor_scale in (False, True):
-                    block = 16 if scaling in ("block", "block_2d") else None
-                    try:
-                        yield Quantizer(format="e4m3fn" if not tensor_scale else "e2m1fn", scaling=scaling,
-                                        block_size=block, scale_format=scale_format, scale_rule=rule,
-                                        tensor_scale=tensor_scale)  # fmt: skip
-                    except ValueError:
-                        continue
-
-
-@pytest.mark.parametrize("q", list(_every_quantizer()), ids=repr)
-def test_tensor_scaled_is_when_quantize_dequantize_split_keeps_a_tensor_scale(q):
-    axis = None if q.scaling in ("tensor", "delayed") else 0
-    assert q.tensor_scaled == splits_tensor_scale(scaled_recipe(q), axis)
+@pytest.mark.parametrize("name", TRAINING_RECIPES)
+def test_only_float_per_tensor_scales_are_tensor_scaled(name):
+    """FP8 current and delayed scaling (float32 amax / max) and NVFP4 (its second level) keep a per-tensor
+    scale for the GEMM's result; power-of-two, per-row and per-block scales do not; nor do bare formats."""
+    recipe = training_recipe(name)
+    expected = name in ("fp8_current", "fp8_delayed", "nvfp4")
+    for gemm in (recipe.forward, recipe.dgrad, recipe.wgrad):
+        assert [q.tensor_scaled for q in (gemm.lhs, gemm.rhs)] == [expected, expected], name
+    assert not Quantizer(format="e4m3fn", scaling="none").tensor_scaled
+    assert not Quantizer(format="e4m3fn", scaling="tensor", scale_rule="ceil").tensor_scaled
+    assert not Quantizer(format="e4m3fn", scaling="row").tensor_scaled
