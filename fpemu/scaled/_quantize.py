@@ -400,18 +400,16 @@ def quantize_dequantize(
       ...         random_bits=1, stochastic_variant=variant).tolist())) for variant in ("floor", "nearest_even")]
       [[1.0], [1.0, 1.5]]
     """
-    overrides = {"scale_rule": scale_rule, "block_size": block_size, "margin": margin, "saturate": saturate}
+    return checked_call(qdq_jit, x, recipe, locals())
+
+
+def checked_call(jitted: Any, x: Any, recipe: RecipeLike, arguments: dict[str, Any]) -> Any:
+    """``jitted(x, random source, scale, Config)`` with the arguments of `quantize_dequantize`
+    (``arguments``: all of them by name) checked by `prepare`, `prepare_random` and `prepare_scale`."""
+    a = arguments
+    overrides = {k: a[k] for k in ("scale_rule", "block_size", "margin", "saturate")}
     x, cfg = prepare(
-        x,
-        recipe,
-        axis,
-        rounding,
-        key,
-        random_bits,
-        pad,
-        overrides,
-        stochastic_variant=stochastic_variant,
-        random=random,
-    )
-    s = prepare_scale(scale, x, cfg)
-    return qdq_jit(x, prepare_random(key, random, x, cfg), s, cfg)
+        x, recipe, a["axis"], a["rounding"], a["key"], a["random_bits"], a["pad"], overrides,
+        stochastic_variant=a["stochastic_variant"], random=a["random"],
+    )  # fmt: skip
+    return jitted(x, prepare_random(a["key"], a["random"], x, cfg), prepare_scale(a["scale"], x, cfg), cfg)

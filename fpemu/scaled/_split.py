@@ -17,7 +17,7 @@ from jax.typing import ArrayLike
 
 from fpemu._core.modes import Rounding, Saturation, StochasticVariant
 from fpemu.scaled import _core
-from fpemu.scaled._quantize import DEFAULT_AXIS, Config, _random_kwargs, prepare, prepare_random, prepare_scale
+from fpemu.scaled._quantize import DEFAULT_AXIS, Config, _random_kwargs, checked_call
 from fpemu.scaled._recipes import RecipeLike
 
 __all__ = ["quantize_dequantize_split"]
@@ -102,18 +102,4 @@ def quantize_dequantize_split(
       >>> scaled.quantize_dequantize_split(x, "mxfp8", pad=True)[1] is None   # power-of-two scales
       True
     """
-    overrides = {"scale_rule": scale_rule, "block_size": block_size, "margin": margin, "saturate": saturate}
-    x, cfg = prepare(
-        x,
-        recipe,
-        axis,
-        rounding,
-        key,
-        random_bits,
-        pad,
-        overrides,
-        stochastic_variant=stochastic_variant,
-        random=random,
-    )
-    s = prepare_scale(scale, x, cfg)
-    return _split_jit(x, prepare_random(key, random, x, cfg), s, cfg)
+    return checked_call(_split_jit, x, recipe, locals())

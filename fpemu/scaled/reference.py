@@ -50,7 +50,7 @@ from fpemu._core.modes import Rounding, Saturation
 from fpemu.scaled._recipes import Recipe, get_recipe
 from fpemu.testing import reference as elem_ref
 
-__all__ = ["Result", "assert_equal", "exponent", "quantize"]
+__all__ = ["Result", "assert_equal", "exponent", "quantize", "split"]
 
 F32 = np.float32
 _FLT_MAX = float(np.finfo(np.float32).max)
@@ -329,6 +329,35 @@ def quantize(
     values = q.astype(np.float32).reshape(x.shape)
     deq = deq.astype(np.float32).reshape(x.shape).astype(x.dtype)
     return Result(values, np.asarray(scale_leaf).reshape(gshape), global_leaf, deq)
+
+
+def split(result: Result, recipe: Any, axis: Any = "default") -> tuple[np.ndarray, np.ndarray | None]:
+    """`fpemu.scaled.quantize_dequantize_split`'s answer from `quantize`'s ``result`` (same ``recipe``
+    and ``axis``): ``(blocks, tensor scale)`` in float32, the scale of shape ``(1,) * ndim``.
+
+    With `Recipe.has_tensor_scale`: a two-level recipe's blocks are the element values times their
+    decoded block scales (exact products; NaN where the scale is NaN), the tensor scale its global
+    scale; a per-tensor float scale's blocks are the element values (all NaN with a NaN scale).
+    Otherwise ``(dequantized, None)``.
+    """
+    recipe = get_recipe(recipe)
+    values = result.values
+    if isinstance(axis, str):
+        axis = -1 if recipe.block_size else None
+    if axis is not None:
+        axis %= values.ndim
+    if not recipe.has_tensor_scale(axis):
+        return result.dequantized.astype(np.float32), None
+    if recipe.global_scale:
+        assert result.global_scale is not None
+        gid, _ = _groups(values.shape, axis, recipe.block_size)
+        decode = np.vectorize(lambda c: elem_ref.decode_scalar(int(c), recipe.scale_format), otypes=[np.float32])
+        d = decode(result.scale).ravel()[gid]
+        with np.errstate(invalid="ignore"):
+            blocks = (values.astype(np.float64) * d).astype(np.float32)
+        return blocks, result.global_scale.astype(np.float32)
+    t = np.asarray(result.scale, np.float32).reshape((1,) * values.ndim)
+    return np.where(np.isnan(t), np.float32(np.nan), values).astype(np.float32), t
 
 
 # -- comparing -------------------------------------------------------------------------------------

@@ -129,24 +129,6 @@ def _delayed_scale(amax: Any, recipe: Recipe) -> float | None:
     return float(F32(1) / F32(enc))
 
 
-def _split(result: Any, recipe: Recipe, axis: int | None, q: Quantizer) -> tuple[np.ndarray, Any]:
-    """(blocks, tensor scale) of a view's scaled quantization: the dequantized values with ``q``'s float32
-    per-tensor scale taken out (NVFP4: element times decoded block scale, exact; per-tensor float
-    scaling: the elements), NaN wherever the dequantized values are; (dequantized, None) without one."""
-    if not q.tensor_scaled:
-        return result.dequantized, None
-    if recipe.global_scale:
-        decode = np.vectorize(lambda c: element_reference.decode_scalar(int(c), recipe.scale_format), otypes=[F32])
-        d = decode(result.scale)  # the NaN code: NaN
-        if axis is not None and recipe.block_size is not None:
-            d = np.take(np.repeat(d, recipe.block_size, axis=axis), np.arange(result.values.shape[axis]), axis=axis)
-        with np.errstate(invalid="ignore"):
-            blocks = (result.values.astype(np.float64) * d).astype(F32)  # exact; a NaN scale gives NaN
-        return blocks, F32(result.global_scale.ravel()[0])
-    t = F32(np.asarray(result.scale, F32).ravel()[0])
-    return np.where(np.isnan(t), F32(np.nan), result.values).astype(F32), t
-
-
 def quantize_operand_reference(
     x: Any,
     contracting_dims: Sequence[int],
@@ -166,13 +148,8 @@ def quantize_operand_reference(
 
     ``split``: return ``(blocks, t)`` instead, float32, ``t`` the float32 per-tensor scale of a
     `Quantizer.tensor_scaled` quantizer (else None, and ``blocks`` the answer), so that the answer is
-    ``fl(blocks * t)`` (`fpemu.scaled.quantize_dequantize_split`'s definition).
+    ``fl(blocks * t)`` (`fpemu.scaled.reference.split`).
     """
-    if split and q.tensor_scaled:
-        return _quantize_split(_array(x), _dims(contracting_dims, np.ndim(x)), q, key, amax, margin, random)
-    if split:
-        out = quantize_operand_reference(x, contracting_dims, q, key=key, amax=amax, margin=margin, random=random)
-        return np.asarray(out, F32), None
     x = _array(x)
     dims = _dims(contracting_dims, x.ndim)
     stochastic = q.rounding == "stochastic"
@@ -185,61 +162,37 @@ def quantize_operand_reference(
             return np.asarray(random, np.uint64)
         return np.asarray(stochastic_bits(key, shape, k_bits)).astype(np.uint64)
 
+    def answer(result: Any, recipe: Recipe, axis: int | None, back: Any) -> Any:
+        if not split:
+            return back(result.dequantized).astype(x.dtype)
+        blocks, t = scaled_reference.split(result, recipe, axis)
+        return back(blocks), None if t is None else F32(t.ravel()[0])
+
     if q.scaling == "none":
         out = element_reference.round_array(
             x, q.format, rounding=q.rounding, saturate=q.saturate, random=bits(x.shape), random_bits=k_bits
         )
-        return np.asarray(out).astype(x.dtype)
+        out = np.asarray(out).astype(x.dtype)
+        return (out.astype(F32), None) if split else out
     recipe = _recipe(q, margin)
     kw: dict[str, Any] = {"rounding": q.rounding, "random_bits": k_bits}
     if q.scaling in ("tensor", "delayed"):
         scale = None
         if q.scaling == "delayed":
             scale = _delayed_scale(amax, recipe)
-            if scale is None:
-                return np.full(x.shape, np.nan, x.dtype)
-        return scaled_reference.quantize(x, recipe, axis=None, random=bits(x.shape), scale=scale, **kw).dequantized
-    if q.scaling in ("row", "block"):
-        view, axis, back = _merged(x, dims)
-        result = scaled_reference.quantize(view, recipe, axis=axis, random=bits(view.shape), pad=True, **kw)
-        return back(result.dequantized).astype(x.dtype)
-    assert q.scaling == "block_2d" and q.block_size is not None
-    view, back = _tiled(x, dims, q.block_size)
-    result = scaled_reference.quantize(view, recipe, axis=-1, random=bits(view.shape), **kw)
-    return back(result.dequantized).astype(x.dtype)
-
-
-def _quantize_split(x: np.ndarray, dims: tuple[int, ...], q: Quantizer, key: Any, amax: Any, margin: int, random: Any):
-    """`quantize_operand_reference`'s ``split=True`` for a tensor-scaled quantizer (per tensor, or NVFP4)."""
-    recipe = _recipe(q, margin)
-    k_bits = q.random_bits or 32
-    kw: dict[str, Any] = {"rounding": q.rounding, "random_bits": k_bits}
-
-    def bits(shape: tuple[int, ...]) -> np.ndarray | None:
-        if q.rounding != "stochastic":
-            return None
-        if random is not None:
-            return np.asarray(random, np.uint64)
-        return np.asarray(stochastic_bits(key, shape, k_bits)).astype(np.uint64)
-
-    if q.scaling in ("tensor", "delayed"):
-        scale = None
-        if q.scaling == "delayed":
-            scale = _delayed_scale(amax, recipe)
-            if scale is None:
-                return np.full(x.shape, np.nan, F32), F32(np.nan)
+            if scale is None:  # a NaN or infinite amax: NaN everywhere, the scale too
+                nan = np.full(x.shape, np.nan, x.dtype)
+                return (nan.astype(F32), F32(np.nan) if q.tensor_scaled else None) if split else nan
         result = scaled_reference.quantize(x, recipe, axis=None, random=bits(x.shape), scale=scale, **kw)
-        return _split(result, recipe, None, q)
+        return answer(result, recipe, None, lambda y: y)
     if q.scaling in ("row", "block"):
         view, axis, back = _merged(x, dims)
         result = scaled_reference.quantize(view, recipe, axis=axis, random=bits(view.shape), pad=True, **kw)
-        blocks, t = _split(result, recipe, axis, q)
-        return back(blocks), t
+        return answer(result, recipe, axis, back)
     assert q.scaling == "block_2d" and q.block_size is not None
     view, back = _tiled(x, dims, q.block_size)
     result = scaled_reference.quantize(view, recipe, axis=-1, random=bits(view.shape), **kw)
-    blocks, t = _split(result, recipe, view.ndim - 1, q)
-    return back(blocks), t
+    return answer(result, recipe, view.ndim - 1, back)
 
 
 # -- the Hadamard transform ----------------------------------------------------------------------------

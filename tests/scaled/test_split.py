@@ -13,7 +13,6 @@ import pytest
 
 from fpemu.scaled import get_recipe, quantize_dequantize, quantize_dequantize_split, recipes, reference
 from fpemu.testing import assert_bit_exact
-from fpemu.testing import reference as element_reference
 
 F32 = np.float32
 SHAPE = (6, 48)  # blocks of 16 and 32, the last block of 32 short
@@ -37,19 +36,9 @@ CASES = [(name, axis, kind) for name in recipes() for axis in _axes(name) for ki
 
 
 def expected_split(x: np.ndarray, name: str, axis, random=None, random_bits=32):
-    """(blocks, tensor scale or None) from `fpemu.scaled.reference.quantize`."""
-    r = get_recipe(name)
+    """(blocks, tensor scale or None) from `fpemu.scaled.reference`."""
     kw = {"rounding": "stochastic", "random": random, "random_bits": random_bits} if random is not None else {}
-    res = reference.quantize(x, r, axis=axis, pad=True, **kw)
-    if r.global_scale:
-        decode = np.vectorize(lambda c: element_reference.decode_scalar(int(c), r.scale_format), otypes=[F32])
-        d = np.repeat(decode(res.scale), r.block_size, axis=-1)[:, : x.shape[-1]]
-        with np.errstate(invalid="ignore"):
-            return (res.values.astype(np.float64) * d).astype(F32), res.global_scale
-    if axis is None and r.scale_kind == "fp32" and not r.is_pow2:
-        t = np.asarray(res.scale, F32).reshape((1,) * x.ndim)
-        return np.where(np.isnan(t), F32(np.nan), res.values).astype(F32), t
-    return res.dequantized, None
+    return reference.split(reference.quantize(x, name, axis=axis, pad=True, **kw), name, axis)
 
 
 @pytest.mark.parametrize(("name", "axis", "kind"), CASES)
