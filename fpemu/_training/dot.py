@@ -73,8 +73,8 @@ def _bf16_exact(q: Quantizer | None) -> bool:
         return False
     if q.tensor_scale:  # two levels: the blocks are element times block scale, exact
         e, s = q.element, cast(Format, q.scale_format)
-        bits = (e.mantissa_bits + 1) + (s.mantissa_bits + 1)
-        return bits <= 8 and e.min_subnormal * s.min_subnormal >= 2.0**-126 and e.max * s.max <= _BF16.max
+        normal = e.min_subnormal * s.min_subnormal >= _BF16.min_normal and e.max * s.max <= _BF16.max
+        return normal and e.precision + s.precision <= _BF16.precision
     return q.pow2 or q.tensor_scaled
 
 
