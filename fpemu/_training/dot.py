@@ -68,7 +68,7 @@ def _bf16_exact(q: Quantizer | None) -> bool:
     """Whether every value `quantize_operand_split` gives for ``q`` is a bfloat16 value (float32-subnormal
     products aside, which XLA:CPU's dot flushes anyway): elements that fit bfloat16 times powers of
     two or a per-tensor scale (taken out), or NVFP4's elements times narrow block scales whose
-    significands fit 8 bits together, in bfloat16's normal range."""
+    significands fit bfloat16's precision together, in its normal range."""
     if q is None or not fits(q.element, _BF16):
         return False
     if q.tensor_scale:  # two levels: the blocks are element times block scale, exact
