@@ -97,23 +97,32 @@ def round_accumulator(
 # -- the contraction --------------------------------------------------------------------------------
 
 
-def _dot3(a: jax.Array, b: jax.Array, cfg: MatmulConfig) -> jax.Array:
-    """Batched (B, M, k) @ (B, k, N) with W accumulation; bfloat16 operands when they hold bf16 values."""
+def _dot3(a: jax.Array, b: jax.Array, cfg: MatmulConfig, plain: tuple[bool, bool] = (False, False)) -> jax.Array:
+    """Batched (B, M, k) @ (B, k, N) with W accumulation; bfloat16 operands when they hold bf16 values.
+
+    ``plain``: whether each operand is a reshape of an array as it is stored (`Geometry.plain`)."""
     if a.shape[2] == 1:  # one product per output: a product, not a sum
-        return a * b
+        return a.astype(cfg.work) * b.astype(cfg.work)
     if cfg.bf16_operands:
-        a, b = a.astype(jnp.bfloat16), b.astype(jnp.bfloat16)  # exact: the values are bfloat16 values
-        # XLA:CPU's dot runtime rejects BF16 x BF16 = F32 when the conversions are fused into the dot
-        # ("Unsupported element type for DotThunk::Execute"); the barrier keeps them as plain operands.
-        a, b = lax.optimization_barrier((a, b))
+        # Exact: the values are bfloat16 values. XLA:CPU's dot runtime rejects BF16 x BF16 = F32 when a
+        # conversion or a transposition is fused into the dot ("Unsupported element type for
+        # DotThunk::Execute"): the barrier keeps such an operand a plain array. A plain bfloat16 one needs
+        # none, and a barrier on it would cost a copy of the whole operand.
+        a, b = (
+            x if x.dtype == jnp.bfloat16 and view else lax.optimization_barrier(x.astype(jnp.bfloat16))
+            for x, view in zip((a, b), plain, strict=True)
+        )
     return lax.dot_general(a, b, _BATCHED, precision=_HIGHEST, preferred_element_type=cfg.work)
 
 
-def _accumulate_impl(a3: jax.Array, b3: jax.Array, key_words: jax.Array, cfg: MatmulConfig) -> jax.Array:
+def _accumulate_impl(
+    a3: jax.Array, b3: jax.Array, key_words: jax.Array, cfg: MatmulConfig, plain: tuple[bool, bool]
+) -> jax.Array:
     """The running sum. ``key_words``: one row per chunk, the chunk's key words, or with explicit
-    random bits (``cfg.explicit_random``) the chunk's bits in the (B, M, N) layout."""
+    random bits (``cfg.explicit_random``) the chunk's bits in the (B, M, N) layout. ``plain``: as
+    `_dot3`'s, for the whole operands."""
     if cfg.accumulate_every is None:
-        return positive_zero(_dot3(a3, b3, cfg))
+        return positive_zero(_dot3(a3, b3, cfg, plain))
     batch, m, k_total = a3.shape
     n = b3.shape[2]
     k = cfg.accumulate_every
@@ -140,16 +149,18 @@ def _accumulate_impl(a3: jax.Array, b3: jax.Array, key_words: jax.Array, cfg: Ma
     return acc
 
 
-_accumulate = jax.custom_jvp(_accumulate_impl, nondiff_argnums=(3,))
+_accumulate = jax.custom_jvp(_accumulate_impl, nondiff_argnums=(3, 4))
 
 
 @_accumulate.defjvp
-def _accumulate_jvp(cfg, primals, tangents):
+def _accumulate_jvp(cfg, plain, primals, tangents):
     """The tangent of the exact product: a plain W dot of the tangents (no rounding, no chunks)."""
     a3, b3, key_words = primals
     da, db, _ = tangents
-    dot = lambda x, y: lax.dot_general(x, y, _BATCHED, precision=_HIGHEST, preferred_element_type=cfg.work)
-    return _accumulate(a3, b3, key_words, cfg), dot(da, b3) + dot(a3, db)
+    dot = lambda x, y: lax.dot_general(
+        x.astype(cfg.work), y.astype(cfg.work), _BATCHED, precision=_HIGHEST, preferred_element_type=cfg.work
+    )
+    return _accumulate(a3, b3, key_words, cfg, plain), dot(da, b3) + dot(a3, db)
 
 
 # -- the whole computation --------------------------------------------------------------------------
@@ -164,6 +175,10 @@ def _stream(cfg: MatmulConfig, key, random: dict[str, jax.Array] | None, name: s
 
 
 def _round_operand(x, fmt, scale, cfg: MatmulConfig, stream: dict[str, Any]) -> jax.Array:
+    """The operand divided by its scale and rounded, in W; a bfloat16 operand the dot takes as it is
+    (no scale, no format, bfloat16 operands: `_dot3`) stays bfloat16."""
+    if fmt is None and scale is None and cfg.bf16_operands and x.dtype == jnp.bfloat16:
+        return x
     x = x.astype(cfg.work)
     if scale is not None:
         x = x / scale
@@ -230,7 +245,7 @@ def _compute_dot(
         words = chunk_key_words(keys[KEY_ACC], chunks)
     else:
         words = jnp.zeros((chunks, 0), jnp.uint32)
-    y = geometry.from3d(_accumulate(a3, b3, words, cfg))
+    y = geometry.from3d(_accumulate(a3, b3, words, cfg, geometry.plain))
     y = times_tensor_scales(y, lhs_scale, rhs_scale)
     if cfg.out is not None:
         stream = _stream(cfg, keys[KEY_OUT], random, "out") if cfg.operands_stochastic else {}

@@ -64,6 +64,12 @@ class Geometry(Protocol):
         """K: the number of products summed into each output."""
         ...
 
+    @property
+    def plain(self) -> tuple[bool, bool]:
+        """Whether `to3d` gives each operand as a reshape of itself (its elements in stored order: no
+        transposition, broadcast or gathering of windows)."""
+        ...
+
 
 def _merge(x: jax.Array, counts: Sequence[int]) -> jax.Array:
     """Merge consecutive groups of ``counts`` dimensions into one each (a new size-1 dimension for 0)."""
@@ -146,6 +152,14 @@ class DotGeometry:
         return math.prod(self.lhs_shape[d] for d in self.lhs_contract)
 
     @property
+    def plain(self) -> tuple[bool, bool]:
+        in_order = lambda dims: dims == tuple(range(len(dims)))
+        return (
+            in_order(self.lhs_batch + self.lhs_free + self.lhs_contract),
+            in_order(self.rhs_batch + self.rhs_contract + self.rhs_free),
+        )
+
+    @property
     def gathered(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """The operands' dimensions that one device must hold whole (the contraction)."""
         return self.lhs_contract, self.rhs_contract
@@ -214,6 +228,11 @@ class MatmulGeometry:
     @property
     def contraction(self) -> int:
         return self.lhs_shape[-1]
+
+    @property
+    def plain(self) -> tuple[bool, bool]:
+        """Operands whose batch dimensions are the result's (a 1-D operand has none: plain without batch)."""
+        return tuple(shape[:-2] == self.batch for shape in (self.lhs_shape, self.rhs_shape))  # type: ignore[return-value]  # two shapes
 
     @property
     def gathered(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -340,6 +359,10 @@ class ConvGeometry:
     def contraction(self) -> int:
         features = self.lhs_shape[self.lhs_spec[1]] // self.feature_groups
         return features * math.prod(self.window)
+
+    @property
+    def plain(self) -> tuple[bool, bool]:
+        return False, False  # im2col gathers the windows; the kernel is transposed
 
     @property
     def gathered(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
