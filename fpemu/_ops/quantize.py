@@ -18,6 +18,7 @@ from fpemu._core.modes import ExponentTies, Rounding, Saturation, StochasticVari
 from fpemu._core.registry import get_format
 from fpemu._engine import convert as _convert
 from fpemu._engine import rng as _random
+from fpemu._engine import stochastic as _stochastic
 
 Backend = Literal["auto", "xla", "pallas"]
 BACKENDS: tuple[str, ...] = ("auto", "xla", "pallas")
@@ -174,6 +175,22 @@ def reduce_precision_is_exact(src: Format, spec: RoundingSpec) -> bool:
     )
 
 
+def random_words(seeds: jax.Array, spec: RoundingSpec, shape: tuple[int, ...]) -> jax.Array:
+    """The uint32 words whose top ``spec.random_bits`` bits stochastic rounding draws, one per element:
+    the caller's explicit bits (already words, `seeds_for`), or the keyed hash of each element's index."""
+    if spec.explicit_random:
+        return jnp.broadcast_to(seeds, shape)
+    return _random.random_uint32(seeds, shape)
+
+
+def fast_stochastic(src: Format, spec: RoundingSpec) -> bool:
+    """Whether ``spec`` rounds ``src`` input stochastically by `fpemu._engine.stochastic` (the same bits
+    as the general engine, with fewer operations)."""
+    return spec.rounding == "stochastic" and _stochastic.applies(
+        src, spec.fmt, saturate=spec.saturate, subnormals=spec.subnormals, stochastic_variant=spec.stochastic_variant
+    )
+
+
 def round_bits(
     x: jax.Array, seeds: jax.Array, spec: RoundingSpec, output: Literal["src_bits", "dst_code"]
 ) -> jax.Array:
@@ -181,11 +198,12 @@ def round_bits(
     bit patterns in ``x``'s format, ``"dst_code"`` the format's codes (random bits drawn from ``seeds``)."""
     src = input_format(x.dtype)
     bits = lax.bitcast_convert_type(x, jnp.dtype(src.code_dtype))
-    random = None
-    if spec.explicit_random:  # the caller's bits, already uint32 words (`fpemu._args.random_arg`)
-        random = jnp.broadcast_to(seeds, x.shape)
-    elif spec.rounding == "stochastic":
-        random = _random.random_uint32(seeds, x.shape)
+    if output == "src_bits" and fast_stochastic(src, spec):
+        words = random_words(seeds, spec, x.shape)
+        return _stochastic.round_stochastic(
+            bits, spec.fmt, saturate=bool(spec.saturate), random=words, k=spec.random_bits
+        )
+    random = random_words(seeds, spec, x.shape) if spec.rounding == "stochastic" else None
     return _convert.round_narrow(bits, src=src, dst=spec.fmt, output=output, random=random, **spec.engine_options())
 
 

@@ -15,6 +15,8 @@ import numpy as np
 from jax import lax
 
 from fpemu._core.modes import Rounding, StochasticVariant
+from fpemu._core.registry import get_format
+from fpemu._engine import stochastic
 from fpemu._ops import codec
 from fpemu._ops import quantize as element_quantize
 from fpemu._ops.fusion import MATERIALIZE_MIN_SIZE, materialize
@@ -25,6 +27,7 @@ from fpemu.scaled._scale import float_encode_scale, global_scale_is_normal, pow2
 
 F32 = jnp.float32
 I32 = jnp.int32
+_FP32 = get_format("fp32")
 
 
 class Layout(NamedTuple):
@@ -226,6 +229,44 @@ def _qdq_by_table(x: jnp.ndarray, recipe: Recipe, layout: Layout, *, split: bool
     return (out, g) if split else out
 
 
+def _by_stochastic(recipe: Recipe, scale: jnp.ndarray | None, rounding: Rounding, variant: StochasticVariant) -> bool:
+    """Whether `quantize_dequantize` takes `_qdq_stochastic`'s path: stochastic rounding of a narrow-scale
+    recipe (NVFP4) under current scaling, whose products `mul_normal` gives, with an element format and
+    variant `fpemu._engine.stochastic` rounds."""
+    return (
+        scale is None
+        and rounding == "stochastic"
+        and _tensor_products_are_normal(recipe)
+        and stochastic.applies(
+            _FP32, recipe.element, saturate=recipe.saturate, subnormals=True, stochastic_variant=variant
+        )
+    )
+
+
+def _qdq_stochastic(
+    x: jnp.ndarray, recipe: Recipe, layout: Layout, *, key, random, random_bits, variant, split: bool = False
+):
+    """`quantize_dequantize` (or, with ``split``, `quantize_dequantize_split`'s pair) for `_by_stochastic`
+    recipes: `encode`'s scaled values and random bits, rounded by `fpemu._engine.stochastic`, times the
+    block scale as `decode` multiplies them, without the scale codes' round trip."""
+    bits = _bits.to_bits(x)
+    w = Work(x.shape, layout)
+    d, g, enc_b, nan = _narrow_scales(bits, recipe, layout)
+    nan, enc_b, d = w.per_element(nan, enc_b, d)
+    spec = element_quantize.rounding_spec(
+        recipe.element, "stochastic", recipe.saturate, True, key, random_bits, random=random, stochastic_variant=variant
+    )  # `encode`'s rounding of the elements: the same random bits
+    words = element_quantize.random_words(element_quantize.seeds_for(spec, key, random, x.shape), spec, x.shape)
+    y = _bits.to_bits(_bits.mul_flushing(bits, enc_b))
+    vb = stochastic.round_stochastic(y, recipe.element, saturate=bool(spec.saturate), random=words, k=spec.random_bits)
+    out = _bits.to_bits(_bits.from_bits(vb) * d)  # exact: `_products_are_normal`
+    if not split:
+        out = _bits.mul_normal(out, _bits.to_bits(g))
+    out = jnp.where((vb & U32(ABS)) >= U32(INF), vb, out)  # inf and NaN elements pass through, as in `decode`
+    out = _bits.from_bits(jnp.where(nan, U32(NAN), out))
+    return (out, g) if split else out
+
+
 def quantize_dequantize_split(
     x: jnp.ndarray, recipe: Recipe, layout: Layout, **kw: Any
 ) -> tuple[jnp.ndarray, jnp.ndarray | None]:
@@ -237,6 +278,10 @@ def quantize_dequantize_split(
         return quantize_dequantize(x, recipe, layout, **kw), None
     if _by_table(recipe, kw.get("scale"), kw["rounding"]):
         return _qdq_by_table(x, recipe, layout, split=True)
+    variant = kw.get("stochastic_variant", "floor")
+    if _by_stochastic(recipe, kw.get("scale"), kw["rounding"], variant):
+        random = {name: kw.get(name) for name in ("key", "random", "random_bits")}
+        return _qdq_stochastic(x, recipe, layout, **random, variant=variant, split=True)
     values, scale_leaf, global_leaf = encode(x, recipe, layout, **kw)
     if global_leaf is not None:
         return decode(values, scale_leaf, None, recipe, layout), global_leaf
@@ -276,9 +321,14 @@ def quantize_dequantize(
 ) -> jnp.ndarray:
     """float32 ``decode(encode(x))``; for power-of-two recipes and nearest even, in one rounding pass
     (`_rne`: the same bits as encode and decode, 1.3-2x faster; its docstring has the numbers); for
-    NVFP4-like recipes and nearest even, by thresholds and per-block tables (`_qdq_by_table`)."""
+    NVFP4-like recipes, by thresholds and per-block tables (`_qdq_by_table`, nearest even) or with the
+    engine's fast stochastic rounding and no scale codes (`_qdq_stochastic`)."""
     if _by_table(recipe, scale, rounding):
         return _qdq_by_table(x, recipe, layout)
+    if _by_stochastic(recipe, scale, rounding, stochastic_variant):
+        return _qdq_stochastic(
+            x, recipe, layout, key=key, random=random, random_bits=random_bits, variant=stochastic_variant
+        )
     if not (recipe.is_pow2 and rounding == "nearest_even"):
         values, scale_leaf, global_leaf = encode(
             x,

@@ -19,12 +19,14 @@ SHAPE = (6, 48)  # blocks of 16 and 32, the last block of 32 short
 
 
 def _data(kind: str) -> np.ndarray:
-    rng = np.random.default_rng(["normal", "wide", "specials"].index(kind))
+    rng = np.random.default_rng(["normal", "wide", "specials", "tiny"].index(kind))
     x = rng.standard_normal(SHAPE) * 2.0 ** rng.integers(-6, 6, (SHAPE[0], 1))
     if kind == "wide":  # each run of 16 a different magnitude, subnormal-range ones included
         x = x * 2.0 ** rng.integers(-140, 100, (SHAPE[0], SHAPE[1] // 16)).repeat(16, axis=1)
     if kind == "specials":
         x[1, 3], x[2, 40], x[3, :16] = np.nan, -np.inf, 0.0
+    if kind == "tiny":  # the whole tensor near float32's subnormals: products with the tensor scale are subnormal
+        x = x * 2.0**-128
     return x.astype(F32)
 
 
@@ -59,17 +61,19 @@ def test_blocks_and_tensor_scale_match_the_reference(name, axis, kind):
         assert_bit_exact((np.asarray(blocks) * np.asarray(t)).astype(F32), qdq)  # IEEE float32 product
 
 
+@pytest.mark.parametrize("kind", ["normal", "wide", "specials", "tiny"])
 @pytest.mark.parametrize("name", ["nvfp4", "fp8_e4m3"])
-def test_stochastic_rounding_with_explicit_bits_matches_the_reference(name):
-    x = _data("normal")
+def test_stochastic_rounding_with_explicit_bits_matches_the_reference(name, kind):
+    x = _data(kind)
     bits = np.random.default_rng(9).integers(0, 1 << 8, SHAPE, dtype=np.uint32)
     axis = -1 if get_recipe(name).block_size else None
-    blocks, t = quantize_dequantize_split(
-        x, name, axis=axis, pad=True, rounding="stochastic", random=bits, random_bits=8
-    )
+    options = dict(axis=axis, pad=True, rounding="stochastic", random=bits, random_bits=8)
+    blocks, t = quantize_dequantize_split(x, name, **options)
     want_blocks, want_t = expected_split(x, name, axis, random=bits, random_bits=8)
     assert_bit_exact(blocks, want_blocks)
     assert_bit_exact(t, want_t)
+    want = reference.quantize(x, name, axis=axis, pad=True, rounding="stochastic", random=bits, random_bits=8)
+    assert_bit_exact(quantize_dequantize(x, name, **options), want.dequantized)
 
 
 def test_nan_spreads_as_in_quantize_dequantize():

@@ -1,0 +1,97 @@
+"""Stochastic rounding of float32 with constant-shape bit arithmetic: the fast path for small targets.
+
+`fpemu._engine.convert.round_narrow` rounds any format pair in every mode. For float32 input,
+stochastic rounding with its ``"floor"`` variant, and a target whose quanta (the spacing of its
+values in each binade) are all normal float32 numbers with normal reciprocals (FP8, FP6, FP4,
+float16 and the like; not bfloat16 or E8M0), `round_stochastic` gives the same bits with fewer
+operations per element, which is what `fpemu.scaled`'s NVFP4 gradients spend their time on:
+
+- at and above the target's smallest value, the ``sh`` discarded bits of ``|x|`` are its fraction
+  of a quantum: shifted to the top of a word, they are ``floor(r * 2**32)``;
+- below it, ``floor(r * 2**32)`` with ``r = |x| / smallest`` is one exact float product (XLA:CPU
+  flushes a subnormal ``|x|`` to zero there, and so does the definition: ``r * 2**32 < 1``, since
+  the smallest value is at least ``2**-94``);
+- with ``k`` random bits ``draw``, the magnitude rounds up iff ``floor(r * 2**k) + draw >= 2**k``:
+  round_narrow's definition (its k random bits added at the k leading discarded bits, the carry
+  rounding up), written as a comparison.
+
+Overflow, infinities, NaN and the sign of zero follow round_narrow with a boolean ``saturate``.
+tests/test_engine_stochastic.py compares the two paths bit for bit on every format `applies` to.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from fpemu._core.format import Format
+from fpemu._core.registry import get_format
+from fpemu._engine.convert import value_bits
+
+__all__ = ["applies", "round_stochastic"]
+
+_FP32 = get_format("fp32")
+_U32 = jnp.uint32
+_MANTISSA = _FP32.mantissa_bits  # 23
+_SIGN = _FP32.sign_mask
+_INF = _FP32.inf_code
+
+#: The range of quanta (as powers of two) `round_stochastic` takes: a subnormal float32 lies below
+#: 2**-32 of the smallest (so that floor(r * 2**32) is 0, as XLA:CPU's flushing makes it), and the
+#: largest, one binade above the target's largest value, is a normal float32.
+_MIN_QUANTUM_EXPONENT, _MAX_QUANTUM_EXPONENT = -94, 126
+
+
+def applies(src: Format, dst: Format, *, saturate: object, subnormals: bool, stochastic_variant: str) -> bool:
+    """Whether `round_stochastic` gives round_narrow's bits for these options: float32 input, a signed
+    sign-magnitude target with zero, exponent bits and subnormals kept, quanta in range, the
+    ``"floor"`` variant and a boolean ``saturate`` (not one of P3109's modes)."""
+    return (
+        src == _FP32
+        and dst.signed
+        and not dst.twos_complement
+        and dst.has_zero
+        and dst.exponent_bits > 0
+        and dst.emin + _FP32.bias - dst.mantissa_bits > 0  # the quantum below the normal range: a normal float32
+        and subnormals
+        and isinstance(saturate, (bool, np.bool_))
+        and stochastic_variant == "floor"
+        and dst.min_subnormal_exponent >= _MIN_QUANTUM_EXPONENT
+        and dst.emax + 1 - dst.mantissa_bits <= _MAX_QUANTUM_EXPONENT
+    )
+
+
+def round_stochastic(bits: jnp.ndarray, dst: Format, *, saturate: bool, random: jnp.ndarray, k: int) -> jnp.ndarray:
+    """uint32 bits of float32 values rounded stochastically to ``dst`` (where `applies`), as float32
+    bits: round_narrow's ``output="src_bits"`` result. ``random``: uint32 words whose ``k`` top bits
+    are the draw (the layout `fpemu.quantize` uses)."""
+    a = bits & _U32(_SIGN - 1)
+    sign = bits & _U32(_SIGN)
+    m = dst.mantissa_bits
+    e_min_field = dst.emin + _FP32.bias  # float32's exponent field of the target's smallest normal
+    smallest = _U32(value_bits(dst.min_subnormal, _FP32))
+    # discarded bits: 23 - m in the target's normal range, one more per binade below it
+    field = jnp.clip(a >> _U32(_MANTISSA), _U32(e_min_field - m), _U32(e_min_field))
+    sh = _U32(_MANTISSA - m + e_min_field) - field
+    tiny = a < smallest
+    below = lax.bitcast_convert_type(a, jnp.float32) * np.float32(2.0 ** (32 - dst.min_subnormal_exponent))
+    fraction = jnp.where(tiny, below.astype(_U32), a << (_U32(32) - sh))  # floor(r * 2**32)
+    draw = random
+    if k < 32:
+        fraction, draw = fraction >> _U32(32 - k), random >> _U32(32 - k)
+    up = fraction > _U32((1 << k) - 1) - draw  # fraction + draw >= 2**k, without overflow
+    low = jnp.where(tiny, _U32(0), a & ~((_U32(1) << sh) - _U32(1)))
+    step = jnp.where(tiny, smallest, _U32(1) << sh)  # a carry out of the mantissa bumps the exponent
+    res = jnp.where(up, low + step, low)
+    v_max = _U32(value_bits(dst.max, _FP32))
+    if saturate or not (dst.has_inf or dst.has_nan):
+        overflow = v_max  # the value standing for "infinity", as round_narrow has it
+    else:
+        overflow = _U32(_INF if dst.has_inf else _FP32.nan_code)
+    res = jnp.where(res > v_max, overflow, res)  # infinite inputs land here too
+    if dst.has_negative_zero:
+        res = res | sign
+    else:
+        res = res | jnp.where(res != 0, sign, _U32(0))  # no -0: zero results are +0
+    return jnp.where(a > _U32(_INF), bits, res)  # NaN inputs come out unchanged
