@@ -16,7 +16,7 @@ from jax.typing import ArrayLike, DTypeLike
 from fpemu._core.format import Format
 from fpemu._core.modes import Rounding, Saturation, StochasticVariant
 from fpemu._ops import codec
-from fpemu.scaled import _core
+from fpemu.scaled import _core, _layout
 from fpemu.scaled._quantize import (
     DEFAULT_AXIS,
     SCALED_INPUT_DTYPES,
@@ -121,8 +121,8 @@ class ScaledArray:
     def block_size(self) -> int | None:
         return self.recipe.block_size
 
-    def layout(self) -> _core.Layout:
-        return _core.Layout(_core.resolve_axis(self.axis, self.ndim), self.recipe.block_size)
+    def layout(self) -> _layout.Layout:
+        return _layout.Layout(_core.resolve_axis(self.axis, self.ndim), self.recipe.block_size)
 
     # -- conversions ----------------------------------------------------------------------------------
 
@@ -335,7 +335,7 @@ class ScaledArray:
         out = np.dtype(dtype)
         if out.name not in SCALED_INPUT_DTYPES:
             raise TypeError(f"dtype must be float16, bfloat16 or float32, got {out.name}")
-        shape = _core.group_shape(tuple(values.shape), _core.Layout(axis, recipe.block_size))
+        shape = _layout.group_shape(tuple(values.shape), _layout.Layout(axis, recipe.block_size))
         leaf = scale_leaf_arg(scale, recipe, shape)
         gs = global_scale_arg(global_scale, recipe, ndim)
         return cls(values, leaf, gs, recipe, None if axis is None else axis - ndim, out)
@@ -428,7 +428,7 @@ def _signed_codes(codes: jax.Array, fmt: Format) -> jax.Array:
 @functools.partial(jax.custom_jvp, nondiff_argnums=(3,))
 def _dequantize_ste(values, scale, global_scale, meta):
     recipe, axis, dtype = meta
-    layout = _core.Layout(_core.resolve_axis(axis, values.ndim), recipe.block_size)
+    layout = _layout.Layout(_core.resolve_axis(axis, values.ndim), recipe.block_size)
     return _core.decode(values, scale, global_scale, recipe, layout).astype(dtype)
 
 
@@ -437,9 +437,9 @@ def _dequantize_jvp(meta, primals, tangents):
     values, scale, global_scale = primals
     values_dot = tangents[0]
     recipe, axis, dtype = meta
-    layout = _core.Layout(_core.resolve_axis(axis, values.ndim), recipe.block_size)
+    layout = _layout.Layout(_core.resolve_axis(axis, values.ndim), recipe.block_size)
     out = _dequantize_ste(values, scale, global_scale, meta)
-    sg = _core.expand(_core.grad_scale(scale, global_scale, recipe), layout, values.shape)
+    sg = _layout.expand(_core.grad_scale(scale, global_scale, recipe), layout, values.shape)
     return out, (values_dot.astype(F32) * sg).astype(dtype)
 
 

@@ -17,9 +17,10 @@ from jax.typing import ArrayLike
 
 from fpemu._args import choice_arg, int_arg
 from fpemu._core.modes import Rounding
-from fpemu.scaled import _bits, _core
+from fpemu.scaled import _bits
 from fpemu.scaled._array import ScaledArray, quantize_jit
 from fpemu.scaled._bits import ABS, INF, U32
+from fpemu.scaled._layout import Layout, group_max, group_shape
 from fpemu.scaled._quantize import Config, prepare, prepare_random, qdq_jit
 from fpemu.scaled._recipes import RecipeLike, get_recipe
 from fpemu.scaled._scale import float_encode_scale, pow2_exponent
@@ -94,16 +95,16 @@ class DelayedScaling:
         if self.axis is None and recipe.block_size is not None:
             raise ValueError(f"recipe {recipe.name} has blocks along an axis: axis must be an int, not None")
 
-    def _layout(self, shape: tuple[int, ...]) -> _core.Layout:
+    def _layout(self, shape: tuple[int, ...]) -> Layout:
         axis = None if self.axis is None else self.axis % len(shape)
-        return _core.Layout(axis, get_recipe(self.recipe).block_size)  # a Recipe since __post_init__
+        return Layout(axis, get_recipe(self.recipe).block_size)  # a Recipe since __post_init__
 
     def init(self, x: jax.Array | np.ndarray | tuple[int, ...]) -> DelayedScalingState:
         """The initial state for arrays shaped like ``x`` (an array or a shape): scale 1, zero history."""
         shape = tuple(x) if isinstance(x, (tuple, list)) else tuple(np.shape(x))
         if self.axis is not None and not -len(shape) <= self.axis < len(shape):
             raise ValueError(f"axis={self.axis} is out of range for shape {shape}")
-        gshape = _core.group_shape(shape, self._layout(shape))
+        gshape = group_shape(shape, self._layout(shape))
         return DelayedScalingState(jnp.zeros((self.history_length, *gshape), F32), jnp.ones(gshape, F32))
 
     def _config(
@@ -116,7 +117,7 @@ class DelayedScaling:
             raise TypeError(
                 f"state must be a DelayedScalingState (make the first one with init(x)), got {type(state).__name__}"
             )
-        gshape = _core.group_shape(x.shape, self._layout(x.shape))
+        gshape = group_shape(x.shape, self._layout(x.shape))
         if tuple(state.scale.shape) != gshape or tuple(state.amax_history.shape) != (self.history_length, *gshape):
             raise ValueError(
                 f"state does not fit x of shape {x.shape}: expected scale {gshape} and history "
@@ -168,9 +169,9 @@ class DelayedScaling:
 @functools.partial(jax.jit, static_argnums=(2, 3))
 def _update(x: jax.Array, state: DelayedScalingState, cfg: Config, reduction: str) -> DelayedScalingState:
     recipe = cfg.recipe
-    layout = _core.Layout(cfg.axis, recipe.block_size)
+    layout = Layout(cfg.axis, recipe.block_size)
     xb = _bits.to_bits(jax.lax.stop_gradient(x).astype(F32))
-    amax = _core.group_max(xb & U32(ABS), layout)
+    amax = group_max(xb & U32(ABS), layout)
     old = _bits.to_bits(jax.lax.stop_gradient(state.amax_history))
     history = jnp.concatenate([amax[None], old[:-1]], axis=0)
     reduced = jnp.max(history, axis=0) if reduction == "max" else history[0]  # NaN bit patterns win

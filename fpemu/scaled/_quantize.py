@@ -21,7 +21,7 @@ from fpemu._args import INPUT_DTYPES, bool_arg, int_arg, random_values_arg, roun
 from fpemu._core.format import Format
 from fpemu._core.modes import Rounding, Saturation, StochasticVariant
 from fpemu._ops.quantize import rounding_spec
-from fpemu.scaled import _core
+from fpemu.scaled import _core, _layout
 from fpemu.scaled._recipes import Recipe, RecipeLike, get_recipe
 
 F32 = jnp.float32
@@ -149,8 +149,8 @@ def prepare_scale(scale: ArrayLike | None, x: jax.Array, cfg: Config) -> jax.Arr
             f"scale= is not supported for recipe {recipe.name}: its block scales come from the data "
             "(a two-level recipe); use a single-level recipe"
         )
-    layout = _core.Layout(cfg.axis, recipe.block_size)
-    shape = _core.group_shape(x.shape, layout)
+    layout = _layout.Layout(cfg.axis, recipe.block_size)
+    shape = _layout.group_shape(x.shape, layout)
     s = jnp.asarray(scale)
     if s.dtype != F32:
         if not jnp.issubdtype(s.dtype, jnp.floating):
@@ -305,7 +305,7 @@ def global_scale_arg(global_scale: ArrayLike | None, recipe: Recipe, ndim: int) 
 def quantize_ste(x, key, scale, cfg: Config):
     """(values, scale leaf, global scale leaf or None) of ``x``; the values' tangent is ``x``'s over
     the scale (see `ScaledArray`). ``key``: the key, or the explicit bits (`prepare_random`)."""
-    layout = _core.Layout(cfg.axis, cfg.recipe.block_size)
+    layout = _layout.Layout(cfg.axis, cfg.recipe.block_size)
     return _core.encode(
         x.astype(F32),
         cfg.recipe,
@@ -323,8 +323,8 @@ def _quantize_jvp(cfg, primals, tangents):
     x, key, scale = primals
     x_dot = tangents[0]
     values, scale_leaf, global_leaf = quantize_ste(x, key, scale, cfg)
-    layout = _core.Layout(cfg.axis, cfg.recipe.block_size)
-    sg = _core.expand(_core.grad_scale(scale_leaf, global_leaf, cfg.recipe), layout, x.shape)
+    layout = _layout.Layout(cfg.axis, cfg.recipe.block_size)
+    sg = _layout.expand(_core.grad_scale(scale_leaf, global_leaf, cfg.recipe), layout, x.shape)
     # an optimization barrier keeps XLA from turning the division by a broadcast into an inexact
     # multiplication by the reciprocal: dequantize's tangent multiplies by the same sg, so that the
     # reverse-mode gradient of dequantize(quantize(x)) is exactly (g * sg) / sg = g for g = 1
@@ -338,7 +338,7 @@ def _quantize_jvp(cfg, primals, tangents):
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(3,))
 def _qdq_ste(x, key, scale, cfg: Config):
-    layout = _core.Layout(cfg.axis, cfg.recipe.block_size)
+    layout = _layout.Layout(cfg.axis, cfg.recipe.block_size)
     y = _core.quantize_dequantize(
         x.astype(F32),
         cfg.recipe,

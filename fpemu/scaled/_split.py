@@ -16,7 +16,7 @@ from jax import lax
 from jax.typing import ArrayLike
 
 from fpemu._core.modes import Rounding, Saturation, StochasticVariant
-from fpemu.scaled import _core
+from fpemu.scaled import _core, _layout
 from fpemu.scaled._quantize import DEFAULT_AXIS, Config, _random_kwargs, checked_call
 from fpemu.scaled._recipes import RecipeLike
 
@@ -30,7 +30,7 @@ def _split_ste(x, key, scale, cfg: Config):
     return _core.quantize_dequantize_split(
         x.astype(F32),
         cfg.recipe,
-        _core.Layout(cfg.axis, cfg.recipe.block_size),
+        _layout.Layout(cfg.axis, cfg.recipe.block_size),
         rounding=cfg.rounding,
         random_bits=cfg.random_bits,
         scale=scale,
