@@ -21,15 +21,29 @@ from fpemu.scaled._bits import U32
 
 class Layout(NamedTuple):
     """Which elements share a scale: ``axis`` (non-negative, or None for the whole tensor) and
-    ``block`` (elements per scale along the axis, or None for the whole slice)."""
+    ``block`` (elements per scale along the axis, or None for the whole slice); ``tile_axis``
+    (non-negative, with a ``block``): groups also span ``block`` elements along it (square tiles)."""
 
     axis: int | None
     block: int | None
+    tile_axis: int | None = None
+
+    def along(self) -> tuple[Layout, ...]:
+        """The 1-D layouts whose composition this is: along ``axis``, then along ``tile_axis``."""
+        if self.tile_axis is None:
+            return (self,)
+        return Layout(self.axis, self.block), Layout(self.tile_axis, self.block)
 
 
 def group_shape(shape: tuple[int, ...], layout: Layout) -> tuple[int, ...]:
-    """The shape of the scales: ``shape`` with the axis replaced by the number of groups along it
-    (all ones for a per-tensor scale)."""
+    """The shape of the scales: ``shape`` with the axis (and the tile axis) replaced by the number
+    of groups along it (all ones for a per-tensor scale)."""
+    for one in layout.along():
+        shape = _group_shape(shape, one)
+    return shape
+
+
+def _group_shape(shape: tuple[int, ...], layout: Layout) -> tuple[int, ...]:
     if layout.axis is None:
         return (1,) * len(shape)
     n = shape[layout.axis]
@@ -41,7 +55,14 @@ _INNER = 4  # the first stage of a block maximum along the last axis (see group_
 
 
 def group_max(u: jnp.ndarray, layout: Layout) -> jnp.ndarray:
-    """Per-group maximum of uint32 magnitudes (0 for empty groups), in `group_shape`."""
+    """Per-group maximum of uint32 magnitudes (0 for empty groups), in `group_shape`: of each block
+    along the axis, then (tiles) of each block of those maxima along the tile axis."""
+    for one in layout.along():
+        u = _group_max(u, one)
+    return u
+
+
+def _group_max(u: jnp.ndarray, layout: Layout) -> jnp.ndarray:
     zero = U32(0)
     if layout.axis is None:
         return jnp.max(u, axis=tuple(range(u.ndim)), keepdims=True, initial=zero)
@@ -65,7 +86,15 @@ def group_max(u: jnp.ndarray, layout: Layout) -> jnp.ndarray:
 
 
 def expand(g: jnp.ndarray, layout: Layout, shape: tuple[int, ...]) -> jnp.ndarray:
-    """Broadcast per-group values back to the elements."""
+    """Broadcast per-group values back to the elements (tiles: along the tile axis, then the axis)."""
+    if layout.tile_axis is not None:
+        first, second = layout.along()
+        g = _expand(g, second, group_shape(shape, first))
+        return _expand(g, first, shape)
+    return _expand(g, layout, shape)
+
+
+def _expand(g: jnp.ndarray, layout: Layout, shape: tuple[int, ...]) -> jnp.ndarray:
     if layout.axis is None or layout.block is None:
         return jnp.broadcast_to(g, shape)
     axis, block = layout.axis, layout.block

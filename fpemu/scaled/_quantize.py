@@ -48,6 +48,10 @@ class Config(NamedTuple):
     random_bits: int | None
     stochastic_variant: StochasticVariant = "floor"  # of stochastic element rounding ("floor" otherwise)
     explicit_random: bool = False  # the random bits are given (`random=`), not drawn from a key
+    tile_axis: int | None = None  # non-negative: groups are block x block tiles of (tile_axis, axis)
+
+    def layout(self) -> _layout.Layout:
+        return _layout.Layout(self.axis, self.recipe.block_size, self.tile_axis)
 
 
 def _check_input(x: Any) -> jax.Array:
@@ -149,7 +153,7 @@ def prepare_scale(scale: ArrayLike | None, x: jax.Array, cfg: Config) -> jax.Arr
             f"scale= is not supported for recipe {recipe.name}: its block scales come from the data "
             "(a two-level recipe); use a single-level recipe"
         )
-    layout = _layout.Layout(cfg.axis, recipe.block_size)
+    layout = cfg.layout()
     shape = _layout.group_shape(x.shape, layout)
     s = jnp.asarray(scale)
     if s.dtype != F32:
@@ -305,7 +309,7 @@ def global_scale_arg(global_scale: ArrayLike | None, recipe: Recipe, ndim: int) 
 def quantize_ste(x, key, scale, cfg: Config):
     """(values, scale leaf, global scale leaf or None) of ``x``; the values' tangent is ``x``'s over
     the scale (see `ScaledArray`). ``key``: the key, or the explicit bits (`prepare_random`)."""
-    layout = _layout.Layout(cfg.axis, cfg.recipe.block_size)
+    layout = cfg.layout()
     return _core.encode(
         x.astype(F32),
         cfg.recipe,
@@ -323,7 +327,7 @@ def _quantize_jvp(cfg, primals, tangents):
     x, key, scale = primals
     x_dot = tangents[0]
     values, scale_leaf, global_leaf = quantize_ste(x, key, scale, cfg)
-    layout = _layout.Layout(cfg.axis, cfg.recipe.block_size)
+    layout = cfg.layout()
     sg = _layout.expand(_core.grad_scale(scale_leaf, global_leaf, cfg.recipe), layout, x.shape)
     # an optimization barrier keeps XLA from turning the division by a broadcast into an inexact
     # multiplication by the reciprocal: dequantize's tangent multiplies by the same sg, so that the
@@ -338,7 +342,7 @@ def _quantize_jvp(cfg, primals, tangents):
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(3,))
 def _qdq_ste(x, key, scale, cfg: Config):
-    layout = _layout.Layout(cfg.axis, cfg.recipe.block_size)
+    layout = cfg.layout()
     y = _core.quantize_dequantize(
         x.astype(F32),
         cfg.recipe,
@@ -377,6 +381,7 @@ def quantize_dequantize(
     saturate: Saturation | None = None,
     stochastic_variant: StochasticVariant = "floor",
     random: ArrayLike | None = None,
+    tile_axis: int | None = None,
 ) -> jax.Array:
     """``ScaledArray.from_array(x, recipe, ...).dequantize()`` in one fused computation, in ``x``'s dtype.
 
@@ -386,6 +391,9 @@ def quantize_dequantize(
     all-zero group to zeros). The gradient is the identity (straight-through estimator), exactly.
     ``stochastic_variant`` is `fpemu.quantize`'s, for ``rounding="stochastic"`` of the elements;
     ``random`` (instead of ``key``) gives the elements' random bits, as `ScaledArray.from_array` takes them.
+    ``tile_axis`` (here only, not in `ScaledArray`) makes each group a square tile: ``block_size``
+    elements along ``axis`` times ``block_size`` along ``tile_axis`` (NVFP4's 16 x 16 weight blocks),
+    one scale per tile, the last tiles shorter with ``pad=True``.
 
     Example:
       >>> import jax, jax.numpy as jnp
@@ -403,6 +411,27 @@ def quantize_dequantize(
     return checked_call(qdq_jit, x, recipe, locals())
 
 
+def _tile_axis_arg(tile_axis: Any, x: jax.Array, cfg: Config, pad: bool) -> int:
+    """``tile_axis`` checked against ``x`` and the recipe, non-negative."""
+    block = cfg.recipe.block_size
+    if block is None or cfg.axis is None:
+        raise ValueError(
+            f"tile_axis is for recipes with blocks along an axis (square tiles of block_size), not {cfg.recipe.name}"
+        )
+    t = int_arg(tile_axis, "tile_axis")
+    if not -x.ndim <= t < x.ndim or t % x.ndim == cfg.axis:
+        raise ValueError(
+            f"tile_axis={t} must be an axis of x (shape {x.shape}) other than axis={cfg.axis}: {-x.ndim}..{x.ndim - 1}"
+        )
+    t %= x.ndim
+    if x.shape[t] % block and not pad:
+        raise ValueError(
+            f"x.shape[{t}]={x.shape[t]} (tile_axis) is not a multiple of block_size={block} (recipe "
+            f"{cfg.recipe.name}); pass pad=True to let the last tiles be shorter (as if padded with zeros)"
+        )
+    return t
+
+
 def checked_call(jitted: Any, x: Any, recipe: RecipeLike, arguments: dict[str, Any]) -> Any:
     """``jitted(x, random source, scale, Config)`` with the arguments of `quantize_dequantize`
     (``arguments``: all of them by name) checked by `prepare`, `prepare_random` and `prepare_scale`."""
@@ -412,4 +441,6 @@ def checked_call(jitted: Any, x: Any, recipe: RecipeLike, arguments: dict[str, A
         x, recipe, a["axis"], a["rounding"], a["key"], a["random_bits"], a["pad"], overrides,
         stochastic_variant=a["stochastic_variant"], random=a["random"],
     )  # fmt: skip
+    if a["tile_axis"] is not None:
+        cfg = cfg._replace(tile_axis=_tile_axis_arg(a["tile_axis"], x, cfg, a["pad"]))
     return jitted(x, prepare_random(a["key"], a["random"], x, cfg), prepare_scale(a["scale"], x, cfg), cfg)

@@ -16,7 +16,7 @@ from jax import lax
 from jax.typing import ArrayLike
 
 from fpemu._core.modes import Rounding, Saturation, StochasticVariant
-from fpemu.scaled import _core, _layout
+from fpemu.scaled import _core
 from fpemu.scaled._quantize import DEFAULT_AXIS, Config, _random_kwargs, checked_call
 from fpemu.scaled._recipes import RecipeLike
 
@@ -30,7 +30,7 @@ def _split_ste(x, key, scale, cfg: Config):
     return _core.quantize_dequantize_split(
         x.astype(F32),
         cfg.recipe,
-        _layout.Layout(cfg.axis, cfg.recipe.block_size),
+        cfg.layout(),
         rounding=cfg.rounding,
         random_bits=cfg.random_bits,
         scale=scale,
@@ -70,6 +70,7 @@ def quantize_dequantize_split(
     saturate: Saturation | None = None,
     stochastic_variant: StochasticVariant = "floor",
     random: ArrayLike | None = None,
+    tile_axis: int | None = None,
 ) -> tuple[jax.Array, jax.Array | None]:
     """`quantize_dequantize` as two factors: ``(blocks, tensor_scale)``, the float32 per-tensor scale apart.
 
