@@ -390,6 +390,18 @@ def _view(x: jax.Array, q: Quantizer, dims: tuple[int, ...]) -> tuple[jax.Array,
     return tiles(c.matrix(x), b), 2, lambda t: c.unmatrix(untiles(t, b, (c.rows, c.k)))
 
 
+def _recipe_and_view(x: jax.Array, q: Quantizer, dims: tuple[int, ...]):
+    """(the scaled recipe, the array it quantizes, how: its options, the map back to ``x``). A matrix's
+    2-D tiles rounded to nearest are quantized where they lie (`fpemu.scaled`'s ``tile_axis``: the same
+    values as `tiles` cut out, without moving the elements twice); stochastic rounding keeps the
+    cut-out view, whose element positions its random bits follow."""
+    if q.scaling == "block_2d" and q.rounding != "stochastic" and x.ndim == 2 and dims == (1,):
+        recipe = dataclasses.replace(scaled_recipe(q), block_size=q.block_size)
+        return recipe, x, {"axis": 1, "tile_axis": 0}, lambda y: y
+    view, axis, back = _view(x, q, dims)
+    return scaled_recipe(q), view, {"axis": axis}, back
+
+
 def _options(key: Any, amax: Any, q: Quantizer, margin: int) -> dict[str, Any]:
     """The keyword arguments of `fpemu.scaled.quantize_dequantize` / ``ScaledArray.from_array``."""
     recipe = scaled_recipe(q)
@@ -409,8 +421,8 @@ def _quantize(x, key, amax, *, q: Quantizer, dims: tuple[int, ...], margin: int)
         stochastic = q.rounding == "stochastic"
         extra = {"key": key, "random_bits": q.random_bits} if stochastic else {}
         return element_quantize(x, q.element, rounding=q.rounding, saturate=q.saturate, **extra)
-    view, axis, back = _view(x, q, dims)
-    return back(quantize_dequantize(view, scaled_recipe(q), axis=axis, **_options(key, amax, q, margin)))
+    recipe, view, layout, back = _recipe_and_view(x, q, dims)
+    return back(quantize_dequantize(view, recipe, **layout, **_options(key, amax, q, margin)))
 
 
 def quantize_operand_split(
@@ -428,8 +440,8 @@ def quantize_operand_split(
 
 @functools.partial(jax.jit, static_argnames=("q", "dims", "margin"))
 def _split(x, key, amax, *, q: Quantizer, dims: tuple[int, ...], margin: int):
-    view, axis, back = _view(x, q, dims)
-    blocks, t = quantize_dequantize_split(view, scaled_recipe(q), axis=axis, **_options(key, amax, q, margin))
+    recipe, view, layout, back = _recipe_and_view(x, q, dims)
+    blocks, t = quantize_dequantize_split(view, recipe, **layout, **_options(key, amax, q, margin))
     assert t is not None, q  # tensor_scaled: the scaled recipe has a float per-tensor scale
     return back(blocks), t.reshape(())
 
