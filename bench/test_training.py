@@ -13,8 +13,11 @@ an SGD update; batch 8, sequence 128, d 256) on float32 parameters. Rows (one py
 
 Issue 13's targets: ``mxfp8`` and ``nvfp4`` at most 1.5x ``emulated-bf16`` per step, and the compile
 time of an emulated function at most 1.5x that of the same function unemulated. ``test_interleaved``
-times the rows round-robin, 15 rounds (the ratio least disturbed by load drift; 5 rounds moved NVFP4's
-ratio between 1.3x and 1.9x in one session); ``test_compile_time`` splits
+times the rows in rounds, 25 of them, each calling every row once in an order shuffled per round (a
+fixed seed), and gives each row's ratio as the median over rounds of its time over emulated-bf16's
+in the same round: the ratio least disturbed by load drift and by which row ran just before (a
+fixed order charged that to the same rows every round; 5 fixed-order rounds moved NVFP4's ratio
+between 1.3x and 1.9x in one session); ``test_compile_time`` splits
 each row's compile time into tracing (Python: JAX's trace and emulate's interpreter, ``.lower``) and
 XLA's compilation (``.compile``), so that the extra time has an address. ``test_nvfp4_breakdown`` says
 where NVFP4's step time and compile time go, by taking parts away (see its docstring);
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import random
 import time
 
 import jax
@@ -83,26 +87,40 @@ def _timed(fn):
     return (time.perf_counter() - wall, time.process_time() - cpu), out
 
 
-def _interleave(calls, rounds):
-    """Median (wall, CPU) seconds of each of ``calls`` (name -> function), timed round-robin."""
+def _interleave(calls, rounds, base):
+    """Per row of ``calls`` (name -> function): the median (wall, CPU) seconds and the median over rounds
+    of its ratio to ``base``'s time in the same round. Each round calls every row once, in an order
+    shuffled per round (a fixed seed): a row's time depends on the row run just before it (caches,
+    XLA's buffers), which a fixed order would charge to the same rows every round."""
     for fn in calls.values():
         fn()
     times = {name: [] for name in calls}
+    order = random.Random(0)
     for _ in range(rounds):
-        for name, fn in calls.items():
-            times[name].append(_timed(fn)[0])
-    return {name: tuple(float(v) for v in np.median(np.array(t), axis=0)) for name, t in times.items()}
+        names = list(calls)
+        order.shuffle(names)
+        for name in names:
+            times[name].append(_timed(calls[name])[0])
+    arrays = {name: np.array(t) for name, t in times.items()}
+    return {
+        name: (
+            tuple(float(v) for v in np.median(t, axis=0)),
+            tuple(float(v) for v in np.median(t / arrays[base], axis=0)),
+        )
+        for name, t in arrays.items()
+    }
 
 
 def test_interleaved():
-    medians = _interleave({name: lambda name=name: _call(name) for name in FUNCTIONS}, rounds=15)
-    base = medians["emulated-bf16"]
+    rows = _interleave({name: lambda name=name: _call(name) for name in FUNCTIONS}, rounds=25, base="emulated-bf16")
     print(f"\n{machine_line()}")
-    print(f"{'row':16s} {'wall (ms)':>10s} {'vs bf16':>8s} {'CPU (ms)':>10s} {'vs bf16':>8s}")
-    for name, (wall, cpu) in medians.items():
-        print(f"{name:16s} {1e3 * wall:10.2f} {wall / base[0]:7.2f}x {1e3 * cpu:10.2f} {cpu / base[1]:7.2f}x")
+    print(
+        f"{'row':16s} {'wall (ms)':>10s} {'vs bf16':>8s} {'CPU (ms)':>10s} {'vs bf16':>8s}   (ratios: medians of per-round ratios)"
+    )
+    for name, ((wall, cpu), (wall_ratio, cpu_ratio)) in rows.items():
+        print(f"{name:16s} {1e3 * wall:10.2f} {wall_ratio:7.2f}x {1e3 * cpu:10.2f} {cpu_ratio:7.2f}x")
     for name in ("mxfp8", "nvfp4", "mxfp8 attn kept", "nvfp4 attn kept"):
-        ratio = medians[name][0] / base[0]
+        ratio = rows[name][1][0]
         print(f"{name} / emulated-bf16 = {ratio:.2f} (target <= {TARGET}): {'met' if ratio <= TARGET else 'NOT met'}")
 
 
@@ -170,12 +188,11 @@ def test_nvfp4_breakdown():
         compile_cpu[name] = (trace[1], xla[1])
     jax.clear_caches()
     rows = {"emulated-bf16": jax.jit(FUNCTIONS["emulated-bf16"]).trace(*ARGS).lower().compile(), **compiled}
-    medians = _interleave({name: lambda fn=fn: jax.block_until_ready(fn(*ARGS)) for name, fn in rows.items()}, 7)
+    calls = {name: lambda fn=fn: jax.block_until_ready(fn(*ARGS)) for name, fn in rows.items()}
     print(f"\n{machine_line()}")
     print(f"{'row':16s} {'step CPU (ms)':>14s} {'vs bf16':>8s} {'trace CPU (s)':>14s} {'XLA CPU (s)':>12s}")
-    for name, (_, cpu) in medians.items():
+    for name, ((_, cpu), (_, ratio)) in _interleave(calls, 15, base="emulated-bf16").items():
         trace, xla = compile_cpu.get(name, (float("nan"), float("nan")))
-        ratio = cpu / medians["emulated-bf16"][1]
         print(f"{name:16s} {1e3 * cpu:14.2f} {ratio:7.2f}x {trace:14.2f} {xla:12.2f}")
 
 
@@ -206,9 +223,8 @@ def test_mxfp8_breakdown():
         "DotPolicy bf16 operands": emulated(fpemu.Policy(dot=fpemu.DotPolicy(lhs="bf16", rhs="bf16"))),
     }
     jitted = {name: jax.jit(fn) for name, fn in rows.items()}
-    medians = _interleave({name: lambda fn=fn: jax.block_until_ready(fn(*ARGS)) for name, fn in jitted.items()}, 15)
-    base = medians["emulated-bf16"]
+    calls = {name: lambda fn=fn: jax.block_until_ready(fn(*ARGS)) for name, fn in jitted.items()}
     print(f"\n{machine_line()}")
     print(f"{'row':32s} {'wall (ms)':>10s} {'vs bf16':>8s} {'CPU (ms)':>10s} {'vs bf16':>8s}")
-    for name, (wall, cpu) in medians.items():
-        print(f"{name:32s} {1e3 * wall:10.2f} {wall / base[0]:7.2f}x {1e3 * cpu:10.2f} {cpu / base[1]:7.2f}x")
+    for name, ((wall, cpu), (wall_ratio, cpu_ratio)) in _interleave(calls, 15, base="emulated-bf16").items():
+        print(f"{name:32s} {1e3 * wall:10.2f} {wall_ratio:7.2f}x {1e3 * cpu:10.2f} {cpu_ratio:7.2f}x")
