@@ -1,10 +1,11 @@
-"""Stochastic rounding of float32 with constant-shape bit arithmetic: the fast path for small targets.
+"""Stochastic rounding of float32 into small formats in fewer operations: `round_narrow`'s fast path.
 
 `fpemu._engine.convert.round_narrow` rounds any format pair in every mode. For float32 input,
 stochastic rounding with its ``"floor"`` variant, and a target whose quanta (the spacing of its
 values in each binade) are all normal float32 numbers with normal reciprocals (FP8, FP6, FP4,
 float16 and the like; not bfloat16 or E8M0), `round_stochastic` gives the same bits with fewer
-operations per element, which is what `fpemu.scaled`'s NVFP4 gradients spend their time on:
+operations per element (`fpemu.quantize` takes it there, and so do NVFP4's gradients in
+`fpemu.scaled`, about 10-15% faster; bench/RESULTS_training.md):
 
 - at and above the target's smallest value, the ``sh`` discarded bits of ``|x|`` are its fraction
   of a quantum: shifted to the top of a word, they are ``floor(r * 2**32)``;
