@@ -3,7 +3,8 @@
 `compute_dot` is the whole computation, jitted, for any geometry (`fpemu._ops.geometry`) and
 any checked configuration (`fpemu._ops.matmul_config`); docs/matmul.md is its contract:
 
-1. the operands, divided by their scales, are rounded in W (`fpemu.quantize`);
+1. the operands, divided by their scales, are rounded in W (`fpemu.quantize`); a bfloat16 operand
+   with neither, when the dot takes bfloat16 operands (step 3), stays as it is;
 2. the geometry maps them to (B, M, K) @ (B, K, N);
 3. the contraction is summed in chunks of ``accumulate_every`` products, each chunk by one W dot
    (bfloat16 operands with W accumulation when both hold bfloat16 values: exact), and the running
