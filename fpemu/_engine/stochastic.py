@@ -41,7 +41,8 @@ _INF = _FP32.inf_code
 #: The range of quanta (as powers of two) `round_stochastic` takes: a subnormal float32 lies below
 #: 2**-32 of the smallest (so that floor(r * 2**32) is 0, as XLA:CPU's flushing makes it), and the
 #: largest, one binade above the target's largest value, is a normal float32.
-_MIN_QUANTUM_EXPONENT, _MAX_QUANTUM_EXPONENT = -94, 126
+_WORD = 32  # the random bits' word
+_MIN_QUANTUM_EXPONENT, _MAX_QUANTUM_EXPONENT = _FP32.emin + _WORD, -_FP32.emin  # -94, 126
 
 
 def applies(src: Format, dst: Format, *, saturate: object, subnormals: bool, stochastic_variant: str) -> bool:
@@ -76,11 +77,11 @@ def round_stochastic(bits: jnp.ndarray, dst: Format, *, saturate: bool, random: 
     field = jnp.clip(a >> _U32(_MANTISSA), _U32(e_min_field - m), _U32(e_min_field))
     sh = _U32(_MANTISSA - m + e_min_field) - field
     tiny = a < smallest
-    below = lax.bitcast_convert_type(a, jnp.float32) * np.float32(2.0 ** (32 - dst.min_subnormal_exponent))
-    fraction = jnp.where(tiny, below.astype(_U32), a << (_U32(32) - sh))  # floor(r * 2**32)
+    below = lax.bitcast_convert_type(a, jnp.float32) * np.float32(2.0 ** (_WORD - dst.min_subnormal_exponent))
+    fraction = jnp.where(tiny, below.astype(_U32), a << (_U32(_WORD) - sh))  # floor(r * 2**32)
     draw = random
-    if k < 32:
-        fraction, draw = fraction >> _U32(32 - k), random >> _U32(32 - k)
+    if k < _WORD:
+        fraction, draw = fraction >> _U32(_WORD - k), random >> _U32(_WORD - k)
     up = fraction > _U32((1 << k) - 1) - draw  # fraction + draw >= 2**k, without overflow
     low = jnp.where(tiny, _U32(0), a & ~((_U32(1) << sh) - _U32(1)))
     step = jnp.where(tiny, smallest, _U32(1) << sh)  # a carry out of the mantissa bumps the exponent

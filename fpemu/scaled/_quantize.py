@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 from typing import Any, NamedTuple, cast
 
 import jax
@@ -138,9 +139,12 @@ def prepare_random(key: Any, random: Any, x: jax.Array, cfg: Config) -> Any:
     return random_values_arg(random, cfg.random_bits, tuple(x.shape))
 
 
-def _random_kwargs(stream: Any, cfg: Config) -> dict[str, Any]:
-    """`fpemu.quantize`'s keyword for the elements' random bits: ``random=`` or ``key=``."""
-    return {"random": stream} if cfg.explicit_random else {"key": stream}
+def core_options(stream: Any, scale: Any, cfg: Config) -> dict[str, Any]:
+    """The keyword arguments of `_core`'s encode and quantize-dequantize for ``cfg``: its rounding, the
+    given ``scale``, and the elements' random bits, ``random=`` or ``key=`` (``stream``)."""
+    random = {"random": stream} if cfg.explicit_random else {"key": stream}
+    options = dict(rounding=cfg.rounding, random_bits=cfg.random_bits, stochastic_variant=cfg.stochastic_variant)
+    return {"key": None, **random, "scale": scale, **options}
 
 
 def prepare_scale(scale: ArrayLike | None, x: jax.Array, cfg: Config) -> jax.Array | None:
@@ -314,11 +318,7 @@ def quantize_ste(x, key, scale, cfg: Config):
         x.astype(F32),
         cfg.recipe,
         layout,
-        rounding=cfg.rounding,
-        random_bits=cfg.random_bits,
-        scale=scale,
-        stochastic_variant=cfg.stochastic_variant,
-        **{"key": None, **_random_kwargs(key, cfg)},
+        **core_options(key, scale, cfg),
     )
 
 
@@ -347,11 +347,7 @@ def _qdq_ste(x, key, scale, cfg: Config):
         x.astype(F32),
         cfg.recipe,
         layout,
-        rounding=cfg.rounding,
-        random_bits=cfg.random_bits,
-        scale=scale,
-        stochastic_variant=cfg.stochastic_variant,
-        **{"key": None, **_random_kwargs(key, cfg)},
+        **core_options(key, scale, cfg),
     )
     return y.astype(x.dtype)
 
@@ -432,6 +428,15 @@ def _tile_axis_arg(tile_axis: Any, x: jax.Array, cfg: Config, pad: bool) -> int:
     return t
 
 
+def arguments_of_quantize_dequantize(x: Any, recipe: Any, options: dict[str, Any]) -> dict[str, Any]:
+    """Every argument of `quantize_dequantize` by name, for a function that takes the same ones as
+    ``**options`` (`quantize_dequantize_split`): one signature, whose defaults fill the rest. An unknown
+    keyword is a TypeError that names it."""
+    bound = _SIGNATURE.bind(x, recipe, **options)
+    bound.apply_defaults()
+    return dict(bound.arguments)
+
+
 def checked_call(jitted: Any, x: Any, recipe: RecipeLike, arguments: dict[str, Any]) -> Any:
     """``jitted(x, random source, scale, Config)`` with the arguments of `quantize_dequantize`
     (``arguments``: all of them by name) checked by `prepare`, `prepare_random` and `prepare_scale`."""
@@ -444,3 +449,6 @@ def checked_call(jitted: Any, x: Any, recipe: RecipeLike, arguments: dict[str, A
     if a["tile_axis"] is not None:
         cfg = cfg._replace(tile_axis=_tile_axis_arg(a["tile_axis"], x, cfg, a["pad"]))
     return jitted(x, prepare_random(a["key"], a["random"], x, cfg), prepare_scale(a["scale"], x, cfg), cfg)
+
+
+_SIGNATURE = inspect.signature(quantize_dequantize)

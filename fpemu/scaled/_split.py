@@ -8,16 +8,22 @@ multiplies the float32 accumulator once. This is the quantization such a product
 from __future__ import annotations
 
 import functools
+import inspect
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.typing import ArrayLike
 
-from fpemu._core.modes import Rounding, Saturation, StochasticVariant
 from fpemu.scaled import _core
-from fpemu.scaled._quantize import DEFAULT_AXIS, Config, _random_kwargs, checked_call
+from fpemu.scaled._quantize import (
+    Config,
+    arguments_of_quantize_dequantize,
+    checked_call,
+    core_options,
+    quantize_dequantize,
+)
 from fpemu.scaled._recipes import RecipeLike
 
 __all__ = ["quantize_dequantize_split"]
@@ -31,11 +37,7 @@ def _split_ste(x, key, scale, cfg: Config):
         x.astype(F32),
         cfg.recipe,
         cfg.layout(),
-        rounding=cfg.rounding,
-        random_bits=cfg.random_bits,
-        scale=scale,
-        stochastic_variant=cfg.stochastic_variant,
-        **{"key": None, **_random_kwargs(key, cfg)},
+        **core_options(key, scale, cfg),
     )
 
 
@@ -55,22 +57,7 @@ _split_jit = jax.jit(_split_ste, static_argnums=(3,))
 
 
 def quantize_dequantize_split(
-    x: jax.Array | np.ndarray,
-    recipe: RecipeLike,
-    *,
-    axis: int | None = DEFAULT_AXIS,
-    rounding: Rounding = "nearest_even",
-    key: jax.Array | None = None,
-    random_bits: int | None = None,
-    scale: ArrayLike | None = None,
-    pad: bool = False,
-    scale_rule: str | None = None,
-    block_size: int | None = None,
-    margin: int | None = None,
-    saturate: Saturation | None = None,
-    stochastic_variant: StochasticVariant = "floor",
-    random: ArrayLike | None = None,
-    tile_axis: int | None = None,
+    x: jax.Array | np.ndarray, recipe: RecipeLike, **options: Any
 ) -> tuple[jax.Array, jax.Array | None]:
     """`quantize_dequantize` as two factors: ``(blocks, tensor_scale)``, the float32 per-tensor scale apart.
 
@@ -88,7 +75,7 @@ def quantize_dequantize_split(
     Bit for bit, ``quantize_dequantize(x, ...) == fl(blocks * tensor_scale)`` (the product rounded
     once to float32, then to ``x``'s dtype). A matrix product of two such operands is the product of
     their ``blocks`` times ``fl(tensor_scale_a * tensor_scale_b)``, as hardware computes it.
-    Arguments are `quantize_dequantize`'s. The gradient is straight-through for the product:
+    Arguments are `quantize_dequantize`'s (its signature, the one definition of them). The gradient is straight-through for the product:
     ``blocks``' tangent is ``x``'s divided by ``tensor_scale``, whose own is zero.
 
     Example:
@@ -103,4 +90,9 @@ def quantize_dequantize_split(
       >>> scaled.quantize_dequantize_split(x, "mxfp8", pad=True)[1] is None   # power-of-two scales
       True
     """
-    return checked_call(_split_jit, x, recipe, locals())
+    return checked_call(_split_jit, x, recipe, arguments_of_quantize_dequantize(x, recipe, options))
+
+
+quantize_dequantize_split.__signature__ = inspect.signature(quantize_dequantize).replace(  # type: ignore[attr-defined]  # for help() and IDEs
+    return_annotation="tuple[jax.Array, jax.Array | None]"
+)

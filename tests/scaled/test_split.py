@@ -6,6 +6,8 @@ element values times their block scales (NVFP4) or the element values (per tenso
 and ``fl(blocks * tensor_scale)`` is `quantize_dequantize`, bit for bit; otherwise ``blocks`` is it.
 """
 
+import inspect
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -100,3 +102,17 @@ def test_bad_arguments_name_themselves():
         quantize_dequantize_split(_data("normal"), "nvfp4", axis=None)
     with pytest.raises(TypeError, match="x must be"):
         quantize_dequantize_split([1.0, 2.0], "nvfp4")
+
+
+def test_takes_exactly_quantize_dequantizes_arguments():
+    """One definition of the arguments: the split's signature is `quantize_dequantize`'s, every keyword
+    reaches the computation (here ``tile_axis`` and ``block_size``), and an unknown one is named."""
+    params = lambda f: list(inspect.signature(f).parameters.values())
+    assert params(quantize_dequantize_split) == params(quantize_dequantize)
+    x = _data("normal")
+    options = dict(axis=1, tile_axis=0, block_size=16, pad=True)
+    blocks, t = quantize_dequantize_split(x, "mxfp8", **options)
+    assert t is None
+    assert_bit_exact(blocks, quantize_dequantize(x, "mxfp8", **options))
+    with pytest.raises(TypeError, match="tile_axs"):
+        quantize_dequantize_split(x, "mxfp8", tile_axs=0)
