@@ -71,10 +71,10 @@ def _thresholds(fmt, magnitudes: np.ndarray, k: int) -> np.ndarray:
     return (2**k - np.floor(r * 2.0**k)).astype(np.uint64)
 
 
-@pytest.mark.parametrize("k", [3, 32])
-@pytest.mark.parametrize("saturate", [False, True])
-@pytest.mark.parametrize("fmt", FAST, ids=[f.name for f in FAST])
-def test_round_stochastic_equals_round_narrow(fmt, saturate, k):
+def _inputs(fmt, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """float32 bit patterns and the k-bit draws (in the top bits of 32-bit words) to round them with:
+    each input with its threshold draw, the draw below it, 0, the largest draw and a spread of others;
+    both signs."""
     magnitudes = _magnitudes(fmt)
     t = _thresholds(fmt, magnitudes, k)
     top = np.uint64((1 << k) - 1)
@@ -84,20 +84,36 @@ def test_round_stochastic_equals_round_narrow(fmt, saturate, k):
     draws = np.concatenate(draws).astype(np.uint32)
     x = np.tile(magnitudes, len(draws) // len(magnitudes))
     x = np.concatenate([x, x | np.uint32(0x80000000)])
-    words = (
-        np.concatenate([draws, draws[::-1]]) << np.uint32(32 - k) if k < 32 else np.concatenate([draws, draws[::-1]])
-    )
+    words = np.concatenate([draws, draws[::-1]])
+    return x, words << np.uint32(32 - k) if k < 32 else words
 
-    def general(b, w):
-        options = dict(rounding="stochastic", saturate=saturate, subnormals=True, output="src_bits")
-        return convert.round_narrow(b, src=FP32, dst=fmt, random=w, random_bits=k, **options)
 
-    fast = functools.partial(stochastic.round_stochastic, dst=fmt, saturate=saturate, k=k)
-    b, w = jnp.asarray(x), jnp.asarray(words)
-    expected = np.asarray(jax.jit(general)(b, w))
-    got = np.asarray(jax.jit(lambda b, w: fast(b, random=w))(b, w))
-    bad = np.flatnonzero(got != expected)
-    assert bad.size == 0, [(hex(x[i]), hex(words[i]), hex(expected[i]), hex(got[i])) for i in bad[:5]]
+CASES = [(saturate, k) for saturate in (False, True) for k in (3, 32)]
+
+
+@pytest.mark.parametrize("fmt", FAST, ids=[f.name for f in FAST])
+def test_round_stochastic_equals_round_narrow(fmt):
+    """Every case of `CASES` (saturation on and off; 3 and 32 random bits) in one compiled program."""
+    inputs = [_inputs(fmt, k) for _, k in CASES]
+
+    def both(args):
+        out = []
+        for (saturate, k), (b, w) in zip(CASES, args, strict=True):
+            options = dict(rounding="stochastic", saturate=saturate, subnormals=True, output="src_bits")
+            general = convert.round_narrow(b, src=FP32, dst=fmt, random=w, random_bits=k, **options)
+            fast = stochastic.round_stochastic(b, dst=fmt, saturate=saturate, random=w, k=k)
+            out.append((general, fast))
+        return out
+
+    results = jax.jit(both)([(jnp.asarray(x), jnp.asarray(w)) for x, w in inputs])
+    for (saturate, k), (x, words), (expected, got) in zip(CASES, inputs, results, strict=True):
+        expected, got = np.asarray(expected), np.asarray(got)
+        bad = np.flatnonzero(got != expected)
+        assert bad.size == 0, (
+            saturate,
+            k,
+            [(hex(x[i]), hex(words[i]), hex(expected[i]), hex(got[i])) for i in bad[:5]],
+        )
 
 
 def test_the_threshold_draw_rounds_up_and_the_one_below_does_not():
