@@ -20,6 +20,14 @@ if settings.get_current_profile_name() == "default":
     settings.load_profile("ci")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked ``long`` and the examples of the Markdown files (several seconds each) run first,
+    in their order; the rest keep theirs. pytest-xdist hands each process a contiguous share of the
+    list and lets a process that runs dry take half of another's queue: with the long tests at the
+    end, one process could still be in one of them while the other had finished."""
+    items.sort(key=lambda item: not (item.get_closest_marker("long") or item.path.suffix == ".md"))
+
+
 @pytest.fixture
 def x64():
     """Run a test with jax_enable_x64 on (thread-local; restored afterwards)."""

@@ -870,6 +870,7 @@ def test_decode_out_of_range_under_jit_is_nan():
 FP32_FORMATS = [f for f in fpemu.formats() if f.bits <= 16 and f.mantissa_bits <= 10 and f.name not in ("fp16",)]
 
 
+@pytest.mark.long
 @given(v=st.floats(allow_nan=False, allow_infinity=True, width=64), fmt=st.sampled_from(FP32_FORMATS))
 def test_one_float64_value_one_answer_through_every_door(v: float, fmt):
     """The same float64 value gives bit-identical results through every entry point that takes it."""

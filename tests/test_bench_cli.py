@@ -20,6 +20,8 @@ from fpemu.tools.cli import main
 from fpemu.tools.measure import ProgressBar
 from tests.test_cli import table_row
 
+pytestmark = pytest.mark.long  # run first (tests/conftest.py)
+
 try:
     import matplotlib.colors
     import matplotlib.image

@@ -455,6 +455,7 @@ def test_usage_errors_exit_2(capsys, argv):
 # -- demo and the real command ----------------------------------------------------------------------
 
 
+@pytest.mark.long
 def test_demo_covers_every_format_and_mode(capsys):
     out = run(capsys, "demo")
     for fmt in fpemu.formats():

@@ -142,6 +142,7 @@ def _check_against_reference(program, params, x, name: str) -> None:
 
 # Each named recipe compiles its own quantizers (seconds each): one fast case per program, the
 # others with -m slow.
+@pytest.mark.long
 @pytest.mark.parametrize("name", recipes(("mxfp8",)))
 def test_mlp_every_gemm_matches_the_hand_written_custom_vjp(name):
     _check_against_reference(mlp, MLP_PARAMS, MLP_X, name)

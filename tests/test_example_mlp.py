@@ -19,6 +19,7 @@ def _load():
     return module
 
 
+@pytest.mark.long
 def test_fp8_training_learns_like_fp32(capsys):
     metrics = _load().main(["--epochs", "3"])
     recipes = ("fp32", "bf16", "fp8", "fp8-unscaled")

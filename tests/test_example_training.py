@@ -12,6 +12,8 @@ import pytest
 
 import fpemu
 
+pytestmark = pytest.mark.long  # run first (tests/conftest.py)
+
 pytest.importorskip("sklearn", reason="the digits MLP needs scikit-learn (pip install 'fpemu[examples]')")
 
 EXAMPLES = pathlib.Path(__file__).parent.parent / "examples"

@@ -64,6 +64,7 @@ def _assert_matches_reference(x: np.ndarray, fmt, rounding, saturate, subnormals
     assert not bad, bad
 
 
+@pytest.mark.long
 @given(fmt=st.sampled_from(BUILTINS), rounding=rounding_modes, saturate=st.booleans(), subnormals=st.booleans(),
        seed=st.integers(0, 2**16))  # fmt: skip
 def test_float32_boundaries_builtin_formats(fmt, rounding, saturate, subnormals, seed):
@@ -71,6 +72,7 @@ def test_float32_boundaries_builtin_formats(fmt, rounding, saturate, subnormals,
     _assert_matches_reference(boundary_inputs(fmt, np.float32, seed), fmt, rounding, saturate, subnormals)
 
 
+@pytest.mark.long
 @given(fmt=st.sampled_from(BUILTINS), rounding=rounding_modes, saturate=st.booleans(), subnormals=st.booleans(),
        seed=st.integers(0, 2**16))  # fmt: skip
 def test_float64_boundaries_builtin_formats(fmt, rounding, saturate, subnormals, seed):
@@ -78,6 +80,7 @@ def test_float64_boundaries_builtin_formats(fmt, rounding, saturate, subnormals,
         _assert_matches_reference(boundary_inputs(fmt, np.float64, seed), fmt, rounding, saturate, subnormals)
 
 
+@pytest.mark.long
 @given(fmt=fpemu_strategies.formats(), rounding=rounding_modes, saturate=st.booleans(), subnormals=st.booleans(),
        seed=st.integers(0, 2**16))  # fmt: skip
 # Found by hypothesis: to_odd below the smallest value of a format with a zero and no mantissa bits.

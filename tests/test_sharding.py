@@ -16,6 +16,8 @@ import textwrap
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.long  # run first (tests/conftest.py)
+
 # Executed in both processes: the inputs, and the functions of (global) arrays that are compared.
 CASES_SOURCE = textwrap.dedent(
     """

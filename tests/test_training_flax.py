@@ -86,6 +86,7 @@ def linen_by_hand(variables, x):
     return h @ p["out"]["kernel"] + p["out"]["bias"].reshape(1, -1)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize(
     "recipe", ["mxfp8", pytest.param("fp8_current", marks=SLOW), pytest.param("nvfp4", marks=SLOW)]
 )

@@ -36,6 +36,8 @@ import textwrap
 
 import pytest
 
+pytestmark = pytest.mark.long  # run first (tests/conftest.py)
+
 SCRIPT = textwrap.dedent(
     """
     import json, sys

@@ -30,6 +30,7 @@ def example():
     return module
 
 
+@pytest.mark.long
 def test_scalified_fp16_gradients_and_training_match_fp32(example):
     # The example adds (9, 64) positions to (batch, 9, 64) embeddings and, in float16, multiplies
     # float16 log-probabilities by a float32 mask: NumPy-style promotion, not the suite's strict one.

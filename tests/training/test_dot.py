@@ -315,6 +315,7 @@ def _quantizer_loops_that_transpose(hlo: str) -> int:
     return sum(" transpose(" in c and "bitcast-convert(" in c for c in computations)
 
 
+@pytest.mark.long
 def test_quantized_operands_are_computed_once(monkeypatch):
     """A quantizer reads its operand in several loops (its block amax, its rounding): XLA:CPU fused the
     operand's producers, the backward pass's elementwise chain, into each of them (MXFP8's training step
