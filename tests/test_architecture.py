@@ -276,3 +276,18 @@ def test_kernels_import_from_a_plain_checkout(tmp_path):
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env, cwd=tmp_path
     ).stdout.split()
     assert out == [str(ROOT / "kernels" / "__init__.py"), "fpemu.kernels.quantize"]
+
+
+def test_every_package_is_installed():
+    """pyproject.toml lists the packages a wheel holds (``kernels/`` as ``fpemu.kernels``): every folder
+    with an ``__init__.py`` is one of them, so that ``pip install .`` installs all of fpemu (an editable
+    install imports any folder of the checkout, and did not notice one missing)."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    folders = {
+        ".".join((name, *init.parent.relative_to(source).parts))
+        for name, source in SOURCES.items()
+        for init in source.rglob("__init__.py")
+    }
+    assert sorted(config["packages"]) == sorted(folders)
+    assert config["package-dir"] == {"fpemu.kernels": "kernels"}
