@@ -22,10 +22,11 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-# The test runs are mostly XLA compilation, and the same programs come back in many tests and in
-# both workers: XLA's persistent compilation cache, in a directory made for this run and deleted
-# after it, compiles each program once (about 15% of the run). Results never depend on it (a cached
-# executable is the one compiled), and nothing carries over from one run to the next.
+# The test runs are mostly XLA compilation, and the same programs come back in many tests: XLA's
+# persistent compilation cache, in a directory made for this run and deleted after it, compiles each
+# program once per test process (about 15% of the run; each process has its own part of the
+# directory, tests/conftest.py). Results never depend on it (a cached executable is the one
+# compiled), and nothing carries over from one run to the next.
 CACHED = cache=$$(mktemp -d) && trap 'rm -rf "$$cache"' EXIT && JAX_COMPILATION_CACHE_DIR="$$cache" \
 	JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0 JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES=0
 

@@ -5,6 +5,8 @@ The plugin (fpemu.testing.plugin) registers the ``ci``/``dev``/``thorough`` prof
 ``make test-slow``) selects one. Without either, fpemu's own tests run the ``ci`` profile.
 """
 
+import os
+
 import jax
 import pytest
 from hypothesis import settings
@@ -13,6 +15,16 @@ from fpemu.testing import plugin  # noqa: F401  (registers the profiles, also un
 
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 jax.config.update("jax_numpy_rank_promotion", "raise")
+
+# `make test` gives the run a persistent compilation cache (the Makefile's JAX_COMPILATION_CACHE_DIR).
+# Each test process (pytest-xdist worker) keeps its own part of it, and so do the subprocesses it
+# starts: JAX writes an entry without a lock, so a process could read one that another was still
+# writing, and then warn (an error here) and compile the program itself. Shared, the processes had
+# 5% of their programs in common; separate, the run takes as long.
+_CACHE, _WORKER = os.environ.get("JAX_COMPILATION_CACHE_DIR"), os.environ.get("PYTEST_XDIST_WORKER")
+if _CACHE and _WORKER:
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = os.path.join(_CACHE, _WORKER)
+    jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
 
 # This file is imported before pytest_configure, where the plugin and hypothesis load a chosen
 # profile; if it is imported later, a profile has already been chosen and is kept.
