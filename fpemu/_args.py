@@ -88,6 +88,15 @@ def int_arg(value: Any, name: str, *, minimum: int | None = None, maximum: int |
     return value
 
 
+def axis_arg(value: Any, ndim: int, name: str = "axis", *, of: str) -> int:
+    """An axis of an array of rank ``ndim`` (negative ones count from the end), made non-negative;
+    ``of`` names the array in the error, e.g. ``"x of shape (4, 32)"``."""
+    axis = int_arg(value, name)
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"{name}={axis} is out of range for {of} (valid: {-ndim}..{ndim - 1})")
+    return axis % ndim
+
+
 # -- formats ----------------------------------------------------------------------------------------
 
 

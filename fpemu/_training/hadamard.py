@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fpemu._args import int_arg, key_arg
+from fpemu._args import axis_arg, int_arg, key_arg
 from fpemu._engine import rng
 from fpemu._ops.fusion import materialize
 from fpemu._training.quantizer import operand_arg
@@ -130,11 +130,9 @@ def hadamard(x: Any, axis: int, size: int, key: jax.Array | None) -> jax.Array:
     """
     x = operand_arg(x, "x")
     size = hadamard_size_arg(size)
-    axis = int_arg(axis, "axis")
-    if not -x.ndim <= axis < x.ndim:
-        raise ValueError(f"axis={axis} is out of range for x of shape {x.shape}")
+    axis = axis_arg(axis, x.ndim, of=f"x of shape {x.shape}")
     _check_key(key, size)
-    return _hadamard(x, key, axis=axis % x.ndim, size=size)
+    return _hadamard(x, key, axis=axis, size=size)
 
 
 #: Below this many elements after the transformed axis, the butterflies run on a transposed copy

@@ -365,17 +365,18 @@ def _traced_dims(q: Quantizer, dims: tuple[int, ...], ndim: int) -> tuple[int, .
     and in dgrad) are one traced computation on the same input, which XLA computes once.
 
     - ``"none"``, ``"tensor"``, ``"delayed"``: the array is quantized as it is (``dims`` unused);
-    - ``"block_2d"`` of a matrix (rank 2, one contracting dimension) rounded to nearest: the tiles of
-      ``W`` and of ``W^T`` hold the same elements (the grid starts at element (0, 0) either way, and
-      partial tiles end both dimensions), so both orientations give the same scales and values; the
-      matrix is tiled as it is stored. Stochastic rounding keeps ``dims``: its random bits follow the
-      position in the tiled view.
+    - `_matrix_tiles_nearest`: the tiles of ``W`` and of ``W^T`` hold the same elements (the grid starts
+      at (0, 0) either way, partial tiles end both dimensions), hence the same scales and values; the
+      matrix is tiled as stored. Stochastic rounding keeps ``dims``: its bits follow the tiled view.
     """
     if q.scaling in ("none", "tensor", "delayed"):
         return ()
-    if q.scaling == "block_2d" and q.rounding != "stochastic" and ndim == 2 and len(dims) == 1:
-        return (1,)
-    return dims
+    return (1,) if _matrix_tiles_nearest(q, ndim, dims) else dims
+
+
+def _matrix_tiles_nearest(q: Quantizer, ndim: int, dims: tuple[int, ...]) -> bool:
+    """Whether ``q`` cuts a matrix (rank 2, one contracting dimension) into 2-D tiles rounded to nearest."""
+    return q.scaling == "block_2d" and q.rounding != "stochastic" and ndim == 2 and len(dims) == 1
 
 
 def _view(x: jax.Array, q: Quantizer, dims: tuple[int, ...]) -> tuple[jax.Array, int | None, Callable[..., Any]]:
@@ -395,7 +396,7 @@ def _recipe_and_view(x: jax.Array, q: Quantizer, dims: tuple[int, ...]):
     2-D tiles rounded to nearest are quantized where they lie (`fpemu.scaled`'s ``tile_axis``: the same
     values as `tiles` cut out, without moving the elements twice); stochastic rounding keeps the
     cut-out view, whose element positions its random bits follow."""
-    if q.scaling == "block_2d" and q.rounding != "stochastic" and x.ndim == 2 and dims == (1,):
+    if _matrix_tiles_nearest(q, x.ndim, dims):  # either contraction: the same tiles (`_traced_dims`)
         recipe = dataclasses.replace(scaled_recipe(q), block_size=q.block_size)
         return recipe, x, {"axis": 1, "tile_axis": 0}, lambda y: y
     view, axis, back = _view(x, q, dims)

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from fpemu._args import choice_arg, int_arg
+from fpemu._args import axis_arg, choice_arg, int_arg
 from fpemu._core.modes import Rounding
 from fpemu.scaled import _bits
 from fpemu.scaled._array import ScaledArray, quantize_jit
@@ -102,8 +102,8 @@ class DelayedScaling:
     def init(self, x: jax.Array | np.ndarray | tuple[int, ...]) -> DelayedScalingState:
         """The initial state for arrays shaped like ``x`` (an array or a shape): scale 1, zero history."""
         shape = tuple(x) if isinstance(x, (tuple, list)) else tuple(np.shape(x))
-        if self.axis is not None and not -len(shape) <= self.axis < len(shape):
-            raise ValueError(f"axis={self.axis} is out of range for shape {shape}")
+        if self.axis is not None:
+            axis_arg(self.axis, len(shape), of=f"shape {shape}")
         gshape = group_shape(shape, self._layout(shape))
         return DelayedScalingState(jnp.zeros((self.history_length, *gshape), F32), jnp.ones(gshape, F32))
 

@@ -18,7 +18,7 @@ import numpy as np
 from jax import lax
 from jax.typing import ArrayLike
 
-from fpemu._args import INPUT_DTYPES, bool_arg, int_arg, random_values_arg, rounding_arg
+from fpemu._args import INPUT_DTYPES, axis_arg, bool_arg, int_arg, random_values_arg, rounding_arg
 from fpemu._core.format import Format
 from fpemu._core.modes import Rounding, Saturation, StochasticVariant
 from fpemu._ops.quantize import rounding_spec
@@ -98,10 +98,7 @@ def prepare(
                 f"recipe {recipe.name} has blocks of {recipe.block_size} along an axis: axis must be an int, not None"
             )
     else:
-        axis = int_arg(axis, "axis")
-        if not -x.ndim <= axis < x.ndim:
-            raise ValueError(f"axis={axis} is out of range for x of shape {x.shape} (valid: {-x.ndim}..{x.ndim - 1})")
-        axis %= x.ndim
+        axis = axis_arg(axis, x.ndim, of=f"x of shape {x.shape}")
     rounding = rounding_arg(rounding)
     if rounding not in recipe.allowed_roundings:  # a recipe's restriction, with its reason
         why = (
@@ -216,10 +213,7 @@ def storage_axis(axis: object, ndim: int, recipe: Recipe) -> int | None:
                 f"recipe {recipe.name} has blocks of {recipe.block_size} along an axis: axis must be an int, not None"
             )
         return None
-    axis = int_arg(axis, "axis")
-    if not -ndim <= axis < ndim:
-        raise ValueError(f"axis={axis} is out of range for codes of rank {ndim} (valid: {-ndim}..{ndim - 1})")
-    return axis % ndim
+    return axis_arg(axis, ndim, of=f"codes of rank {ndim}")
 
 
 def shape_arg(shape: object) -> tuple[int, ...]:
@@ -414,12 +408,9 @@ def _tile_axis_arg(tile_axis: Any, x: jax.Array, cfg: Config, pad: bool) -> int:
         raise ValueError(
             f"tile_axis is for recipes with blocks along an axis (square tiles of block_size), not {cfg.recipe.name}"
         )
-    t = int_arg(tile_axis, "tile_axis")
-    if not -x.ndim <= t < x.ndim or t % x.ndim == cfg.axis:
-        raise ValueError(
-            f"tile_axis={t} must be an axis of x (shape {x.shape}) other than axis={cfg.axis}: {-x.ndim}..{x.ndim - 1}"
-        )
-    t %= x.ndim
+    t = axis_arg(tile_axis, x.ndim, "tile_axis", of=f"x of shape {x.shape}")
+    if t == cfg.axis:
+        raise ValueError(f"tile_axis={tile_axis} must be an axis of x other than axis={cfg.axis} (the tiles' sides)")
     if x.shape[t] % block and not pad:
         raise ValueError(
             f"x.shape[{t}]={x.shape[t]} (tile_axis) is not a multiple of block_size={block} (recipe "

@@ -127,3 +127,5 @@ def test_errors():
         ds.quantize(jnp.ones((2, 3)), DelayedScaling(history_length=3).init((2, 3)))
     with pytest.raises(scaled.UnknownRecipeError):
         DelayedScaling(recipe="fp8")
+    with pytest.raises(ValueError, match=r"axis=2 is out of range for shape \(4, 8\) \(valid: -2..1\)"):
+        DelayedScaling(recipe="fp8_e4m3", axis=2).init((4, 8))

@@ -102,7 +102,8 @@ def test_one_scale_per_tile():
     ("kwargs", "message"),
     [
         (dict(axis=1, tile_axis=1), "other than axis"),
-        (dict(axis=1, tile_axis=2), "must be an axis"),
+        (dict(axis=1, tile_axis=2), r"tile_axis=2 is out of range for x of shape \(32, 32\) \(valid: -2..1\)"),
+        (dict(axis=1, tile_axis=-1), "tile_axis=-1 must be an axis of x other than axis=1"),
         (dict(axis=1, tile_axis=0.5), "tile_axis"),
     ],
 )
