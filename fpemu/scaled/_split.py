@@ -75,8 +75,9 @@ def quantize_dequantize_split(
     Bit for bit, ``quantize_dequantize(x, ...) == fl(blocks * tensor_scale)`` (the product rounded
     once to float32, then to ``x``'s dtype). A matrix product of two such operands is the product of
     their ``blocks`` times ``fl(tensor_scale_a * tensor_scale_b)``, as hardware computes it.
-    Arguments are `quantize_dequantize`'s (its signature, the one definition of them). The gradient is straight-through for the product:
-    ``blocks``' tangent is ``x``'s divided by ``tensor_scale``, whose own is zero.
+    Arguments are `quantize_dequantize`'s (its signature, the one definition of them). The gradient
+    is straight-through for the product: ``blocks``' tangent is ``x``'s divided by ``tensor_scale``,
+    whose own is zero.
 
     Example:
       >>> import jax.numpy as jnp
