@@ -4,7 +4,8 @@ XLA fuses an elementwise producer into each of its consumers, recomputing it the
 cheap producers and wrong for expensive ones read by several loops: a block's scale constants (dozens
 of operations per group) broadcast to each of its elements, or a training recipe's operand (the
 backward pass's chain of elementwise work) read by a quantizer's amax reduction and again by its
-rounding loop, or the Hadamard transform's signs (a hash of the key) read by each of its elements.
+rounding loop, or the Hadamard transform's signs (a hash of the key) read by each of its elements,
+or its input, read several times by each butterfly pass.
 A quantized operand is also materialized after its quantizer: XLA would fuse the dot's operand
 transpose into the quantizer's rounding loop, which then runs in the transposed order, unvectorised.
 `fpemu.scaled` and the training recipes' GEMMs and Hadamard transform use `materialize` there.

@@ -21,7 +21,7 @@ import numpy as np
 
 from fpemu._args import axis_arg, int_arg, key_arg
 from fpemu._engine import rng
-from fpemu._ops.fusion import materialize
+from fpemu._ops.fusion import computed_once, materialize
 from fpemu._training.quantizer import operand_arg
 
 __all__ = ["TE_WGRAD_SIGNS", "hadamard", "hadamard_signs", "hadamard_size_arg"]
@@ -149,7 +149,9 @@ def _hadamard(x: jax.Array, key: jax.Array | None, *, axis: int, size: int) -> j
     n = shape[axis]
     pre, post = math.prod(shape[:axis]), math.prod(shape[axis + 1 :])
     full, blocks = n // size * size, pre * (n // size)
-    v = x.astype(jnp.float32).reshape(pre, n, post)
+    # the input computed once: each butterfly output reads several inputs, and XLA would recompute the
+    # input's producers (a backward pass's elementwise chain) inside the butterfly loop for each of them
+    v = computed_once(x.astype(jnp.float32).reshape(pre, n, post))
     head = (v[:, :full] if full != n else v).reshape(blocks, size, post) * d.reshape(1, size, 1)
     norm = jnp.float32(1 / math.sqrt(size))
     if post >= _LANES:  # in place: each block's elements are rows of `post` lanes
