@@ -227,9 +227,9 @@ def test_a_nan_spreads_over_its_block_only():
 def test_hadamard_computes_its_input_once(monkeypatch, axis):
     """Each butterfly output reads several inputs, and XLA:CPU fused the input's producers into the
     butterfly loop, computing them again for each read: under `Policy(default="bf16", dot="nvfp4")`
-    the transformer block's step took 5.5x emulated bf16 instead of 1.5x (a wgrad operand's chain of
-    rounded GELU derivatives inside one transform: 87 of its 168 ms). The input (of 2**16 elements
-    or more) is materialized: no fused computation both computes the producer and adds."""
+    the transformer block's step took 5.5x emulated bf16 instead of 1.4-1.5x (a wgrad operand's chain
+    of rounded GELU derivatives inside one transform: 87 of its 179 ms of op time). The input (of
+    2**16 elements or more) is materialized: no fused computation both computes the producer and adds."""
     if jax.default_backend() != "cpu":
         pytest.skip("the materializing conditional is XLA:CPU's")
     x = jnp.asarray(np.square(grid((1024, 64), 56)))  # exact squares: sqrt(x) is grid data, exact sums
