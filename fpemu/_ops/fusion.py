@@ -8,11 +8,14 @@ rounding loop, or the Hadamard transform's signs (a hash of the key) read by eac
 or its input, read several times by each butterfly pass.
 A quantized operand is also materialized after its quantizer: XLA would fuse the dot's operand
 transpose into the quantizer's rounding loop, which then runs in the transposed order, unvectorised.
-`fpemu.scaled` and the training recipes' GEMMs and Hadamard transform use `materialize` there.
+`fpemu.scaled` and the training recipes' GEMMs and Hadamard transform use `materialize` there; under
+`fpemu.emulate`, a value that several GEMMs read (a layer's input, a cotangent) is materialized once
+for all of them. A materialized array has the identity's derivative.
 """
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 from jax import lax
 
@@ -29,10 +32,16 @@ def materialize(arrays: tuple[jnp.ndarray, ...]) -> tuple[jnp.ndarray, ...]:
     values (the scale exponent, the grid's limits: dozens of operations) would be recomputed for
     each of a group's elements. On CPU (where optimization barriers are removed before fusion) they
     are passed through an identity ``lax.cond`` on a data-dependent predicate, which fusion cannot
-    cross; either branch returns the arrays unchanged, so the predicate does not matter.
+    cross; either branch returns the arrays unchanged, so the predicate does not matter. The
+    derivative is the identity's (`_materialized`).
     """
     if not arrays or any(a.size == 0 for a in arrays):
         return arrays
+    return _materialized(tuple(arrays))
+
+
+@jax.custom_jvp
+def _materialized(arrays: tuple[jnp.ndarray, ...]) -> tuple[jnp.ndarray, ...]:
     probe = _xor_zero(arrays[0].reshape(-1)[:1])
     pred = jnp.any(probe.astype(jnp.bool_) if probe.dtype == jnp.bool_ else probe == jnp.zeros((), probe.dtype))
     identity = lambda t: t
@@ -44,6 +53,15 @@ def materialize(arrays: tuple[jnp.ndarray, ...]) -> tuple[jnp.ndarray, ...]:
         return lax.cond(pred, identity, no_op, t)
 
     return lax.platform_dependent(arrays, cpu=on_cpu, default=identity)
+
+
+@_materialized.defjvp
+def _materialized_jvp(primals, tangents):
+    """The tangents as they are: the identity's derivative. Differentiated as written, the branch that
+    runs when the first element is not zero goes through integer bit patterns, whose derivative is
+    zero, and every gradient through a materialized array would be zero."""
+    (arrays,), (tangent,) = primals, tangents
+    return _materialized(arrays), tangent
 
 
 def _xor_zero(a: jnp.ndarray) -> jnp.ndarray:

@@ -321,17 +321,28 @@ def test_bad_hadamard_arguments():
         hadamard(jnp.ones((2, 16)), 2, 16, KEY)
 
 
+@pytest.mark.parametrize("rows", [4, 2048])  # 2048 x 32 = 2**16 elements: x is materialized (fpemu._ops.fusion)
 @pytest.mark.parametrize(("name", "n"), [("mxfp8", 3), ("nvfp4", 1), ("fp8_current", 1)])
-def test_the_gradient_is_the_product_with_the_quantized_other_operand(name, n):
+def test_the_gradient_is_the_product_with_the_quantized_other_operand(name, n, rows):
     """Straight-through quantization and fpemu.dot_general's straight-through product: d(sum y)/dx = 1 . Wq^T,
-    with per-tensor scales (not powers of two: the amax planted at 3) in Wq = fl(blocks * t) too."""
+    with per-tensor scales (not powers of two: the amax planted at 3) in Wq = fl(blocks * t) too. A
+    materialized operand has the identity's derivative (it was zero when its first element was not)."""
     gemm = training_recipe(name).forward
-    x, w = grid((4, 32), 60), grid((32, n), 61)
-    w.flat[0] = 3.0
+    x, w = grid((rows, 32), 60), grid((32, n), 61)
+    x.flat[0], w.flat[0] = 1.0, 3.0
     dn = (((1,), (0,)), ((), ()))
     dx = jax.grad(lambda v: quantized_dot_general(v, jnp.asarray(w), dn, gemm).sum())(jnp.asarray(x))
     wq = quantize_operand_reference(w, [0], gemm.rhs)
-    assert_bit_exact(dx, np.ones((4, n), np.float32) @ wq.T)
+    assert_bit_exact(dx, np.ones((rows, n), np.float32) @ wq.T)
+
+
+def test_the_hadamard_transform_is_its_own_derivative():
+    """The transform is linear: its JVP is the transform of the tangent, bit for bit (the same
+    butterflies), also for an input of 2**16 elements, which is materialized first."""
+    x, t = grid((1024, 64), 62), grid((1024, 64), 63)
+    x.flat[0] = 1.0
+    _, tangent = jax.jvp(lambda v: hadamard(v, 0, 16, KEY), (jnp.asarray(x),), (jnp.asarray(t),))
+    assert_bit_exact(tangent, hadamard(jnp.asarray(t), 0, 16, KEY))
 
 
 def _quantizer_loops_that_transpose(hlo: str) -> int:

@@ -1,0 +1,35 @@
+"""fpemu._ops.fusion: materialized arrays are the same arrays, with the identity's derivative."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from fpemu._ops.fusion import MATERIALIZE_MIN_SIZE, computed_once, materialize
+from fpemu.testing import assert_bit_exact
+
+
+@pytest.mark.parametrize("first", [0.0, -0.0, 2.5, np.nan])  # either branch of the identity conditional
+def test_materialize_keeps_the_bits_and_the_derivative(first):
+    x = jnp.asarray(np.array([first, -1.5, np.inf, 3e-45], np.float32))  # NaN, inf and a subnormal kept
+    flags, counts = x > 0, jnp.arange(4, dtype=jnp.int32)
+    y, f, c = jax.jit(materialize)((x, flags, counts))
+    assert_bit_exact(y, x)
+    assert np.array_equal(f, flags) and np.array_equal(c, counts)
+    grad = jax.jit(jax.grad(lambda v: jnp.sum(materialize((v,))[0] * jnp.float32(3))))(x)
+    assert_bit_exact(grad, np.full(4, 3.0, np.float32))
+    _, tangent = jax.jvp(lambda v: materialize((v, v > 0))[0], (x,), (jnp.arange(4.0, dtype=jnp.float32),))
+    assert_bit_exact(tangent, np.arange(4.0, dtype=np.float32))
+
+
+def test_computed_once_materializes_large_arrays_only():
+    small = jnp.ones(MATERIALIZE_MIN_SIZE - 1)
+    large = jnp.ones(MATERIALIZE_MIN_SIZE)
+    assert computed_once(small) is small
+    assert "cond" in str(jax.make_jaxpr(computed_once)(large)) and "cond" not in str(
+        jax.make_jaxpr(computed_once)(small)
+    )
+    batched = jax.vmap(jax.grad(lambda v: jnp.sum(computed_once(v) ** 2)))(jnp.full((2, MATERIALIZE_MIN_SIZE), 1.5))
+    assert_bit_exact(batched, np.full((2, MATERIALIZE_MIN_SIZE), 3.0, np.float32))
