@@ -13,6 +13,7 @@ the forward dot number ``i`` (program order), from ``gemm_key(key, i, g)`` (docs
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import jax
 import jax.numpy as jnp
@@ -20,7 +21,9 @@ import numpy as np
 import pytest
 
 import fpemu
+import fpemu._emulate.gemm as gemm_module
 from fpemu._emulate.gemm import gemm_key
+from fpemu._emulate.interpreter import Context
 from fpemu._emulate.policy import Policy
 from fpemu._emulate.training_state import init_training_state
 from fpemu._emulate.transform import emulate
@@ -197,6 +200,45 @@ def test_nested_jit_remat_and_scan_match_the_reference():
     step = jax.value_and_grad(lambda *a: _layers(plain, *a), argnums=(0, 1, 2))
     got = jax.jit(emulate(step, Policy(dot="fp8_current")))(ws, w_out, x)
     assert_tree_bits(got, expected)
+
+
+@pytest.mark.parametrize("form", ["emulate(value_and_grad)", "value_and_grad(emulate)"])
+def test_a_value_two_gemms_read_is_computed_once(monkeypatch, form):
+    """A cotangent is read by dgrad and by wgrad, a layer's input by its forward GEMM and by wgrad.
+    Each GEMM materializes what it quantizes (an identity `lax.cond`, `fpemu._ops.fusion`), and XLA
+    computes the value's producers inside each materialization: once per GEMM (under
+    `Policy(default="bf16", dot="nvfp4")` the transformer block's step took 1.50x emulated bf16, and
+    1.35x with the values shared, bench/RESULTS_training.md). Here the second layer's cotangent is
+    the ``cos`` of its output: one computation of the compiled step computes it, and two when each GEMM materializes its
+    own operands (NVFP4: wgrad's Hadamard transform reads it in another layout than dgrad); the bits
+    are the same."""
+    if jax.default_backend() != "cpu":
+        pytest.skip("the materializing conditional is XLA:CPU's")
+    x = jnp.linspace(-3.0, 3.0, 8 * 32 * 256, dtype=jnp.float32).reshape(8, 32, 256)  # 2**16: materialized
+    ws = jnp.linspace(-0.1, 0.1, 2 * 256 * 256, dtype=jnp.float32).reshape(2, 256, 256).transpose(0, 2, 1)
+
+    def loss(ws, x):  # two layers: the second one's cotangent is the cosine
+        h = jax.nn.gelu(jnp.einsum("bsd,de->bse", x, ws[0]))
+        return jnp.sum(jnp.sin(jnp.einsum("bsd,de->bse", h, ws[1])))
+
+    policy = Policy(default="bf16", dot="nvfp4")
+    if form == "emulate(value_and_grad)":
+        step = emulate(jax.value_and_grad(loss), policy, key=KEY)
+    else:
+        step = jax.value_and_grad(emulate(loss, policy, key=KEY))
+
+    def build():
+        jax.clear_caches()  # the GEMMs' traces are cached across builds
+        compiled = jax.jit(lambda ws, x: step(ws, x)).lower(ws, x).compile()
+        whole = [c for c in compiled.as_text().split("\n\n") if not re.search(r"-> \w+\[\] ", c)]
+        return sum(" cosine(" in c for c in whole), compiled(ws, x)  # not the conditional's 1-element probe
+
+    shared, result = build()
+    monkeypatch.setattr(Context, "computed_once", lambda self, value: value)  # each GEMM its own
+    monkeypatch.setattr(gemm_module, "computed_once", lambda value: value)
+    separate, separate_result = build()
+    assert (shared, separate) == (1, 2)
+    assert_tree_bits(result, separate_result)
 
 
 def test_vmap_of_per_example_gradients_is_per_example():

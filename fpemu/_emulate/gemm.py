@@ -39,6 +39,7 @@ from fpemu._emulate.jax_compat import Literal, bind
 from fpemu._emulate.policy import gemm_needs_key
 from fpemu._emulate.rounding import fold_key
 from fpemu._ops.accumulate import times_tensor_scales
+from fpemu._ops.fusion import computed_once
 from fpemu._ops.matmul import conv_general_dilated as emulated_conv
 from fpemu._ops.quantize import quantize as element_quantize
 from fpemu._training.dot import quantized_dot_general
@@ -221,6 +222,7 @@ def forward_with_vjp(recipe: TrainingRecipe, a: Any, b: Any, dims: Any, keys: di
 
     def bwd(res, g):
         a, b, keys, amaxes = res
+        g = computed_once(g)  # read by dgrad and by wgrad: computed once for both
         (lc, rc), (lb, rb) = dims
         dims_a, axes_a = transpose_lhs(dims, a.ndim, b.ndim)
         da = lax.transpose(role_dot(backward, "dgrad", g, b, dims_a, 0, keys["dgrad"], amaxes, out), axes_a)
@@ -250,7 +252,8 @@ def forward_conv_with_vjp(recipe: TrainingRecipe, eqn: Any, a: Any, b: Any, keys
 
     def bwd(res, g):
         a, b, keys, amaxes = res
-        da, db = _conv_transposes(backward, eqn, a, b, g.astype(eqn.outvars[0].aval.dtype), keys, amaxes)
+        g = computed_once(g.astype(eqn.outvars[0].aval.dtype))  # read by dgrad and by wgrad
+        da, db = _conv_transposes(backward, eqn, a, b, g, keys, amaxes)
         return da.astype(a.dtype), db.astype(b.dtype), None, None
 
     gemm.defvjp(fwd, bwd)
@@ -419,6 +422,7 @@ def recipe_dot(ctx: Context, eqn: Any, invals: list, recipe: TrainingRecipe, con
     entry = ctx.gemm_entry()
     if entry is None or entry.role is None or not quantized(entry, recipe, (a.dtype, b.dtype)):
         return None
+    a, b = ctx.computed_once(a), ctx.computed_once(b)  # one buffer for every GEMM that reads them
     role = entry.role
     which = role.gemm
     out = eqn.outvars[0].aval.dtype

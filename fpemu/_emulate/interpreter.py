@@ -34,6 +34,7 @@ from fpemu._emulate.jax_compat import DropVar, Jaxpr, Literal, open_jaxpr
 from fpemu._emulate.policy import Policy
 from fpemu._emulate.registry import RULES
 from fpemu._emulate.rounding import counts, fold_key, is_inexact, round_literal_on_host, round_to_format
+from fpemu._ops.fusion import computed_once
 
 _DEFAULT = object()  # "the policy's format for the current primitive"
 
@@ -62,6 +63,9 @@ class State:
     # id(value) -> (value, (format, rounding)): values known to be values of that format, so that rounding
     # them again (an operand of a dot) is skipped; the value is kept so that its id cannot be reused
     rounded: dict[int, tuple[Any, tuple]] = dataclasses.field(default_factory=dict)
+    # id(value) -> (value, the value materialized): the operands of recipe GEMMs, computed once for every
+    # GEMM that reads them (`Context.computed_once`); the value is kept so that its id cannot be reused
+    computed: dict[int, tuple[Any, Any]] = dataclasses.field(default_factory=dict)
 
 
 def site_name(stack: tuple, primitive: str) -> str:
@@ -171,6 +175,22 @@ class Context:
         key = self.site_key() if rounding == "stochastic" else None
         y = round_to_format(x, fmt, self.policy, rounding, key, self.site, self.state.random)
         self.state.rounded[id(y)] = (y, (fmt, rounding))
+        return y
+
+    def computed_once(self, x: Any) -> Any:
+        """``x`` materialized (`fpemu._ops.fusion.computed_once`: the same bits), once per interpretation.
+
+        The GEMMs of a training step read some values twice: a layer's input in its forward GEMM and
+        in wgrad, a cotangent in dgrad and in wgrad. Each GEMM materializes what it quantizes, so that
+        its quantizer's loops do not each recompute the value's producers; materialized here first,
+        the value is computed once for all of them, instead of once per GEMM (the transformer block's
+        step under ``Policy(default="bf16", dot="nvfp4")``: bench/RESULTS_training.md)."""
+        known = self.state.computed.get(id(x))
+        if known is not None and known[0] is x:
+            return known[1]
+        y = computed_once(x)
+        self.state.computed[id(x)] = (x, y)
+        self.propagate_rounded([x], [y])
         return y
 
     def is_rounded(self, x: Any, fmt: Format, rounding: str) -> bool:
