@@ -27,6 +27,16 @@ where NVFP4's step time and compile time go, by taking parts away (see its docst
 Each timing is given twice: wall time and the process's CPU time (``time.process_time``: all of
 XLA's threads). On a shared 2-core machine the wall time grows with the other processes' load; the
 CPU time mostly does not, so its ratios are the steadier ones. Results: bench/RESULTS_training.md.
+
+Page faults: XLA:CPU allocates a step's buffer of intermediate values at every call, and glibc's
+``malloc`` serves an allocation above its mmap threshold (32 MiB at most) with a fresh ``mmap`` that
+``free`` gives back to the system. A step whose buffer is larger than 32 MiB therefore touches fresh
+pages at every call, one minor page fault per 4 KiB (about 9,000-11,000 faults and 8-10 ms per
+step on the 2-core machine, for the rows whose buffers hold 35-40 MB), a cost of the allocator and
+the shapes, not of the emulated arithmetic. ``test_interleaved`` prints each row's faults per step
+and the ``GLIBC_TUNABLES`` it ran with; run it also with
+``GLIBC_TUNABLES=glibc.malloc.mmap_threshold=268435456:glibc.malloc.trim_threshold=1073741824`` (the
+memory stays in the process: no row faults) to see the arithmetic alone.
 Run: ``.venv/bin/python -m pytest bench/test_training.py -k "interleaved or compile or breakdown" -s
 -p no:cacheprovider --benchmark-disable``.
 """
@@ -35,7 +45,9 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import os
 import random
+import resource
 import time
 
 import jax
@@ -87,15 +99,17 @@ def test_step(benchmark, name):
 
 
 def _timed(fn):
-    """((wall seconds, CPU seconds of the process), result) of ``fn()``."""
+    """((wall seconds, CPU seconds of the process, minor page faults), result) of ``fn()``."""
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     wall, cpu = time.perf_counter(), time.process_time()
     out = fn()
-    return (time.perf_counter() - wall, time.process_time() - cpu), out
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    return (wall, cpu, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults), out
 
 
 def _interleave(calls, rounds, base):
-    """Per row of ``calls`` (name -> function): the median (wall, CPU) seconds and the median over rounds
-    of its ratio to ``base``'s time in the same round. Each round calls every row once, in an order
+    """Per row of ``calls`` (name -> function): the median (wall, CPU) seconds and minor page faults
+    per call, and the median over rounds of its (wall, CPU) ratio to ``base``'s in the same round. Each round calls every row once, in an order
     shuffled per round (a fixed seed): a row's time depends on the row run just before it (caches,
     XLA's buffers), which a fixed order would charge to the same rows every round."""
     for fn in calls.values():
@@ -111,7 +125,7 @@ def _interleave(calls, rounds, base):
     return {
         name: (
             tuple(float(v) for v in np.median(t, axis=0)),
-            tuple(float(v) for v in np.median(t / arrays[base], axis=0)),
+            tuple(float(v) for v in np.median(t[:, :2] / arrays[base][:, :2], axis=0)),
         )
         for name, t in arrays.items()
     }
@@ -120,11 +134,13 @@ def _interleave(calls, rounds, base):
 def test_interleaved():
     rows = _interleave({name: lambda name=name: _call(name) for name in FUNCTIONS}, rounds=25, base="emulated-bf16")
     print(f"\n{machine_line()}")
+    print(f"GLIBC_TUNABLES={os.environ.get('GLIBC_TUNABLES', '')!r}")
     print(
-        f"{'row':20s} {'wall (ms)':>10s} {'vs bf16':>8s} {'CPU (ms)':>10s} {'vs bf16':>8s}   (ratios: medians of per-round ratios)"
+        f"{'row':20s} {'wall (ms)':>10s} {'vs bf16':>8s} {'CPU (ms)':>10s} {'vs bf16':>8s} {'faults':>7s}   "
+        "(ratios: medians of per-round ratios; faults: minor page faults per step)"
     )
-    for name, ((wall, cpu), (wall_ratio, cpu_ratio)) in rows.items():
-        print(f"{name:20s} {1e3 * wall:10.2f} {wall_ratio:7.2f}x {1e3 * cpu:10.2f} {cpu_ratio:7.2f}x")
+    for name, ((wall, cpu, faults), (wall_ratio, cpu_ratio)) in rows.items():
+        print(f"{name:20s} {1e3 * wall:10.2f} {wall_ratio:7.2f}x {1e3 * cpu:10.2f} {cpu_ratio:7.2f}x {faults:7.0f}")
     for name in RECIPE_ROWS:
         ratio = rows[name][1][0]
         print(f"{name} / emulated-bf16 = {ratio:.2f} (target <= {TARGET}): {'met' if ratio <= TARGET else 'NOT met'}")
@@ -197,7 +213,7 @@ def test_nvfp4_breakdown():
     calls = {name: lambda fn=fn: jax.block_until_ready(fn(*ARGS)) for name, fn in rows.items()}
     print(f"\n{machine_line()}")
     print(f"{'row':16s} {'step CPU (ms)':>14s} {'vs bf16':>8s} {'trace CPU (s)':>14s} {'XLA CPU (s)':>12s}")
-    for name, ((_, cpu), (_, ratio)) in _interleave(calls, 15, base="emulated-bf16").items():
+    for name, ((_, cpu, _), (_, ratio)) in _interleave(calls, 15, base="emulated-bf16").items():
         trace, xla = compile_cpu.get(name, (float("nan"), float("nan")))
         print(f"{name:16s} {1e3 * cpu:14.2f} {ratio:7.2f}x {trace:14.2f} {xla:12.2f}")
 
@@ -232,5 +248,5 @@ def test_mxfp8_breakdown():
     calls = {name: lambda fn=fn: jax.block_until_ready(fn(*ARGS)) for name, fn in jitted.items()}
     print(f"\n{machine_line()}")
     print(f"{'row':32s} {'wall (ms)':>10s} {'vs bf16':>8s} {'CPU (ms)':>10s} {'vs bf16':>8s}")
-    for name, ((wall, cpu), (wall_ratio, cpu_ratio)) in _interleave(calls, 15, base="emulated-bf16").items():
+    for name, ((wall, cpu, _), (wall_ratio, cpu_ratio)) in _interleave(calls, 15, base="emulated-bf16").items():
         print(f"{name:32s} {1e3 * wall:10.2f} {wall_ratio:7.2f}x {1e3 * cpu:10.2f} {cpu_ratio:7.2f}x")
