@@ -35,8 +35,9 @@ pages at every call, one minor page fault per 4 KiB (about 9,000-11,000 faults a
 step on the 2-core machine, for the rows whose buffers hold 35-40 MB), a cost of the allocator and
 the shapes, not of the emulated arithmetic. ``test_interleaved`` prints each row's faults per step
 and the ``GLIBC_TUNABLES`` it ran with; run it also with
-``GLIBC_TUNABLES=glibc.malloc.mmap_threshold=268435456:glibc.malloc.trim_threshold=1073741824`` (the
-memory stays in the process: no row faults) to see the arithmetic alone.
+``GLIBC_TUNABLES=glibc.malloc.mmap_threshold=268435456:glibc.malloc.trim_threshold=1073741824:glibc.malloc.arena_max=1``
+(one heap that keeps its memory: no row faults; without ``arena_max=1`` an allocation made in one of
+XLA's threads' 64 MiB heaps still falls back to ``mmap``) to see the arithmetic alone.
 Run: ``.venv/bin/python -m pytest bench/test_training.py -k "interleaved or compile or breakdown" -s
 -p no:cacheprovider --benchmark-disable``.
 """
