@@ -209,9 +209,9 @@ def test_a_value_two_gemms_read_is_computed_once(monkeypatch, form):
     computes the value's producers inside each materialization: once per GEMM (under
     `Policy(default="bf16", dot="nvfp4")` the transformer block's step took 1.50x emulated bf16, and
     1.35x with the values shared, bench/RESULTS_training.md). Here the second layer's cotangent is
-    the ``cos`` of its output: one computation of the compiled step computes it, and two when each GEMM materializes its
-    own operands (NVFP4: wgrad's Hadamard transform reads it in another layout than dgrad); the bits
-    are the same."""
+    the ``cos`` of its output: one computation of the compiled step computes it, and two when each
+    GEMM materializes its own operands (NVFP4's wgrad materializes it for its Hadamard transform);
+    the bits are the same."""
     if jax.default_backend() != "cpu":
         pytest.skip("the materializing conditional is XLA:CPU's")
     x = jnp.linspace(-3.0, 3.0, 8 * 32 * 256, dtype=jnp.float32).reshape(8, 32, 256)  # 2**16: materialized
