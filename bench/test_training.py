@@ -38,6 +38,7 @@ and the ``GLIBC_TUNABLES`` it ran with; run it also with
 ``GLIBC_TUNABLES=glibc.malloc.mmap_threshold=268435456:glibc.malloc.trim_threshold=1073741824:glibc.malloc.arena_max=1``
 (one heap that keeps its memory: no row faults; without ``arena_max=1`` an allocation made in one of
 XLA's threads' 64 MiB heaps still falls back to ``mmap``) to see the arithmetic alone.
+
 Run: ``.venv/bin/python -m pytest bench/test_training.py -k "interleaved or compile or breakdown" -s
 -p no:cacheprovider --benchmark-disable``.
 """
@@ -110,9 +111,10 @@ def _timed(fn):
 
 def _interleave(calls, rounds, base):
     """Per row of ``calls`` (name -> function): the median (wall, CPU) seconds and minor page faults
-    per call, and the median over rounds of its (wall, CPU) ratio to ``base``'s in the same round. Each round calls every row once, in an order
-    shuffled per round (a fixed seed): a row's time depends on the row run just before it (caches,
-    XLA's buffers), which a fixed order would charge to the same rows every round."""
+    per call, and the median over rounds of its (wall, CPU) ratio to ``base``'s in the same round.
+    Each round calls every row once, in an order shuffled per round (a fixed seed): a row's time
+    depends on the row run just before it (caches, XLA's buffers), which a fixed order would charge
+    to the same rows every round."""
     for fn in calls.values():
         fn()
     times = {name: [] for name in calls}
