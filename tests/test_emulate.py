@@ -305,6 +305,35 @@ def test_format_wider_than_the_dtype_leaves_values_alone():
         fpemu.emulate(f, fpemu.Policy(default="fp16", round_inputs=False))(x)
 
 
+# -- primitives of some JAX releases --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "e4m3fn"])
+def test_fused_primitives_are_rounded_once(fmt):
+    """``one_minus_square`` (jax >= 0.11.2) and ``polynomial`` (jax >= 0.12) are rounded at their result, as the
+    fused operations they are: not after each of the multiplications and additions they stand for."""
+    names = [name for name in ("one_minus_square", "polynomial") if hasattr(lax, name)]
+    if not names:
+        pytest.skip(f"jax {jax.__version__} has neither one_minus_square nor polynomial")
+    x = jnp.linspace(-0.9, 0.9, 64, dtype=jnp.float32)
+    r = rounder(fmt)
+    policy = fpemu.Policy(default=fmt, round_inputs=False)
+    c = [jnp.float32(0.75), jnp.float32(-0.5), jnp.float32(0.25)]  # values of both formats
+    fused = {"one_minus_square": lax.one_minus_square, "polynomial": lambda v: lax.polynomial(v, c)}
+    for name in names:
+        f = fused[name]
+        assert_same_bits(jax.jit(fpemu.emulate(f, policy))(x), jax.jit(lambda v, f=f: r(f(v)))(x))
+
+
+def test_a_composite_is_its_decomposition():
+    """``lax.composite``: the decomposition is interpreted in place (its ``jaxpr`` is ``call_jaxpr`` from jax 0.11.2)."""
+    x = jnp.linspace(-2.0, 2.0, 16, dtype=jnp.float32)
+    f = lambda v: lax.composite(lambda u: jnp.sin(u) * 3.0 + u, "fpemu.test")(v)
+    bf16 = rounder("bf16")
+    by_hand = lambda v: bf16(bf16(bf16(jnp.sin(bf16(v))) * 3.0) + bf16(v))
+    assert_same_bits(jax.jit(fpemu.emulate(f, "bf16"))(x), jax.jit(by_hand)(x))
+
+
 # -- the rule table --------------------------------------------------------------------------------------
 
 

@@ -2,8 +2,8 @@
 
 Modules, lowest first (each imports only the ones above it in this list):
 
-- `jax_compat`: every JAX internal and version shim the interpreter needs, and nothing else.
-- `registry`: the kinds of rule, the primitive names of each kind, the rule table.
+- `registry`: the primitive names of each kind (from the catalogue, `fpemu._jax.primitives`), the
+  rule table. JAX's internals and version differences come from `fpemu._jax.compat`.
 - `policy`: `Policy` and `DotPolicy`.
 - `stats`: the range statistics of one rounding, and their summary table.
 - `rounding`: one array rounded to a policy's format; the keys of rounding sites.

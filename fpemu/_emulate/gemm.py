@@ -35,9 +35,9 @@ from jax import lax
 from fpemu._emulate import stats as _stats
 from fpemu._emulate.gemm_roles import Entry, kept
 from fpemu._emulate.interpreter import Context
-from fpemu._emulate.jax_compat import Literal, bind
 from fpemu._emulate.policy import gemm_needs_key
 from fpemu._emulate.rounding import fold_key
+from fpemu._jax.compat import Literal, bind
 from fpemu._ops.accumulate import times_tensor_scales
 from fpemu._ops.fusion import computed_once
 from fpemu._ops.matmul import conv_general_dilated as emulated_conv

@@ -40,9 +40,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from fpemu._emulate import jax_compat
-from fpemu._emulate.jax_compat import ClosedJaxpr, DropVar, Jaxpr
-from fpemu._emulate.jax_compat import Literal as JaxLiteral
+from fpemu._jax import compat
+from fpemu._jax.compat import ClosedJaxpr, DropVar, Jaxpr
+from fpemu._jax.compat import Literal as JaxLiteral
 
 Gemm = Literal["forward", "dgrad", "wgrad"]
 GEMMS: tuple[str, ...] = ("forward", "dgrad", "wgrad")
@@ -159,8 +159,8 @@ class _Analysis:
 
     def alias(self, jaxpr: Jaxpr, path: Path, stack: tuple) -> None:
         for eqn in jaxpr.eqns:
-            own = stack + jax_compat.name_stack(eqn)
-            transposed = jax_compat.is_transposed(own)
+            own = stack + compat.name_stack(eqn)
+            transposed = compat.is_transposed(own)
             name = eqn.primitive.name
             subs = _sub_jaxprs(eqn)
             if subs:
@@ -197,9 +197,9 @@ class _Analysis:
 
     def classify(self, jaxpr: Jaxpr, path: Path, stack: tuple, enclosing: tuple[str, ...] = ()) -> None:
         for eqn in jaxpr.eqns:
-            own = stack + jax_compat.name_stack(eqn)
-            transposed = jax_compat.is_transposed(own)
-            recompute = REMAT_SCOPE in jax_compat.scope_names(own)
+            own = stack + compat.name_stack(eqn)
+            transposed = compat.is_transposed(own)
+            recompute = REMAT_SCOPE in compat.scope_names(own)
             subs = _sub_jaxprs(eqn)
             if subs:
                 inner = (*path, id(eqn))
@@ -269,9 +269,9 @@ class _Analysis:
             return tuple(None if isinstance(a, JaxLiteral) else find((e.path, a)) for a in e.eqn.invars[:2])  # type: ignore[return-value]
 
         for e in self.entries:
-            scopes = jax_compat.scope_names(e.stack)
+            scopes = compat.scope_names(e.stack)
             base = "/".join([*scopes, e.eqn.primitive.name])
-            transposed = jax_compat.is_transposed(e.stack)
+            transposed = compat.is_transposed(e.stack)
             partner = None
             if e.role is not None and transposed:
                 lhs, rhs = roots(e)
@@ -352,6 +352,6 @@ def kept(stack: tuple, keep_scopes: tuple[str, ...]) -> bool:
     prefix ``"a/b"``): such dots stay high precision."""
     if not keep_scopes:
         return False
-    scopes = jax_compat.scope_names(stack)
+    scopes = compat.scope_names(stack)
     path = "/".join(scopes)
     return any(name in scopes or path == name or path.startswith(name + "/") for name in keep_scopes)

@@ -27,13 +27,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from fpemu._core.format import Format
-from fpemu._emulate import jax_compat
 from fpemu._emulate import stats as _stats
 from fpemu._emulate.gemm_roles import Entry, GemmRoles
-from fpemu._emulate.jax_compat import DropVar, Jaxpr, Literal, open_jaxpr
 from fpemu._emulate.policy import Policy
 from fpemu._emulate.registry import RULES
 from fpemu._emulate.rounding import counts, fold_key, is_inexact, round_literal_on_host, round_to_format
+from fpemu._jax import compat
+from fpemu._jax.compat import DropVar, Jaxpr, Literal, open_jaxpr
 from fpemu._ops.fusion import computed_once
 
 _DEFAULT = object()  # "the policy's format for the current primitive"
@@ -71,8 +71,8 @@ class State:
 def site_name(stack: tuple, primitive: str) -> str:
     """``scope/.../primitive``; under a transposition (the backward pass of a ``jax.grad`` traced
     inside ``emulate``), ``transpose(scope/...)/primitive``."""
-    path = "/".join(jax_compat.scope_names(stack))
-    if jax_compat.is_transposed(stack):
+    path = "/".join(compat.scope_names(stack))
+    if compat.is_transposed(stack):
         path = f"transpose({path})" if path else "transpose"
     return f"{path}/{primitive}" if path else primitive
 
@@ -116,7 +116,7 @@ class Context:
 
     def bind(self, eqn: Any, invals: list, **overrides: Any) -> list:
         """The primitive of ``eqn`` applied to ``invals``, unchanged (``overrides``: parameters replaced)."""
-        return jax_compat.bind(eqn, invals, **overrides)
+        return compat.bind(eqn, invals, **overrides)
 
     def bind_and_round(self, eqn: Any, invals: list) -> list:
         """Bind, then round every floating-point result to the policy's format for this primitive."""
@@ -266,12 +266,16 @@ class Context:
 
     # -- one equation
 
+    def view(self, eqn: Any) -> Context:
+        """The context of one equation of this body."""
+        return Context(self.state, self.stack + compat.name_stack(eqn), eqn, self.path)
+
     def apply(self, eqn: Any, invals: list) -> list:
         name = eqn.primitive.name
-        view = Context(self.state, self.stack + jax_compat.name_stack(eqn), eqn, self.path)
+        view = self.view(eqn)
         if view.excluded(name):
             return view.bind(eqn, invals)
-        if name in ("jit", "pjit") and self.state.training is not None:
+        if name == "jit" and self.state.training is not None:
             # under a training recipe, nested jit bodies are interpreted in place: each call site keeps
             # its own dot roles and reads the histories of this trace (a cached jit would not)
             jaxpr, consts = open_jaxpr(eqn.params["jaxpr"])
@@ -280,7 +284,7 @@ class Context:
         if entry is not None:
             return entry.rule(view, eqn, invals)
         has_float_result = any(is_inexact(v.aval.dtype) for v in eqn.outvars if hasattr(v.aval, "dtype"))
-        if not has_float_result and not jax_compat.has_sub_jaxprs(eqn):
+        if not has_float_result and not compat.has_sub_jaxprs(eqn):
             return view.bind(eqn, invals)  # integer, bool and key primitives: nothing to round
         if self.policy.passthrough_unknown:
             return view.bind_and_round(eqn, invals)
@@ -296,7 +300,7 @@ class Context:
             return False
         if primitive in exclude:
             return True
-        scopes = jax_compat.scope_names(self.stack)
+        scopes = compat.scope_names(self.stack)
         path = "/".join(scopes)
         return any(name in scopes or path == name or path.startswith(name + "/") for name in exclude)
 
@@ -320,7 +324,7 @@ def interpret(ctx: Context, jaxpr: Jaxpr, consts: list, args: list) -> list:
         env[var] = value
     for eqn in jaxpr.eqns:
         invals = [read(var) for var in eqn.invars]
-        with jax_compat.equation_scopes(eqn):
+        with compat.equation_scopes(eqn):
             outvals = ctx.apply(eqn, invals)
         for var, value in zip(eqn.outvars, outvals, strict=True):
             if not isinstance(var, DropVar):

@@ -1,12 +1,13 @@
 """The rule table of `fpemu.emulate`: which primitive is handled how, by name.
 
-The bottom of the emulate layer: no fpemu import. It holds the kinds of rule, the static list of
-primitive names of each kind (so that `fpemu.Policy` can check ``overrides`` without loading a
-rule), and ``RULES``, the table that the rule modules fill with `register` when they are imported
-(`fpemu._emulate.transform` imports them all). A rule takes the interpreter's context, the equation
-and its input values, and returns the output values (always a list).
+The bottom of the emulate layer, over the primitive catalogue (`fpemu._jax.primitives`, the one
+table of JAX's primitives that `emulate` and `scalify` both read): the names of each kind (so that
+`fpemu.Policy` can check ``overrides`` without loading a rule), and ``RULES``, the table that the rule
+modules fill with `register` when they are imported (`fpemu._emulate.transform` imports them all).
+`register` refuses a rule under another kind than the catalogue's. A rule takes the interpreter's
+context, the equation and its input values, and returns the output values (always a list).
 
-Kinds, listed in docs/emulate.md:
+Kinds (`fpemu._jax.primitives.EMULATE_KINDS`), listed in docs/emulate.md:
 
 - ``rounded``: bind, then round every floating-point result to the policy's format for the
   primitive (its override, else ``default``).
@@ -17,16 +18,18 @@ Kinds, listed in docs/emulate.md:
 - ``dot``/``conv``: `fpemu.dot_general` / `fpemu.conv_general_dilated` under the policy's
   `DotPolicy`; without one, the program's own dot on operands rounded to the format.
 - ``convert``: ``convert_element_type``, which rounds only when it creates new values.
-- ``inline``: ``closed_call``/``core_call``: the body is interpreted in place.
+- ``inline``: ``closed_call``, ``eval_jaxpr``, ``composite``...: the body is interpreted in place.
 - ``call``: nested ``jit``: ``jax.jit`` around the emulated body (cached), keeping jit boundaries.
 - ``control``: ``cond``, ``while``, ``scan``, ``custom_jvp_call``, ``custom_vjp_call``,
   ``custom_linear_solve``, ``remat2`` (``jax.checkpoint``), ``shard_map``: rebuilt with the public
   combinator around an emulated body.
+- ``bound``: no floating-point result (comparisons, integer and bit operations, PRNG keys, effects
+  without results): bound unchanged.
+- ``unsupported`` and ``kernel``: no rule.
 
-A primitive without a rule whose outputs are all non-float and that has no sub-jaxpr (comparisons,
-integer and bit operations, PRNG key operations, callbacks without results) is bound unchanged.
-Any other primitive without a rule raises ``NotImplementedError`` naming it, unless the policy says
-``passthrough_unknown=True``.
+A primitive without a rule (``unsupported``, ``kernel``, or one the catalogue does not list, such as a
+user's own) whose outputs are all non-float and that has no sub-jaxpr is bound unchanged. Any other
+raises ``NotImplementedError`` naming it, unless the policy says ``passthrough_unknown=True``.
 """
 
 from __future__ import annotations
@@ -35,47 +38,14 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+from fpemu._jax.primitives import check_kind, names_of
+
 # A rule: (context, equation, input values) -> output values. The context is
 # `fpemu._emulate.interpreter.Context`, one layer up, hence ``Any`` here.
 Rule = Callable[[Any, Any, list], list]
 
-ROUNDED = (
-    # arithmetic
-    "add", "add_any", "sub", "mul", "div", "rem", "pow", "integer_pow", "square", "sqrt", "rsqrt", "cbrt",
-    "nextafter", "floor", "ceil", "round",
-    # transcendental and special functions
-    "exp", "exp2", "expm1", "log", "log1p", "tanh", "logistic", "sin", "cos", "tan", "asin", "acos", "atan",
-    "atan2", "sinh", "cosh", "asinh", "acosh", "atanh", "erf", "erfc", "erf_inv", "lgamma", "digamma",
-    "igamma", "igammac", "igamma_grad_a", "random_gamma_grad", "polygamma", "zeta", "bessel_i0e",
-    "bessel_i1e", "regularized_incomplete_beta",
-    # reductions and scans: the result is rounded, partial sums are not (docs/emulate.md)
-    "reduce_sum", "reduce_prod", "reduce", "cumsum", "cumprod", "cumlogsumexp", "reduce_window_sum",
-    "reduce_window", "select_and_scatter_add", "scatter-add", "scatter-sub", "scatter-mul", "ragged_dot_general",
-    # collectives that add
-    "psum", "psum_invariant", "reduce_scatter",
-    # new values from non-float data, reinterpretation, precision changes
-    "iota", "bitcast_convert_type", "reduce_precision", "rng_uniform", "random_gamma", "real", "imag",
-    # linear algebra: computed at the dtype's precision, results rounded
-    "cholesky", "cholesky_update", "triangular_solve", "eigh", "eig", "svd", "qr", "householder_product",
-    "geqrf", "geqp3", "ormqr", "lu", "schur", "hessenberg", "tridiagonal", "tridiagonal_solve",
-    "symmetric_product", "fft",
-    # host callbacks: the host function is not emulated, its results are rounded
-    "pure_callback", "io_callback",
-)  # fmt: skip
-
-EXACT = (
-    # sign and selection: the result is an input or its negation (the first three: see SIGN_CHANGES)
-    "neg", "abs", "sign", "max", "min", "clamp", "select_n", "reduce_max", "reduce_min", "argmax", "argmin",
-    "cummax", "cummin", "sort", "top_k", "approx_top_k", "reduce_window_max", "reduce_window_min",
-    "select_and_gather_add", "scatter", "scatter-min", "scatter-max", "pmax", "pmin",
-    # data movement
-    "reshape", "broadcast_in_dim", "transpose", "squeeze", "slice", "dynamic_slice", "dynamic_update_slice",
-    "gather", "concatenate", "stack", "pad", "rev", "split", "copy", "empty", "zeros_like", "complex", "conj",
-    "all_gather", "all_gather_invariant", "all_to_all", "ppermute", "pbroadcast", "pvary",
-    # identities and annotations
-    "stop_gradient", "name", "optimization_barrier", "sharding_constraint", "device_put", "reshard",
-    "layout_constraint",
-)  # fmt: skip
+ROUNDED = names_of("emulate", "rounded")
+EXACT = names_of("emulate", "exact")
 
 #: The exact primitives whose results can leave the format: ``abs`` and ``sign`` of complex data compute
 #: new values, and negation leaves a format without negative values, without -0 or with an unpaired
@@ -88,31 +58,18 @@ SIGN_CHANGES = ("neg", "abs", "sign")
 #: through them, so that an operand already rounded is not rounded again (`Context.round_operand`).
 BIT_COPIES = frozenset((
     "reshape", "broadcast_in_dim", "transpose", "squeeze", "slice", "dynamic_slice", "rev", "copy", "concatenate",
-    "stack", "split", "select_n",
+    "stack", "split", "unstack", "tile", "select_n",
 ))  # fmt: skip
 
-CONTROL = (
-    "cond", "while", "scan", "custom_jvp_call", "custom_vjp_call", "custom_linear_solve", "remat2", "checkpoint",
-    "shard_map",
-)  # fmt: skip
-
-# kind -> the primitive names it handles (every name has exactly one kind)
+# kind -> the primitive names it handles, for the kinds that have rules (every name has exactly one kind)
 PRIMITIVES: dict[str, tuple[str, ...]] = {
-    "rounded": ROUNDED,
-    "exact": EXACT,
-    "dot": ("dot_general",),
-    "conv": ("conv_general_dilated",),
-    "convert": ("convert_element_type",),
-    "inline": ("closed_call", "core_call"),
-    "call": ("jit", "pjit"),
-    "control": CONTROL,
+    kind: names_of("emulate", kind)
+    for kind in ("rounded", "exact", "dot", "conv", "convert", "inline", "call", "control", "bound")
 }
 KINDS = tuple(PRIMITIVES)
 
 #: Primitive names whose results `emulate` rounds: the valid keys of ``Policy.overrides``.
-ROUNDED_PRIMITIVES: frozenset[str] = frozenset(
-    name for kind in ("rounded", "dot", "conv", "convert") for name in PRIMITIVES[kind]
-)
+ROUNDED_PRIMITIVES: frozenset[str] = frozenset(names_of("emulate", "rounded", "dot", "conv", "convert"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,9 +85,8 @@ def register(*names: str, kind: str) -> Callable[[Rule], Rule]:
     """Register ``rule`` for the primitives ``names``, each listed under ``kind`` (decorator)."""
     if kind not in PRIMITIVES:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}; got {kind!r}")
-    unlisted = [name for name in names if name not in PRIMITIVES[kind]]
-    if unlisted:
-        raise ValueError(f"primitives {unlisted} are not listed under the kind {kind!r} in PRIMITIVES")
+    for name in names:
+        check_kind("emulate", name, kind)
 
     def decorate(rule: Rule) -> Rule:
         for name in names:

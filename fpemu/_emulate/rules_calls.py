@@ -1,5 +1,6 @@
-"""Rules of function calls: inlined calls, nested ``jit``, and functions with custom derivatives
-(``custom_jvp_call``, ``custom_vjp_call``, ``custom_linear_solve``).
+"""Rules of function calls: inlined calls (``closed_call``, ``eval_jaxpr``, ``composite``...), nested
+``jit``, and functions with custom derivatives (``custom_jvp_call``, ``custom_vjp_call``,
+``custom_linear_solve``).
 
 The body of each is emulated through the context (`Context.interpret` in place, or
 `Context.subfunction` as a function for ``jax.jit`` / ``jax.custom_jvp`` / ``jax.custom_vjp`` to
@@ -16,14 +17,14 @@ import jax
 import numpy as np
 
 from fpemu._emulate.interpreter import Context
-from fpemu._emulate.jax_compat import open_jaxpr, stack_key
 from fpemu._emulate.registry import register
+from fpemu._jax.compat import call_body, stack_key
 
 
-@register("closed_call", "core_call", kind="inline")
+@register("call", "closed_call", "eval_jaxpr", "composite", kind="inline")
 def inline(ctx: Context, eqn: Any, invals: list) -> list:
     """Interpret the body in place."""
-    jaxpr, consts = open_jaxpr(eqn.params["call_jaxpr"])
+    jaxpr, consts = call_body(eqn.params)
     return ctx.interpret(jaxpr, consts, invals)
 
 
@@ -31,7 +32,7 @@ def inline(ctx: Context, eqn: Any, invals: list) -> list:
 _JIT_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-@register("jit", "pjit", kind="call")
+@register("jit", kind="call")
 def nested_jit(ctx: Context, eqn: Any, invals: list) -> list:
     """``jax.jit`` (same ``inline``) around the emulated body, so that the program keeps its jit
     boundaries: eagerly, nested jit functions still run compiled, as they do in ``fn``. The jitted

@@ -16,9 +16,9 @@ from jax import lax
 
 from fpemu._emulate import stats as _stats
 from fpemu._emulate.interpreter import Context
-from fpemu._emulate.jax_compat import jaxpr_as_fun, mark_varying, open_jaxpr, scan_options
 from fpemu._emulate.registry import register
 from fpemu._emulate.rounding import fold_key
+from fpemu._jax.compat import jaxpr_as_fun, mark_varying, open_jaxpr, scan_counts
 
 
 def _staged(fn: Callable, *args: Any) -> tuple[Callable, Any]:
@@ -122,27 +122,27 @@ def scan(ctx: Context, eqn: Any, invals: list) -> list:
     records one amax per step: the largest of its iterations (Transformer Engine's one amax per
     module and step)."""
     p = eqn.params
-    n_consts, n_carry = p["num_consts"], p["num_carry"]
+    n_consts, n_carry = scan_counts(p)
     consts, init, xs = invals[:n_consts], invals[n_consts : n_consts + n_carry], invals[n_consts + n_carry :]
-    closed = p["jaxpr"]
-    body_fn = ctx.subfunction(closed.jaxpr)
+    jaxpr, body_consts = open_jaxpr(p["jaxpr"])
+    body_fn = ctx.subfunction(jaxpr)
     key = ctx.site_key()
     length = p["length"]
 
     def step(carry, x):
         i, x = x
-        outs, stats = body_fn(fold_key(key, i) if key is not None else None, closed.consts, *consts, *carry, *x)
+        outs, stats = body_fn(fold_key(key, i) if key is not None else None, body_consts, *consts, *carry, *x)
         return outs[:n_carry], (outs[n_carry:], stats)
 
     index = jnp.arange(length, dtype=jnp.int32) if key is not None else None
     carry, (ys, stats) = lax.scan(
-        step, list(init), (index, list(xs)), length=length, reverse=p["reverse"], unroll=p["unroll"], **scan_options(p)
+        step, list(init), (index, list(xs)), length=length, reverse=p["reverse"], unroll=p["unroll"]
     )
     ctx.merge_stats({site: _stats.reduce_stacked(site, vector) for site, vector in stats.items()})
     return [*carry, *ys]
 
 
-@register("remat2", "checkpoint", kind="control")
+@register("remat2", kind="control")
 def remat(ctx: Context, eqn: Any, invals: list) -> list:
     """``jax.checkpoint`` (same ``prevent_cse`` and ``policy``) around the emulated body."""
     jaxpr, consts = open_jaxpr(eqn.params["jaxpr"])

@@ -1,4 +1,4 @@
-"""Rules of the plain primitives (no sub-jaxpr, no DotPolicy): ``rounded``, ``exact``, ``convert``.
+"""Rules of the plain primitives (no sub-jaxpr, no DotPolicy): ``rounded``, ``exact``, ``convert``, ``bound``.
 
 The primitive names of each kind are listed in `fpemu._emulate.registry`; docs/emulate.md has the
 table. Complex data is rounded by parts (`fpemu._emulate.rounding.round_to_format`).
@@ -13,7 +13,7 @@ import jax.numpy as jnp
 from fpemu._core.format import Format, fits
 from fpemu._core.registry import get_format
 from fpemu._emulate.interpreter import Context
-from fpemu._emulate.registry import BIT_COPIES, EXACT, ROUNDED, SIGN_CHANGES, register
+from fpemu._emulate.registry import BIT_COPIES, EXACT, PRIMITIVES, ROUNDED, SIGN_CHANGES, register
 from fpemu._emulate.rounding import component_dtype, is_complex, is_inexact
 
 
@@ -21,6 +21,13 @@ from fpemu._emulate.rounding import component_dtype, is_complex, is_inexact
 def rounded(ctx: Context, eqn: Any, invals: list) -> list:
     """Bind, then round every floating-point result to the policy's format for this primitive."""
     return ctx.bind_and_round(eqn, invals)
+
+
+@register(*PRIMITIVES["bound"], kind="bound")
+def bound(ctx: Context, eqn: Any, invals: list) -> list:
+    """Bind unchanged: no floating-point result (comparisons, integer and bit operations, PRNG keys,
+    effects without results), so nothing to round."""
+    return ctx.bind(eqn, invals)
 
 
 @register(*(name for name in EXACT if name not in SIGN_CHANGES), kind="exact")

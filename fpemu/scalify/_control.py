@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from fpemu._emulate.jax_compat import ClosedJaxpr, bind
+from fpemu._jax.compat import bind, call_body, open_jaxpr, scan_counts
 from fpemu.scalify._array import ScaledArray
 from fpemu.scalify._config import get_scalify_config
 from fpemu.scalify._helpers import is_float, rescaled, safe_div, unscale
@@ -34,26 +34,20 @@ def _plain(eqn, invals: list[Tracked]) -> list[Tracked] | None:
     return [track(v) for v in bind(eqn, _values(invals))]
 
 
-def _closed(value) -> tuple[Any, list]:
-    if isinstance(value, ClosedJaxpr):
-        return value.jaxpr, list(value.consts)
-    return value, []
-
-
 # -- calls ---------------------------------------------------------------------------------------------
 
 
-@register_jaxpr_rule("closed_call", "core_call", kind="inline")
+@register_jaxpr_rule("call", "closed_call", "eval_jaxpr", "composite", kind="inline")
 def inline_call(eqn, invals: list[Tracked]) -> list[Tracked]:
     """The body interpreted in place."""
-    jaxpr, consts = _closed(eqn.params["call_jaxpr"])
+    jaxpr, consts = call_body(eqn.params)
     return interpret(jaxpr, [track(c) for c in consts], invals)
 
 
 _JIT_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-@register_jaxpr_rule("jit", "pjit", kind="call")
+@register_jaxpr_rule("jit", kind="call")
 def nested_jit(eqn, invals: list[Tracked]) -> list[Tracked]:
     """``jax.jit`` around the scalified body, cached per body, per which operands are scaled (and
     known scalars or zeros) and per `ScalifyConfig`: the configuration is part of the cache key.
@@ -163,10 +157,10 @@ def scan(eqn, invals: list[Tracked]) -> list[Tracked]:
     if plain is not None:
         return plain
     p = eqn.params
-    n_consts, n_carry = p["num_consts"], p["num_carry"]
+    n_consts, n_carry = scan_counts(p)
     values = _values(invals)
     consts, init, xs = values[:n_consts], values[n_consts : n_consts + n_carry], values[n_consts + n_carry :]
-    jaxpr, body_consts = _closed(p["jaxpr"])
+    jaxpr, body_consts = open_jaxpr(p["jaxpr"])
     xs_data, xs_scales = zip(*map(_unstack, xs)) if xs else ((), ())
 
     def body(carry, x):
@@ -196,8 +190,8 @@ def while_loop(eqn, invals: list[Tracked]) -> list[Tracked]:
     values = _values(invals)
     nc, nb = p["cond_nconsts"], p["body_nconsts"]
     cond_consts, body_consts, init = values[:nc], values[nc : nc + nb], values[nc + nb :]
-    cond_jaxpr, cond_closed = _closed(p["cond_jaxpr"])
-    body_jaxpr, body_closed = _closed(p["body_jaxpr"])
+    cond_jaxpr, cond_closed = open_jaxpr(p["cond_jaxpr"])
+    body_jaxpr, body_closed = open_jaxpr(p["body_jaxpr"])
 
     def body(carry):
         return interpret_values(body_jaxpr, body_closed, [*body_consts, *carry])
@@ -222,7 +216,7 @@ def cond(eqn, invals: list[Tracked]) -> list[Tracked]:
     if plain is not None:
         return plain
     index, *ops = _values(invals)
-    branches = [_closed(b) for b in eqn.params["branches"]]
+    branches = [open_jaxpr(b) for b in eqn.params["branches"]]
 
     def make(jaxpr, consts):
         return lambda *args: interpret_values(jaxpr, consts, list(args))
@@ -237,13 +231,13 @@ def cond(eqn, invals: list[Tracked]) -> list[Tracked]:
     return [track(v) for v in lax.switch(unscale(index), [conformed(fn) for fn in fns], *ops)]
 
 
-@register_jaxpr_rule("remat2", "checkpoint", kind="control")
+@register_jaxpr_rule("remat2", kind="control")
 def remat(eqn, invals: list[Tracked]) -> list[Tracked]:
     """``jax.checkpoint`` (same ``prevent_cse`` and ``policy``) around the scalified body."""
     plain = _plain(eqn, invals)
     if plain is not None:
         return plain
-    jaxpr, consts = _closed(eqn.params["jaxpr"])
+    jaxpr, consts = open_jaxpr(eqn.params["jaxpr"])
     fn = jax.checkpoint(
         lambda *args: interpret_values(jaxpr, consts, list(args)),
         prevent_cse=eqn.params["prevent_cse"],
@@ -290,7 +284,7 @@ def custom_jvp_call(eqn, invals: list[Tracked]) -> list[Tracked]:
     plain = _plain(eqn, invals)
     if plain is not None:
         return plain
-    jaxpr, consts = _closed(eqn.params["call_jaxpr"])
+    jaxpr, consts = open_jaxpr(eqn.params["call_jaxpr"])
     values = _values(invals)
     floats = _float_positions(values)
 
@@ -342,7 +336,7 @@ def custom_vjp_call(eqn, invals: list[Tracked]) -> list[Tracked]:
     plain = _plain(eqn, invals)
     if plain is not None:
         return plain
-    jaxpr, consts = _closed(eqn.params["call_jaxpr"])
+    jaxpr, consts = open_jaxpr(eqn.params["call_jaxpr"])
     values = _values(invals)
     floats = _float_positions(values)
 

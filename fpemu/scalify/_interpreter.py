@@ -20,15 +20,15 @@ import jax
 import numpy as np
 
 from fpemu._args import key_arg
-from fpemu._emulate.jax_compat import DropVar, Jaxpr, Literal, bind
 from fpemu._engine.rng import seeds_from_key
+from fpemu._jax.compat import DropVar, Jaxpr, Literal, bind
+from fpemu._jax.primitives import names_of
 from fpemu.scalify._array import ScaledArray, is_scaled_leaf, is_static_zero, make_scaled_scalar
 from fpemu.scalify._config import get_scalify_config
 from fpemu.scalify._helpers import is_float, rescaled, scale_dtype_of
 from fpemu.scalify._pow2 import is_numpy
 from fpemu.scalify._registry import (
     JAXPR_RULES,
-    KINDS,
     STATE,
     ScaledPrimitiveType,
     State,
@@ -38,6 +38,9 @@ from fpemu.scalify._registry import (
 from fpemu.scalify._rules_select import unscale_compute
 
 __all__ = ["scalify"]
+
+# The primitives without a scale law: their operands are unscaled, the result has scale 1.
+UNSCALE = frozenset(names_of("scalify", "unscale"))
 
 # Primitives whose results are broadcast scalars when all operands are (jax-scalify's list), and
 # those whose results are zeros when all operands are zeros.
@@ -129,7 +132,7 @@ def apply(eqn, invals: list[Tracked]) -> list[Tracked]:
         if rule is not None:
             outs = rule(*operands, **eqn.params)
             outs = list(outs) if eqn.primitive.multiple_results else [outs]
-        elif KINDS.get(name) == "unscale":
+        elif name in UNSCALE:
             outs = unscale_compute(eqn.primitive, operands, eqn.params)
         else:
             raise NotImplementedError(

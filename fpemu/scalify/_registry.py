@@ -22,6 +22,7 @@ from jax import lax
 from jax.extend.core import Primitive
 
 from fpemu._engine.rng import hash_index
+from fpemu._jax.primitives import check_kind
 from fpemu.scalify._config import get_scalify_config
 from fpemu.scalify._pow2 import Pow2RoundMode, is_numpy, pow2_round
 
@@ -47,7 +48,7 @@ class ScaledPrimitiveType(enum.IntEnum):
 
 _RULES: dict[str, tuple[Callable, ScaledPrimitiveType]] = {}
 JAXPR_RULES: dict[str, Callable] = {}
-KINDS: dict[str, str] = {}  # primitive name -> kind of rule, for the coverage table (docs/scalify.md)
+KINDS: dict[str, str] = {}  # primitive name -> kind of its registered rule
 
 
 def primitive_name(prim: Any) -> str:
@@ -95,8 +96,21 @@ def find_registered_scaled_op(prim: Any) -> tuple[Callable | None, ScaledPrimiti
     return _RULES.get(primitive_name(prim), (None, ScaledPrimitiveType.NEVER))
 
 
+#: The kind of fpemu's own primitives (`fpemu.scalify.lax.set_scaling`...), which the catalogue of
+#: JAX's primitives does not list.
+SCALE_PRIMITIVE = "scale primitive"
+
+
+def _check(names: tuple[str, ...], kind: str) -> None:
+    if kind != SCALE_PRIMITIVE:
+        for name in names:
+            check_kind("scalify", name, kind)
+
+
 def register_rule(*names: str, kind: str, scaled_type: ScaledPrimitiveType = ScaledPrimitiveType.FORWARD):
-    """Decorator for fpemu's own rules: register for every name and record the kind."""
+    """Decorator for fpemu's own rules: register for every name under ``kind``, the kind the primitive
+    catalogue (`fpemu._jax.primitives`) gives it, and record the kind."""
+    _check(names, kind)
 
     def decorate(fn: Callable) -> Callable:
         for name in names:
@@ -107,7 +121,10 @@ def register_rule(*names: str, kind: str, scaled_type: ScaledPrimitiveType = Sca
     return decorate
 
 
-def register_jaxpr_rule(*names: str, kind: str = "control"):
+def register_jaxpr_rule(*names: str, kind: str):
+    """As `register_rule`, for a rule that takes the equation (calls, control flow, placement)."""
+    _check(names, kind)
+
     def decorate(fn: Callable) -> Callable:
         for name in names:
             if name in _RULES or name in JAXPR_RULES:

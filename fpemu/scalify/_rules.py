@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 from jax import lax
 
+from fpemu._jax.compat import lax_primitive
 from fpemu.scalify._array import ScaledArray
 from fpemu.scalify._config import get_scalify_config
 from fpemu.scalify._helpers import (
@@ -198,13 +199,14 @@ def _same_scale(prim):
     return rule
 
 
-for _prim in (
-    lax.reduce_max_p, lax.reduce_min_p, lax.reduce_window_max_p, lax.reduce_window_min_p,
-    lax.reduce_window_sum_p, lax.cummax_p, lax.cummin_p, lax.neg_p, lax.abs_p, lax.reduce_precision_p,
-    lax.reshape_p, lax.broadcast_in_dim_p, lax.transpose_p, lax.squeeze_p, lax.slice_p, lax.rev_p,
-    lax.copy_p, lax.sharding_constraint_p,
+for _name in (
+    "reduce_max", "reduce_min", "reduce_window_max", "reduce_window_min", "reduce_window_sum", "cummax", "cummin",
+    "neg", "abs", "reduce_precision", "reshape", "broadcast_in_dim", "transpose", "squeeze", "slice", "rev", "copy",
+    "sharding_constraint", "tile", "stage",
 ):  # fmt: skip
-    register_rule(_prim.name, kind="same scale")(_same_scale(_prim))
+    _prim = lax_primitive(_name)
+    if _prim is not None:  # tile and stage: jax >= 0.12
+        register_rule(_name, kind="same scale")(_same_scale(_prim))
 
 
 def _data_only(prim):

@@ -23,7 +23,7 @@ from fpemu.scalify._helpers import (
     scale_dtype_of,
     unscale,
 )
-from fpemu.scalify._registry import KINDS, register_rule
+from fpemu.scalify._registry import register_rule
 
 # -- the max of the scales -------------------------------------------------------------------------
 
@@ -68,18 +68,17 @@ def scaled_concatenate(*operands: ScaledArray, **params: Any) -> ScaledArray:
     return ScaledArray(lax.concatenate_p.bind(*datas, **params), scale)
 
 
-if hasattr(lax, "stack_p"):  # jnp.stack and jnp.unstack bind these since jax 0.10
+@register_rule("stack", kind="rule")
+def scaled_stack(*operands: ScaledArray, **params: Any) -> ScaledArray:
+    """``s = max(operand scales)``, the operands' data re-scaled to it (as `scaled_concatenate`)."""
+    scale, datas = common(operands)
+    return ScaledArray(lax.stack_p.bind(*datas, **params), scale)
 
-    @register_rule("stack", kind="rule")
-    def scaled_stack(*operands: ScaledArray, **params: Any) -> ScaledArray:
-        """``s = max(operand scales)``, the operands' data re-scaled to it (as `scaled_concatenate`)."""
-        scale, datas = common(operands)
-        return ScaledArray(lax.stack_p.bind(*datas, **params), scale)
 
-    @register_rule("unstack", kind="same scale")
-    def scaled_unstack(operand: ScaledArray, **params: Any) -> list:
-        """``s = sa`` for every piece."""
-        return [ScaledArray(piece, operand.scale) for piece in lax.unstack_p.bind(operand.data, **params)]
+@register_rule("unstack", kind="same scale")
+def scaled_unstack(operand: ScaledArray, **params: Any) -> list:
+    """``s = sa`` for every piece."""
+    return [ScaledArray(piece, operand.scale) for piece in lax.unstack_p.bind(operand.data, **params)]
 
 
 @register_rule("pad", kind="rule")
@@ -228,24 +227,3 @@ def unscale_compute(prim, operands: list, params: dict) -> list:
     outs = list(outs) if prim.multiple_results else [outs]
     one = ones_scale(dtype) if dtype is not None else None
     return [ScaledArray(o, one) if one is not None and is_float(o.dtype) else o for o in outs]
-
-
-# The elementwise functions, special functions and reductions without a scale law: their result is
-# computed from the unscaled values and gets scale 1 (jax-scalify: exp, sin, cos; every other raises).
-UNSCALED = (
-    "exp", "exp2", "expm1", "log1p", "tanh", "logistic", "sin", "cos", "tan", "asin", "acos", "atan",
-    "atan2", "sinh", "cosh", "asinh", "acosh", "atanh", "erf", "erfc", "erf_inv", "lgamma", "digamma",
-    "igamma", "igammac", "igamma_grad_a", "random_gamma_grad", "polygamma", "zeta", "bessel_i0e",
-    "bessel_i1e", "regularized_incomplete_beta", "pow", "rem", "cbrt", "nextafter", "floor", "ceil",
-    "round", "reduce", "cumprod", "cumlogsumexp", "reduce_window", "select_and_scatter_add",
-    "select_and_gather_add", "scatter-mul", "reduce_and", "reduce_or", "reduce_xor", "bitcast_convert_type",
-    "cholesky", "triangular_solve", "eigh", "eig", "svd", "qr", "lu", "fft", "householder_product",
-    "tridiagonal_solve", "custom_linear_solve", "pure_callback", "io_callback", "psum", "pmax", "pmin",
-    "all_gather", "all_to_all", "ppermute", "reduce_scatter", "ragged_dot_general", "approx_top_k",
-    "real", "imag", "tridiagonal", "schur", "hessenberg", "geqrf", "ormqr", "iota",
-    "random_gamma", "rng_uniform", "rng_bit_generator", "psum_invariant", "pbroadcast", "pvary",
-    "all_gather_invariant", "symmetric_product", "cholesky_update", "geqp3", "scatter-sub", "empty",
-    "zeros_like", "name", "complex", "conj",
-)  # fmt: skip
-for _name in UNSCALED:
-    KINDS.setdefault(_name, "unscale")

@@ -194,6 +194,7 @@ MOVES = {
     "sort": lambda v: jnp.sort(v, axis=1),
     "copy": jnp.copy,
     "stop_gradient": lax.stop_gradient,
+    "tile": lambda v: jnp.tile(v, (2, 1)),  # the tile primitive from jax 0.12, else broadcast and reshape
 }
 
 
@@ -252,6 +253,19 @@ UNSCALED = {
 def test_unscale_compute_rescale(name):
     fn = UNSCALED[name]
     assert_scaled(jsa.scalify(fn)(sa(A / 4, SA)), fn(jnp.asarray(A / 4 * SA)), 1.0)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [jax.grad(lambda v: jnp.sum(jnp.tanh(v))), jax.grad(lambda v: jnp.sum(jax.scipy.special.erf(v)))],
+    ids=["tanh", "erf"],
+)
+def test_derivatives_of_tanh_and_erf(fn):
+    """From jax 0.11.2 and 0.12 these hold ``one_minus_square`` and ``polynomial`` (the fallback: unscaled
+    operands, scale 1); before, the same derivatives as ``mul``/``sub`` chains. Power-of-two scales: the
+    value is the unscaled function's, bit for bit."""
+    out = jsa.scalify(fn)(sa(A / 4, SA))
+    assert_bits(jsa.asarray(out, jnp.float32), fn(jnp.asarray(A / 4 * SA)))
 
 
 def test_log_sign_compare_is_finite():

@@ -1,25 +1,30 @@
-"""The one place where `fpemu.emulate` reaches past JAX's documented API, or across its versions.
+"""The one place where fpemu's jaxpr interpreters reach past JAX's documented API, or across its versions.
 
-The interpreter is written on documented APIs (``jax.make_jaxpr``, ``jax.extend.core``,
-``jax.named_scope``, the public combinators), but a few facts it needs live in JAX's own
-structures or have changed between releases. Everything of that kind is here, checked against
-jax 0.10.2; the other modules of fpemu/_emulate import these names and never the internals (as
-kernels/_pallas.py does for Pallas). What each rule reads from its primitive's ``params`` (the
-operand counts of ``while``, the mesh of ``shard_map``...) stays in that rule, next to the code
-that interprets it.
+`fpemu.emulate` and `fpemu.scalify` are written on documented APIs (``jax.make_jaxpr``,
+``jax.extend.core``, ``jax.named_scope``, the public combinators), but a few facts they need live in
+JAX's own structures or have changed between releases. Everything of that kind is here, checked
+against jax 0.10.0, 0.10.2, 0.11.0, 0.11.1, 0.11.2 and 0.12.0.1 (the README's support window, each
+run through tests/test_emulate*.py, tests/scalify and tests/test_model_zoo.py); the interpreters
+import these names and never the internals (as kernels/_pallas.py does for Pallas). What a rule reads
+from its primitive's ``params`` that every supported release spells the same way (the operand counts
+of ``while``, the mesh of ``shard_map``...) stays in that rule, next to the code that interprets it.
 
-- ``jax.extend.core``: the jaxpr classes the interpreter walks.
+- ``jax.extend.core``: the jaxpr classes the interpreters walk (``DropVar`` and ``jaxprs_in_params``
+  from jax 0.10).
 - Name stacks: an equation's ``source_info.name_stack.stack`` holds ``Scope`` elements (from
   ``jax.named_scope``) and ``Transform`` elements (``jvp``, ``transpose``...); neither class is
   public, so they are told apart by class name.
 - An equation's ``ctx.manager`` (compute type, threefry partitioning...): a private attribute,
   re-entered as ``jax.core.eval_jaxpr`` does.
-- ``Primitive.get_bind_params`` returned ``(subfuns, params)`` before jax 0.7, ``params`` since.
-- Closed or open jaxprs in params: ``closed_call`` holds a ``ClosedJaxpr``, ``remat2`` and
-  ``shard_map`` a ``Jaxpr``.
-- ``scan``'s ``_split_transpose`` parameter exists in some releases only.
-- shard_map's varying-manual-axes types: ``aval.manual_axis_type.varying`` since jax 0.10,
-  ``aval.vma`` before; ``lax.pcast`` marks a value varying.
+- Closed or open jaxprs in params: ``closed_call`` holds a ``ClosedJaxpr``; ``remat2``,
+  ``shard_map``, ``eval_jaxpr`` and, from jax 0.11, ``scan`` and ``composite`` a ``Jaxpr``
+  (`open_jaxpr`); ``composite``'s body is ``jaxpr`` up to jax 0.11.1, ``call_jaxpr`` from 0.11.2
+  (`call_body`).
+- ``scan``'s operand counts: ``num_consts``/``num_carry`` up to jax 0.10, the flat tree ``ft_in``
+  from jax 0.11 (`scan_counts`).
+- Primitives of some releases only: ``jax.lax.tile_p`` and ``stage_p`` (jax 0.12): `lax_primitive`.
+- shard_map's varying-manual-axes types: ``aval.manual_axis_type.varying``; ``lax.pcast`` marks a
+  value varying.
 """
 
 from __future__ import annotations
@@ -37,14 +42,16 @@ __all__ = [
     "Jaxpr",
     "Literal",
     "bind",
+    "call_body",
     "equation_scopes",
     "has_sub_jaxprs",
     "is_transposed",
     "jaxpr_as_fun",
+    "lax_primitive",
     "mark_varying",
     "name_stack",
     "open_jaxpr",
-    "scan_options",
+    "scan_counts",
     "scope_names",
     "stack_key",
 ]
@@ -95,9 +102,6 @@ def bind(eqn: Any, invals: list, **overrides: Any) -> list:
     """The primitive of ``eqn`` applied to ``invals`` (as ``jax.core.eval_jaxpr`` does), with
     ``overrides`` replacing some of its parameters; always a list of outputs."""
     params = eqn.primitive.get_bind_params(eqn.params)
-    if isinstance(params, tuple):  # jax < 0.7: (subfuns, params)
-        subfuns, params = params
-        invals = [*subfuns, *invals]
     if overrides:
         params = {**params, **overrides}
     out = eqn.primitive.bind(*invals, **params)
@@ -116,9 +120,26 @@ def open_jaxpr(value: Jaxpr | ClosedJaxpr) -> tuple[Jaxpr, list]:
     return value, []
 
 
-def scan_options(params: dict) -> dict:
-    """The keyword arguments of ``lax.scan`` that only some releases have, from a scan's params."""
-    return {"_split_transpose": params["_split_transpose"]} if "_split_transpose" in params else {}
+def call_body(params: dict) -> tuple[Jaxpr, list]:
+    """The body of a call interpreted in place, as (jaxpr, its consts): ``call_jaxpr`` of ``call``,
+    ``closed_call``, ``eval_jaxpr`` and (from jax 0.11.2) ``composite``; ``jaxpr`` of ``composite``
+    before."""
+    return open_jaxpr(params["call_jaxpr"] if "call_jaxpr" in params else params["jaxpr"])
+
+
+def lax_primitive(name: str) -> Any:
+    """``jax.lax``'s primitive of that name (``lax.<name>_p``), or None in a release without it."""
+    return getattr(lax, f"{name}_p", None)
+
+
+def scan_counts(params: dict) -> tuple[int, int]:
+    """How many of a ``scan``'s operands are constants and how many the carry (the rest are scanned
+    over): ``num_consts`` and ``num_carry`` up to jax 0.10; from jax 0.11 the leaf counts of the three
+    parts of ``ft_in`` (a flat tree of constants, carry and scanned-over operands)."""
+    if "num_consts" in params:
+        return params["num_consts"], params["num_carry"]
+    consts, carry, _ = params["ft_in"].unpack()
+    return len(consts), len(carry)
 
 
 # -- shard_map ----------------------------------------------------------------------------------------
@@ -127,10 +148,8 @@ def scan_options(params: dict) -> dict:
 def mark_varying(value: Any, axes: tuple[str, ...]) -> Any:
     """``value`` marked as varying over every manual mesh axis of ``axes`` (shard_map's check_vma
     types), so that a ``psum`` over all of them adds every device's value once."""
-    aval = jax.typeof(value)
-    manual = getattr(aval, "manual_axis_type", None)  # jax >= 0.10; earlier: aval.vma
-    varying = manual.varying if manual is not None else getattr(aval, "vma", None)
-    missing = tuple(a for a in axes if varying is not None and a not in varying)
+    varying = jax.typeof(value).manual_axis_type.varying
+    missing = tuple(a for a in axes if a not in varying)
     if not missing:
         return value
     return lax.pcast(value, missing, to="varying")
