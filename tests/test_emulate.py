@@ -403,6 +403,21 @@ def test_exclude_primitives_and_scopes():
     assert_same_bits(by_path(x), (jnp.exp(x), jnp.sin(x), bf16(jnp.cos(x))))
 
 
+def test_exclude_leaves_the_literals_of_excluded_equations_alone():
+    """AdamW's ``b2 = 0.999`` is 1.0 in bf16: an excluded optimizer must see 0.999 (tests/test_model_zoo.py)."""
+    x = jnp.array([0.3, 1.7], jnp.float32)
+
+    def f(v):
+        with jax.named_scope("keep"):
+            kept = v * 0.999
+        return kept, v * 0.999
+
+    policy = fpemu.Policy(default="bf16", round_inputs=False, exclude="keep")
+    kept, rounded = jax.jit(fpemu.emulate(f, policy))(x)
+    assert_same_bits(kept, np.asarray(x) * np.float32(0.999))  # one float32 multiplication, as in f
+    assert_same_bits(rounded, rounder("bf16")(x))  # outside the scope, 0.999 is 1.0 in bf16
+
+
 def test_inputs_and_literals():
     x = jnp.array([0.1, 3.3], jnp.float32)
     f = lambda v: v * 0.1

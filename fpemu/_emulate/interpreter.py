@@ -315,15 +315,18 @@ def interpret(ctx: Context, jaxpr: Jaxpr, consts: list, args: list) -> list:
     """Evaluate ``jaxpr`` on ``args`` with every equation handled by its rule."""
     env: dict = {}
 
-    def read(var):
-        return ctx.literal(var) if isinstance(var, Literal) else env[var]
+    def read(var, excluded: bool = False):
+        if isinstance(var, Literal):  # an excluded equation's literals are left alone too
+            return var.val if excluded else ctx.literal(var)
+        return env[var]
 
     for var, value in zip(jaxpr.constvars, consts):
         env[var] = ctx.constant(value, "constants")
     for var, value in zip(jaxpr.invars, args, strict=True):
         env[var] = value
     for eqn in jaxpr.eqns:
-        invals = [read(var) for var in eqn.invars]
+        excluded = bool(ctx.policy.exclude) and ctx.view(eqn).excluded(eqn.primitive.name)
+        invals = [read(var, excluded) for var in eqn.invars]
         with compat.equation_scopes(eqn):
             outvals = ctx.apply(eqn, invals)
         for var, value in zip(eqn.outvars, outvals, strict=True):
