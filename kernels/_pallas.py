@@ -1,21 +1,33 @@
 """The one place that imports version-specific Pallas names (the Pallas API moves between JAX releases).
 
-Checked against jax 0.10.2: ``jax.experimental.pallas`` provides ``pallas_call``, ``BlockSpec``,
-``program_id`` and ``ds`` (a dynamic slice ``ds(start, size)`` for indexing refs, e.g.
-``a_ref[:, ds(k * block_k, block_k)]``; an alias of ``pl.dslice``), and
+Checked against jax 0.10.0, 0.10.2, 0.11.0, 0.11.1, 0.11.2 and 0.12.0.1: ``jax.experimental.pallas``
+provides ``pallas_call``, ``BlockSpec``, ``program_id`` and ``ds`` (a dynamic slice ``ds(start, size)``
+for indexing refs, e.g. ``a_ref[:, ds(k * block_k, block_k)]``; an alias of ``pl.dslice``), and
 ``jax.experimental.pallas.triton`` provides ``CompilerParams`` (here ``TritonCompilerParams``).
 
-On GPUs, jax 0.10.2 lowers a ``pallas_call`` without compiler parameters to Mosaic GPU, not Triton
-(``jax_pallas_use_mosaic_gpu`` defaults to True, and ``pallas_call`` for Mosaic GPU is deprecated).
-Kernels written for Triton pass ``compiler_params=TritonCompilerParams(...)``, which selects the
-Triton backend; interpret mode ignores it. Kernel modules import these names from here, never
-from Pallas directly. Because the kernels are written for Triton, this module also holds the one
-rule about where they compile (`interpret_mode`), from the platform that the ops layer's backend
-table names for them (`COMPILED_PLATFORM`, re-exported here).
+On GPUs, these releases lower a ``pallas_call`` without compiler parameters to Mosaic GPU, not
+Triton (``jax_pallas_use_mosaic_gpu`` defaults to True). Kernels written for Triton pass
+``compiler_params=TritonCompilerParams(...)``, which selects the Triton backend; interpret mode
+ignores it. Kernel modules import these names from here, never from Pallas directly. Because the
+kernels are written for Triton, this module also holds the one rule about where they compile
+(`interpret_mode`), from the platform that the ops layer's backend table names for them
+(`COMPILED_PLATFORM`, re-exported here).
+
+Two facts of newer releases (docs/kernels.md, "Triton on new JAX"):
+
+- From jax 0.11, lowering a Triton kernel emits ``DeprecationWarning: The Pallas Triton backend is
+  deprecated`` (pyproject.toml's pytest filters ignore exactly that message, and say when it must go).
+  The backend still works in jax 0.12; the kernels move when JAX announces its removal.
+- From jax 0.11, lowering for ``"cuda"`` reads the GPU's kind (for its compute capability): on a
+  machine without a GPU it comes from an abstract device (`lowering_for_gpu`).
 """
 
+import contextlib
+import inspect
+from collections.abc import Iterator
 from typing import Any
 
+import jax
 import numpy as np
 from jax.experimental import pallas as _pl
 from jax.experimental.pallas import triton as _pl_triton
@@ -27,6 +39,23 @@ BlockSpec = _pl.BlockSpec
 program_id = _pl.program_id
 ds = _pl.ds
 TritonCompilerParams = _pl_triton.CompilerParams
+
+
+@contextlib.contextmanager
+def lowering_for_gpu(device_kind: str = "NVIDIA H100") -> Iterator[None]:
+    """A context in which ``fn.trace(...).lower(lowering_platforms=("cuda",))`` lowers Pallas kernels for a
+    GPU of ``device_kind`` on any machine: from jax 0.11 Triton's lowering reads the GPU's kind, from an
+    abstract device where there is no GPU (an abstract mesh of one device, its axis Explicit, as
+    ``jax.sharding.use_abstract_mesh`` requires); jax 0.10 reads nothing (a no-op). Arguments lowered
+    in it should be ``jax.ShapeDtypeStruct``s: they belong to no concrete device."""
+    sharding = jax.sharding
+    if "platform" not in inspect.signature(sharding.AbstractDevice).parameters:  # jax < 0.11
+        yield
+        return
+    device = sharding.AbstractDevice(device_kind=device_kind, num_cores=None, platform="cuda")
+    mesh = sharding.AbstractMesh((1,), ("gpu",), (sharding.AxisType.Explicit,), abstract_device=device)
+    with sharding.use_abstract_mesh(mesh):
+        yield
 
 
 def interpret_mode(interpret: Any, platform: str, *, kernel: str, xla_path: str) -> bool:
@@ -51,6 +80,7 @@ __all__ = [
     "TritonCompilerParams",
     "ds",
     "interpret_mode",
+    "lowering_for_gpu",
     "pallas_call",
     "program_id",
 ]

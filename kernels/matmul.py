@@ -16,7 +16,7 @@ so chunk boundaries fall on step boundaries for every ``accumulate_every`` and e
 Steps narrower than 16 (Triton's smallest dot) are computed as rank-1 updates, one contraction
 index at a time, in interpret mode too, so that interpret mode runs the code a GPU would compile.
 
-The kernel asks for the Triton backend explicitly (`TritonCompilerParams`): jax 0.10.2 would
+The kernel asks for the Triton backend explicitly (`TritonCompilerParams`): JAX (0.10 to 0.12) would
 otherwise lower a ``pallas_call`` on a GPU to Mosaic GPU. It uses only what Pallas lowers to
 Triton: ref slices with `ds`, scalar loads of the seeds and the scale, 2-D dots, `fori_loop`.
 
@@ -312,7 +312,7 @@ def matmul_pallas(
             *bit_specs,
         ],
         out_specs=BlockSpec((bm, bn), lambda i, j: (i, j)),
-        compiler_params=TritonCompilerParams(),  # Triton, not jax 0.10.2's default Mosaic GPU
+        compiler_params=TritonCompilerParams(),  # Triton, not JAX's default Mosaic GPU
         interpret=interpret,
         name="fpemu_matmul_kernel",
     )(seeds, scale, a, b, *bits)

@@ -95,7 +95,7 @@ def quantize_pallas(
         grid=(padded // block,),
         in_specs=[seeds_spec, BlockSpec((block,), lambda i: (i,))],
         out_specs=BlockSpec((block,), lambda i: (i,)),
-        compiler_params=TritonCompilerParams(),  # Triton, not jax 0.10.2's default Mosaic GPU
+        compiler_params=TritonCompilerParams(),  # Triton, not JAX's default Mosaic GPU
         interpret=interpret,
     )(seeds, flat)
     return out[:n].reshape(x.shape)

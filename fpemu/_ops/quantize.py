@@ -85,9 +85,9 @@ def rounding_spec(
 def resolve_backend(backend: Any, platform: str, float64: bool = False) -> str:
     """The engine that runs ``backend`` on ``platform`` for input of that width: "xla" or "pallas".
 
-    Errors say why not. The Pallas kernels do not take float64 input when compiled: jax 0.10.2's
-    Pallas-to-Triton lowering cannot emit uint64 constants with the top bit set (the sign mask of
-    float64), so ``"auto"`` falls back to XLA there and ``"pallas"`` refuses
+    Errors say why not. The Pallas kernels do not take float64 input when compiled: the
+    Pallas-to-Triton lowering of jax 0.10 to 0.12 cannot emit uint64 constants with the top bit set
+    (the sign mask of float64), so ``"auto"`` falls back to XLA there and ``"pallas"`` refuses
     (tests/kernels/test_triton_lowering.py pins the limitation).
     """
     if not isinstance(backend, str) or backend not in BACKENDS:

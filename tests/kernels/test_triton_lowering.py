@@ -1,9 +1,10 @@
 """Both kernels lower to Triton for a GPU, on any machine.
 
 CI has no GPU, so interpret mode checks what the kernels compute, and this checks that Pallas can
-turn them into Triton kernels: JAX lowers a jitted function for the "cuda" platform without a GPU,
-and a kernel that uses something Triton cannot express (a value slice, a gather, an index into a
-loaded array) fails here. Compiling the Triton IR to PTX and running it still needs a GPU
+turn them into Triton kernels: JAX lowers a jitted function for the "cuda" platform without a GPU
+(from jax 0.11 for an abstract GPU: `fpemu.kernels._pallas.lowering_for_gpu`), and a kernel that
+uses something Triton cannot express (a value slice, a gather, an index into a loaded array) fails
+here. Compiling the Triton IR to PTX and running it still needs a GPU
 (tests/kernels' `...Gpu` classes, bench/gpu.sh).
 """
 
@@ -16,6 +17,7 @@ from fpemu import ROUNDING_MODES
 from fpemu._core.format import fits
 from fpemu._ops import quantize as _quantize
 from fpemu._ops.matmul_config import MatmulOptions, matmul_config
+from fpemu.kernels._pallas import lowering_for_gpu
 from fpemu.kernels.matmul import BlockSizes as MatmulBlockSizes
 from fpemu.kernels.matmul import matmul_pallas
 from fpemu.kernels.quantize import BlockSizes, quantize_pallas
@@ -24,8 +26,14 @@ TRITON_CALL = "__gpu$xla.gpu.triton"
 SMALL_FORMATS = [f.name for f in fpemu.formats() if f.bits <= 16]
 
 
+def _abstract(value):
+    """Arrays as `jax.ShapeDtypeStruct`s (lowered for an abstract GPU, they belong to no device)."""
+    return jax.tree_util.tree_map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype) if hasattr(v, "shape") else v, value)
+
+
 def _lowered_text(fn, *args, **kwargs) -> str:
-    return fn.trace(*args, **kwargs).lower(lowering_platforms=("cuda",)).as_text()
+    with lowering_for_gpu():
+        return fn.trace(*_abstract(args), **kwargs).lower(lowering_platforms=("cuda",)).as_text()
 
 
 def _quantize_cases():
@@ -118,7 +126,7 @@ def test_quantize_kernel_with_explicit_random_bits_lowers_to_triton():
 @pytest.mark.xfail(
     strict=True,
     raises=RuntimeError,
-    reason="jax 0.10.2's Pallas-to-Triton lowering cannot emit uint64 constants with the top bit set "
+    reason="the Pallas-to-Triton lowering of jax 0.10 to 0.12 cannot emit uint64 constants with the top bit set "
     "(std::bad_cast), so float64 input is refused by backend='pallas' and the compiled kernel. Strict: "
     "when JAX lowers it, this fails and the refusal can be lifted.",
 )
