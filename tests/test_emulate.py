@@ -435,8 +435,11 @@ def test_policy_default_none_rounds_only_dots():
     a, b = _normal(KEYS[0], (4, 16)), _normal(KEYS[1], (16, 8))
     policy = fpemu.Policy(dot=fpemu.DotPolicy(lhs="e4m3fn", rhs="e5m2", out="bf16"))
     f = lambda a, b: jnp.tanh(a @ b)
-    expected = jnp.tanh(fpemu.dot_general(a, b, (((1,), (0,)), ((), ())), lhs="e4m3fn", rhs="e5m2", out="bf16"))
-    assert_same_bits(jax.jit(fpemu.emulate(f, policy))(a, b), expected)
+    by_hand = lambda a, b: jnp.tanh(
+        fpemu.dot_general(a, b, (((1,), (0,)), ((), ())), lhs="e4m3fn", rhs="e5m2", out="bf16")
+    )
+    # both in one jit: XLA's tanh in a program that also has a dot can differ in the last bit from a tanh alone
+    assert_same_bits(jax.jit(fpemu.emulate(f, policy))(a, b), jax.jit(by_hand)(a, b))
 
 
 # -- dot_general and conv under a DotPolicy ----------------------------------------------------------------

@@ -53,7 +53,9 @@ CASES_SOURCE = textwrap.dedent(
             accumulate_rounding="stochastic", key=KEY)),
         "matmul_fp16_accumulator_every_4": (("a", "b"), mm(
             lhs="bf16", rhs="e4m3fn", accumulate="fp16", accumulate_every=4)),
-        "matmul_sequential_float32": (("an", "bn"), mm(accumulate="fp32", accumulate_every=1)),
+        # bf16 operands: their products are exact in float32, so the sum is the same whether XLA rounds each
+        # product or fuses it into an FMA with the addition (which it decides differently per sharding)
+        "matmul_sequential_float32": (("an", "bn"), mm(lhs="bf16", rhs="bf16", accumulate="fp32", accumulate_every=1)),
         "conv_fp8_stochastic": (("img", "ker"), lambda x, w: fpemu.conv_general_dilated(
             x, w, (1, 1), "SAME", lhs="e4m3fn", rhs="e4m3fn", out="bf16", rounding="stochastic", key=KEY)),
     }
