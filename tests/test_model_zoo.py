@@ -2,8 +2,8 @@
 
 Each model is a loss ``f(params, x)`` built from what researchers write: the ``jax.nn`` activations,
 normalizations, ``dot_product_attention``, ``scan``/``fori_loop``/``map``/``cond``/``switch``/
-``while_loop``, ``checkpoint``, ``custom_jvp``/``custom_vjp``, a Flax linen and an nnx model with
-gelu and tanh, and an optax adamw step. Every model runs in three forms:
+``while_loop``, ``checkpoint``, ``shard_map``, ``custom_jvp``/``custom_vjp``, a Flax linen and an nnx
+model with gelu and tanh, and an optax adamw step. Every model runs in three forms:
 
 - ``emulate(value_and_grad(f), "bf16")``: every result of the forward and backward pass is a bf16
   value (checked bit for bit) and near the float32 step;
@@ -149,6 +149,15 @@ def jit_checkpoint_scan(p, x):
     return jnp.mean(layers(x) ** 2)
 
 
+def sharded(p, x):
+    """A data-parallel layer in ``jax.shard_map`` (one device: CI's CPU); its manual axes are a parameter
+    whose name changed in jax 0.10.2."""
+    mesh = jax.make_mesh((1,), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
+    P = jax.sharding.PartitionSpec
+    layer = jax.shard_map(lambda xs, w: jnp.tanh(xs @ w), mesh=mesh, in_specs=(P("data"), P()), out_specs=P("data"))
+    return jnp.mean(layer(x, p["w1"]) ** 2)
+
+
 @jax.custom_jvp
 def soft_clip(v):
     return jnp.tanh(v) * 2.0
@@ -254,6 +263,7 @@ MODELS: dict[str, Callable[[], tuple[Callable, object]]] = {
     "switch": lambda: (switch, W),
     "checkpoint": lambda: (checkpointed, W),
     "jit_checkpoint_scan": lambda: (jit_checkpoint_scan, W),
+    "shard_map": lambda: (sharded, W),
     "custom_jvp": lambda: (dense(soft_clip), W),
     "custom_vjp": lambda: (dense(scaled_gelu), W),
     "jnp_survey": lambda: (survey, W),

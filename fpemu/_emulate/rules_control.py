@@ -18,7 +18,7 @@ from fpemu._emulate import stats as _stats
 from fpemu._emulate.interpreter import Context
 from fpemu._emulate.registry import register
 from fpemu._emulate.rounding import fold_key
-from fpemu._jax.compat import jaxpr_as_fun, mark_varying, open_jaxpr, scan_counts
+from fpemu._jax.compat import jaxpr_as_fun, manual_axes, mark_varying, open_jaxpr, scan_counts
 
 
 def _staged(fn: Callable, *args: Any) -> tuple[Callable, Any]:
@@ -169,7 +169,8 @@ def shard_map(ctx: Context, eqn: Any, invals: list) -> list:
     p = eqn.params
     jaxpr, consts = open_jaxpr(p["jaxpr"])
     fn = ctx.subfunction(jaxpr)
-    axes = tuple(name for name in p["mesh"].axis_names if name in p["newly_manual_axes"])
+    manual = manual_axes(p)
+    axes = tuple(name for name in p["mesh"].axis_names if name in manual)
     key = ctx.site_key()
     has_key = key is not None
 
@@ -186,7 +187,7 @@ def shard_map(ctx: Context, eqn: Any, invals: list) -> list:
         mesh=p["mesh"],
         in_specs=(*([P()] if has_key else []), *p["in_specs"]),
         out_specs=(list(p["out_specs"]), P()),
-        axis_names=frozenset(p["newly_manual_axes"]),
+        axis_names=manual,
         check_vma=p["check_vma"],
     )
     outs, stats = mapped(*([key] if has_key else []), *invals)

@@ -23,8 +23,9 @@ of ``while``, the mesh of ``shard_map``...) stays in that rule, next to the code
 - ``scan``'s operand counts: ``num_consts``/``num_carry`` up to jax 0.10, the flat tree ``ft_in``
   from jax 0.11 (`scan_counts`).
 - Primitives of some releases only: ``jax.lax.tile_p`` and ``stage_p`` (jax 0.12): `lax_primitive`.
-- shard_map's varying-manual-axes types: ``aval.manual_axis_type.varying``; ``lax.pcast`` marks a
-  value varying.
+- shard_map's manual axes: ``manual_axes`` in jax 0.10.0, ``newly_manual_axes`` from 0.10.2
+  (`manual_axes`); its varying-manual-axes types: ``aval.manual_axis_type.varying``; ``lax.pcast``
+  marks a value varying.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ __all__ = [
     "is_transposed",
     "jaxpr_as_fun",
     "lax_primitive",
+    "manual_axes",
     "mark_varying",
     "name_stack",
     "open_jaxpr",
@@ -143,6 +145,12 @@ def scan_counts(params: dict) -> tuple[int, int]:
 
 
 # -- shard_map ----------------------------------------------------------------------------------------
+
+
+def manual_axes(params: dict) -> frozenset[str]:
+    """The mesh axes a ``shard_map`` makes manual: ``manual_axes`` in jax 0.10.0, ``newly_manual_axes``
+    in 0.10.2 and later."""
+    return frozenset(params["newly_manual_axes"] if "newly_manual_axes" in params else params["manual_axes"])
 
 
 def mark_varying(value: Any, axes: tuple[str, ...]) -> Any:

@@ -21,11 +21,13 @@ Kinds under `scalify` (`SCALIFY_KINDS`): the scale rules (``rule``, ``same scale
 (``inline``, ``call``, ``control``, ``custom derivative``), ``callback``, ``plain`` (no
 floating-point operand, so never scaled), ``unsupported`` and ``kernel``.
 
-Two facts that differ across releases are recorded with their rows: ``one_minus_square`` (jax >=
+What differs across releases (docs/emulate.md says it to users): ``one_minus_square`` (jax >=
 0.11.2: the derivative of ``tanh``) and ``polynomial`` (jax >= 0.12: the derivatives of ``erf`` and
 exact ``gelu``, ``sinc``) are single primitives that `emulate` rounds once, where older releases
 emitted ``sub``/``mul`` chains that it rounds at every step; ``eval_jaxpr`` (jax >= 0.11.1) replaces
-``closed_call`` in ``jax.checkpoint``'s partial evaluation.
+``closed_call`` in ``jax.checkpoint``'s partial evaluation; ``tile`` and ``stage`` exist from jax
+0.12; a few primitives lost a ``_p`` suffix in their names in jax 0.12 (``reduced_vary_cast_p``,
+``debug_barrier_p``...).
 """
 
 from __future__ import annotations
@@ -90,7 +92,7 @@ _ROWS: tuple[tuple[str, str, str], ...] = (
     # -- rounded: new values in the dtype, then rounded ----------------------------------------------
     # arithmetic with a scale law
     ("rounded", "rule", "add add_any sub mul div integer_pow square sqrt rsqrt log reduce_sum cumsum reduce_prod"),
-    # arithmetic without one
+    # arithmetic without one (one_minus_square: jax >= 0.11.2, polynomial: jax >= 0.12)
     ("rounded", "unscale", "rem pow cbrt nextafter floor ceil round one_minus_square polynomial"),
     # transcendental and special functions
     ("rounded", "unscale", """
