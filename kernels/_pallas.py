@@ -1,9 +1,10 @@
 """The one place that imports version-specific Pallas names (the Pallas API moves between JAX releases).
 
-Checked against jax 0.10.0, 0.10.2, 0.11.0, 0.11.1, 0.11.2 and 0.12.0.1: ``jax.experimental.pallas``
-provides ``pallas_call``, ``BlockSpec``, ``program_id`` and ``ds`` (a dynamic slice ``ds(start, size)``
-for indexing refs, e.g. ``a_ref[:, ds(k * block_k, block_k)]``; an alias of ``pl.dslice``), and
-``jax.experimental.pallas.triton`` provides ``CompilerParams`` (here ``TritonCompilerParams``).
+Checked against jax 0.10.0, 0.10.1, 0.10.2, 0.11.0, 0.11.1, 0.11.2 and 0.12.0.1:
+``jax.experimental.pallas`` provides ``pallas_call``, ``BlockSpec``, ``program_id`` and ``ds`` (a
+dynamic slice ``ds(start, size)`` for indexing refs, e.g. ``a_ref[:, ds(k * block_k, block_k)]``; an
+alias of ``pl.dslice``), and ``jax.experimental.pallas.triton`` provides ``CompilerParams`` (here
+``TritonCompilerParams``).
 
 On GPUs, these releases lower a ``pallas_call`` without compiler parameters to Mosaic GPU, not
 Triton (``jax_pallas_use_mosaic_gpu`` defaults to True). Kernels written for Triton pass
@@ -23,7 +24,6 @@ Two facts of newer releases (docs/kernels.md, "Triton on new JAX"):
 """
 
 import contextlib
-import inspect
 from collections.abc import Iterator
 from typing import Any
 
@@ -40,6 +40,8 @@ program_id = _pl.program_id
 ds = _pl.ds
 TritonCompilerParams = _pl_triton.CompilerParams
 
+_JAX_RELEASE = tuple(int(part) for part in jax.__version__.split(".")[:2])
+
 
 @contextlib.contextmanager
 def lowering_for_gpu(device_kind: str = "NVIDIA H100") -> Iterator[None]:
@@ -49,7 +51,7 @@ def lowering_for_gpu(device_kind: str = "NVIDIA H100") -> Iterator[None]:
     ``jax.sharding.use_abstract_mesh`` requires); jax 0.10 reads nothing (a no-op). Arguments lowered
     in it should be ``jax.ShapeDtypeStruct``s: they belong to no concrete device."""
     sharding = jax.sharding
-    if "platform" not in inspect.signature(sharding.AbstractDevice).parameters:  # jax < 0.11
+    if _JAX_RELEASE < (0, 11):  # an abstract mesh makes jax 0.10.1's lowering see two platforms, and fail
         yield
         return
     device = sharding.AbstractDevice(device_kind=device_kind, num_cores=None, platform="cuda")
