@@ -43,7 +43,7 @@ from fpemu._ops.fusion import computed_once
 from fpemu._ops.matmul import conv_general_dilated as emulated_conv
 from fpemu._ops.quantize import quantize as element_quantize
 from fpemu._training.dot import quantized_dot_general
-from fpemu._training.hadamard import hadamard
+from fpemu._training.hadamard import hadamard_along
 from fpemu._training.layout import Contraction, tiles
 from fpemu._training.quantizer import Quantizer, _delayed_scale, amax_of, quantize_operand_split, scaled_recipe
 from fpemu._training.recipes import GEMMS, GemmRecipe, TrainingRecipe
@@ -134,7 +134,7 @@ def role_conv(
     keys = (k_rhs, k_lhs) if flip else (k_lhs, k_rhs)
     xs = [a, b]
     if gemm.hadamard is not None:
-        xs = [_transform(x.astype(F32), d, gemm.hadamard, k_had) for x, d in zip(xs, dims, strict=True)]
+        xs = [hadamard_along(x.astype(F32), d, gemm.hadamard, k_had) for x, d in zip(xs, dims, strict=True)]
     scales: list[Any] = [None, None]
     for i in range(2):
         q = quantizers[i]
@@ -152,12 +152,6 @@ def role_conv(
         accumulate_every=gemm.accumulate_every, preferred_element_type=F32 if scaled else out,
     )  # fmt: skip
     return times_tensor_scales(y, *scales).astype(F32 if out is None else out) if scaled else y
-
-
-def _transform(x: jax.Array, dims: tuple[int, ...], size: int, key: Any) -> jax.Array:
-    c = Contraction(tuple(x.shape), dims)
-    y, axis = c.group(x)
-    return c.ungroup(hadamard(y, axis, size, key))
 
 
 # -- the custom_vjp of a forward dot -------------------------------------------------------------------
@@ -400,7 +394,7 @@ def _observe(
     gemm = recipe.gemm(which)
     keys = split_key(key)
     if gemm.hadamard is not None:
-        operands = [(_transform(x.astype(F32), d, gemm.hadamard, keys[2]), d) for x, d in operands]
+        operands = [(hadamard_along(x.astype(F32), d, gemm.hadamard, keys[2]), d) for x, d in operands]
     for i, (side, q) in enumerate(zip(SIDES, gemm.quantizers, strict=True)):
         if q is None:
             continue

@@ -18,8 +18,8 @@ from fpemu._core.registry import get_format
 from fpemu._ops.accumulate import times_tensor_scales
 from fpemu._ops.fusion import computed_once
 from fpemu._ops.matmul import dot_general
-from fpemu._training.hadamard import hadamard, hadamard_signs
-from fpemu._training.layout import Contraction, contracting_dims_arg
+from fpemu._training.hadamard import hadamard_along, hadamard_signs
+from fpemu._training.layout import contracting_dims_arg
 from fpemu._training.quantizer import Quantizer, _amax_arg, _key_arg, operand_arg, quantize_operand_split
 from fpemu._training.recipes import GemmRecipe
 
@@ -55,13 +55,6 @@ def dimension_numbers_arg(
             f"rhs {rc} of shape {tuple(rhs_shape)} has {sizes[1]}"
         )
     return (lc, rc), (lb, rb)
-
-
-def _transform(x: jax.Array, dims: tuple[int, ...], size: int, key: jax.Array | None) -> jax.Array:
-    """The Hadamard transform along an operand's merged contraction axis."""
-    c = Contraction(tuple(x.shape), dims)
-    y, axis = c.group(x)
-    return c.ungroup(hadamard(y, axis, size, key))
 
 
 def _bf16_exact(q: Quantizer | None) -> bool:
@@ -100,7 +93,7 @@ def quantized_dot_general(
 
     1. An operand with a quantizer is converted to float32 (exact).
     2. With ``gemm.hadamard = n``: both operands are transformed along their merged contraction axis
-       (`hadamard`, blocks of ``n``) with the same signs, which leaves the exact product unchanged.
+       (`hadamard_along`, blocks of ``n``) with the same signs, which leaves the exact product unchanged.
     3. Each operand is quantized by its `Quantizer` along *its* contracting dimensions of
        ``dimension_numbers`` and dequantized to float32 (`quantize_operand`), except for a float32
        per-tensor scale ``t`` (`Quantizer.tensor_scaled`: FP8 current and delayed scaling, NVFP4's
@@ -191,8 +184,8 @@ def _product(a, b, key, lhs_amax, rhs_amax, *, dn: DimensionNumbers, gemm: GemmR
     if gemm.rhs is not None:
         b = b.astype(f32)
     if gemm.hadamard is not None:
-        a = _transform(a.astype(f32), lc, gemm.hadamard, keys[2])
-        b = _transform(b.astype(f32), rc, gemm.hadamard, keys[2])
+        a = hadamard_along(a.astype(f32), lc, gemm.hadamard, keys[2])
+        b = hadamard_along(b.astype(f32), rc, gemm.hadamard, keys[2])
     tensor_scaled = any(q is not None and q.tensor_scaled for q in (gemm.lhs, gemm.rhs))
     if not tensor_scaled:
         return _quantized_product(a, b, keys[0], keys[1], lhs_amax, rhs_amax, dn, gemm, result, margin)[0]

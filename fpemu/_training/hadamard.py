@@ -22,6 +22,7 @@ import numpy as np
 from fpemu._args import axis_arg, int_arg, key_arg
 from fpemu._engine import rng
 from fpemu._ops.fusion import computed_once, materialize
+from fpemu._training.layout import Contraction
 from fpemu._training.quantizer import operand_arg
 
 __all__ = ["TE_WGRAD_SIGNS", "hadamard", "hadamard_signs", "hadamard_size_arg"]
@@ -133,6 +134,14 @@ def hadamard(x: Any, axis: int, size: int, key: jax.Array | None) -> jax.Array:
     axis = axis_arg(axis, x.ndim, of=f"x of shape {x.shape}")
     _check_key(key, size)
     return _hadamard(x, key, axis=axis, size=size)
+
+
+def hadamard_along(x: jax.Array, dims: tuple[int, ...], size: int, key: jax.Array | None) -> jax.Array:
+    """`hadamard` along an operand's contracting dimensions ``dims``, merged into one axis (as
+    `fpemu._training.layout.Contraction` merges them): how a recipe's GEMM transforms each operand."""
+    c = Contraction(tuple(x.shape), dims)
+    y, axis = c.group(x)
+    return c.ungroup(hadamard(y, axis, size, key))
 
 
 #: Below this many elements after the transformed axis, the butterflies run on a transposed copy
