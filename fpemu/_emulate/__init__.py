@@ -11,8 +11,9 @@ Modules, lowest first (each imports only the ones above it in this list):
 - `gemm_roles`: the pre-pass that classifies every dot of a training step as forward, dgrad or
   wgrad (docs/training.md).
 - `gemm`: a training recipe's GEMMs (the forward dot's VJP, the backward dots, operand statistics).
-- `training_state`: per-argument input rounding flags, the delayed-scaling state
-  (`fpemu.init_training_state`), and `fpemu.gemm_roles`.
+- `inputs`: the function traced with its array arguments as inputs, and which of them
+  ``Policy.round_inputs`` rounds.
+- `training_state`: the delayed-scaling state (`fpemu.init_training_state`), and `fpemu.gemm_roles`.
 - `rules_plain`, `rules_dot`, `rules_calls`, `rules_control`: the rules, by kind; importing one
   registers its rules.
 - `transform`: `emulate`, which imports every rule module.

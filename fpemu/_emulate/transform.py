@@ -21,9 +21,10 @@ from fpemu._args import bit_source_arg, bool_arg, key_arg
 from fpemu._core.registry import FormatLike
 from fpemu._emulate import rules_calls, rules_control, rules_dot, rules_plain
 from fpemu._emulate import stats as _stats
+from fpemu._emulate.inputs import input_flags, trace
 from fpemu._emulate.interpreter import Context, State, Training, interpret
 from fpemu._emulate.policy import Policy, as_policy, recipe_needs_key
-from fpemu._emulate.training_state import advance, check_state, classify_for, input_flags, trace
+from fpemu._emulate.training_state import advance, check_state, classify_for
 from fpemu._engine.rng import seeds_from_key
 from fpemu._training.recipes import TrainingRecipe
 
