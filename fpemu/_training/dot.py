@@ -135,7 +135,7 @@ def quantized_dot_general(
 
     Example:
       >>> import jax.numpy as jnp
-      >>> from fpemu._training import training_recipe
+      >>> from fpemu import training_recipe
       >>> x = jnp.linspace(-1.0, 1.0, 64).reshape(2, 32); w = jnp.ones((32, 3))
       >>> y = quantized_dot_general(x, w, (((1,), (0,)), ((), ())), training_recipe("mxfp8").forward)
       >>> y.shape, y.dtype.name

@@ -17,7 +17,7 @@ What it shares with the fast path, on purpose, is the randomness: the key split
 
 Example:
   >>> import numpy as np
-  >>> from fpemu._training import training_recipe
+  >>> from fpemu import training_recipe
   >>> x = np.array([[1.0, 2.0, 3.0, 100.0]], np.float32)
   >>> w = np.ones((4, 1), np.float32)
   >>> gemm = training_recipe("fp8_rowwise").forward           # scale 2**ceil(log2(100 / 448)) = 1/4
