@@ -114,8 +114,17 @@ class _Src:
         normal = self.e_field - fmt.bias
         if not precise:
             return jnp.maximum(normal, fmt.emin)
-        bit_length = width - lax.clz(self.a).astype(jnp.int32)
+        bit_length = width - _clz(self.a)
         return jnp.where(self.is_sub, bit_length - 1 - fmt.mantissa_bits + fmt.emin, normal)
+
+
+def _clz(x: jnp.ndarray) -> jnp.ndarray:
+    """Leading zeros of unsigned ``x`` as int32, counted on the signed type of its width: Triton lowers
+    ``clz`` of int32/int64 (libdevice's ``__nv_clz``) but cannot legalize it for unsigned types."""
+    signed = {1: jnp.int8, 2: jnp.int16, 4: jnp.int32, 8: jnp.int64}[x.dtype.itemsize]
+    if x.dtype.itemsize < 4:  # widen: 32-bit leading zeros minus the extra width
+        return lax.clz(x.astype(jnp.int32)) - (32 - 8 * x.dtype.itemsize)
+    return lax.clz(lax.bitcast_convert_type(x, signed)).astype(jnp.int32)
 
 
 def _shift(x: jnp.ndarray, amount: jnp.ndarray, width: int) -> jnp.ndarray:
@@ -205,7 +214,7 @@ def round_narrow(
     else:
         # The target has normal binades below the input's smallest normal (E8M0 in float32): the
         # quantum of an input subnormal depends on its leading bit.
-        bit_length = width - lax.clz(a).astype(jnp.int32)
+        bit_length = width - _clz(a)
         ex = jnp.where(a < u(1 << m_in), bit_length - 1 - m_in + src.emin, e.astype(jnp.int32) - src.bias)
         sh = ((jnp.maximum(ex, dst.emin) - m_t) - (jnp.maximum(ex, src.emin) - m_in)).astype(uw)
     sh_c = jnp.minimum(sh, u(m_in + 1))  # inputs beyond this are below the smallest value (`tiny`)
