@@ -9,7 +9,8 @@ alias of ``pl.dslice``), and ``jax.experimental.pallas.triton`` provides ``Compi
 On GPUs, these releases lower a ``pallas_call`` without compiler parameters to Mosaic GPU, not
 Triton (``jax_pallas_use_mosaic_gpu`` defaults to True). Kernels written for Triton pass
 ``compiler_params=TritonCompilerParams(...)``, which selects the Triton backend; interpret mode
-ignores it. Kernel modules import these names from here, never from Pallas directly. Because the
+ignores it; ``elementwise_inline_asm`` runs a PTX snippet on each element (compiled kernels only).
+Kernel modules import these names from here, never from Pallas directly. Because the
 kernels are written for Triton, this module also holds the one rule about where they compile
 (`interpret_mode`), from the platform that the ops layer's backend table names for them
 (`COMPILED_PLATFORM`, re-exported here).
@@ -39,6 +40,7 @@ BlockSpec = _pl.BlockSpec
 program_id = _pl.program_id
 ds = _pl.ds
 TritonCompilerParams = _pl_triton.CompilerParams
+elementwise_inline_asm = _pl_triton.elementwise_inline_asm
 
 _JAX_RELEASE = tuple(int(part) for part in jax.__version__.split(".")[:2])
 
@@ -81,6 +83,7 @@ __all__ = [
     "BlockSpec",
     "TritonCompilerParams",
     "ds",
+    "elementwise_inline_asm",
     "interpret_mode",
     "lowering_for_gpu",
     "pallas_call",

@@ -1,29 +1,32 @@
-"""Quantized matmul as a Pallas kernel: `fpemu.matmul`'s semantics with the roundings fused in.
+"""Quantized matmul as a Pallas kernel: `fpemu.matmul`'s semantics, the emulated running sum fused in.
 
-The kernel computes ``C = A @ B`` for 2-D ``A`` (M, K) and ``B`` (K, N) on a grid of
-(M / block_m, N / block_n) output tiles. Each grid step walks the contraction with a loop over
-K steps: it loads a (block_m, s) slice of A and an (s, block_n) slice of B, rounds them to their
-formats with the integer engine of `fpemu.quantize` (the same code, on the tile's bits), multiplies
-them exactly (bfloat16 dots with float32 accumulation when both formats are bfloat16 values, as
-on the XLA path) and accumulates in float32, or in an emulated narrow accumulator that is
-rounded after every ``accumulate_every`` products. docs/matmul.md is the contract and
-docs/kernels.md spells out the tile order; `matmul_kernel_reference` (which is `fpemu.matmul`)
-is the reference. The options are checked by the code that checks `fpemu.matmul`'s, and the
-running sum is rounded by the same step (`fpemu._ops.accumulate.round_accumulator`).
+The kernel computes ``C = A @ B`` for 2-D ``A`` (M, K) and ``B`` (K, N). Its own job is what XLA
+cannot do in one pass: a running sum in a narrow format (``accumulate="bf16"``, ``accumulate_every=32``,
+stochastic accumulation), rounded once per chunk while the tile stays in registers. The XLA path
+(`fpemu.matmul`) runs a chunked sum as a scan that writes the whole (M, N) running sum to memory
+after every chunk; at 8192**3 with chunks of 32 it takes 68 ms on an H200, the kernel 7.9 ms, with
+the same bits (bench/RESULTS_gpu.md). With a float32 running sum and no ``accumulate_every``, XLA's
+own matmul is faster: `fpemu.matmul` never dispatches here, and this kernel is for the narrow sums.
+
+Around the kernel, XLA does what it does at memory speed, with the XLA path's code and random
+bits: the operands are divided by their scales and rounded to ``lhs``/``rhs`` once
+(`fpemu._ops.accumulate.rounded_operands`; bfloat16 when every value is a bfloat16 value, which
+halves what the kernel reads), and the float32 result is scaled, rounded to ``out`` and cast
+(`fpemu._ops.accumulate.finished_output`). The kernel runs a grid of (M / block_m, N / block_n)
+output tiles; each walks the contraction with a loop over K steps of ``step`` elements: a dot
+(bfloat16 operands with float32 accumulation, or float32 at ``Precision.HIGHEST``) per step, and
+per chunk the running sum's step (`kernels/_accumulator.py`: on a GPU, nine PTX instructions for a
+bf16 sum; otherwise `fpemu._ops.accumulate.round_accumulator`, the XLA path's step, with the
+integer engine's rounding of the tile).
 
 The step ``s`` is ``block_k``, or ``gcd(accumulate_every, block_k)`` with an emulated accumulator,
 so chunk boundaries fall on step boundaries for every ``accumulate_every`` and every block size.
 Steps narrower than 16 (Triton's smallest dot) are computed as rank-1 updates, one contraction
 index at a time, in interpret mode too, so that interpret mode runs the code a GPU would compile.
-
-The kernel asks for the Triton backend explicitly (`TritonCompilerParams`): JAX (0.10 to 0.12) would
-otherwise lower a ``pallas_call`` on a GPU to Mosaic GPU. It uses only what Pallas lowers to
-Triton: ref slices with `ds`, scalar loads of the seeds and the scale, 2-D dots, `fori_loop`.
-
-Status: tested in Pallas interpret mode on CPU against `fpemu.matmul` (bit for bit where the chunk
-sums are exact) and against `fpemu.testing.dot_general_reference`. Its lowering to a Triton kernel
-is checked in CI (tests/kernels/test_triton_lowering.py), but the compiled GPU path has not yet
-been compiled to PTX or run on a GPU. No gradient: use `fpemu.matmul` (straight-through) for training.
+docs/kernels.md spells out the tile order; `matmul_kernel_reference` (which is `fpemu.matmul`) is
+the reference. The kernel asks for the Triton backend explicitly (`TritonCompilerParams`): JAX
+(0.10 to 0.12) would otherwise lower a ``pallas_call`` on a GPU to Mosaic GPU. No gradient: use
+`fpemu.matmul` (straight-through) for training.
 """
 
 from __future__ import annotations
@@ -44,7 +47,13 @@ from fpemu._core.format import Format
 from fpemu._core.modes import ExponentTies, Rounding, Saturation, StochasticVariant
 from fpemu._core.registry import FormatLike, get_format
 from fpemu._engine import convert, rng
-from fpemu._ops.accumulate import device_operands, positive_zero, round_accumulator, scale_product, times_scale
+from fpemu._ops.accumulate import (
+    device_operands,
+    finished_output,
+    positive_zero,
+    round_accumulator,
+    rounded_operands,
+)
 from fpemu._ops.geometry import MatmulGeometry, matmul_geometry
 from fpemu._ops.matmul import matmul
 from fpemu._ops.matmul_config import (
@@ -52,15 +61,8 @@ from fpemu._ops.matmul_config import (
     MatmulOptions,
     matmul_call,
 )
-from fpemu.kernels._matmul_inputs import (
-    SEED_ACC0,
-    SEED_LHS,
-    SEED_OUT,
-    SEED_RHS,
-    explicit_bits,
-    pow2_at_least,
-    seed_table,
-)
+from fpemu.kernels._accumulator import bf16_step, ptx_step_applies
+from fpemu.kernels._matmul_inputs import accumulate_bits, pow2_at_least, seed_table
 from fpemu.kernels._pallas import (
     COMPILED_PLATFORM,
     BlockSpec,
@@ -79,7 +81,9 @@ _DIMS = (((1,), (0,)), ((), ()))
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class BlockSizes:
-    """Tile sizes: a block_m x block_n output tile per grid step, block_k contraction elements per loop step.
+    """Tile sizes and Triton's launch parameters: a block_m x block_n output tile per grid step,
+    block_k contraction elements per loop step, ``num_warps`` warps per tile and ``num_stages``
+    stages of Triton's software pipelining of the loop (ignored in interpret mode).
 
     Every size is a positive power of two (Triton's tensor sizes are). With ``accumulate_every=k``
     a loop step takes ``gcd(k, block_k)`` contraction elements, so any k works with any block_k.
@@ -89,26 +93,34 @@ class BlockSizes:
     block_m: int
     block_n: int
     block_k: int
+    num_warps: int = 4
+    num_stages: int = 4
 
     def __post_init__(self):
-        for name in ("block_m", "block_n", "block_k"):
+        for name in ("block_m", "block_n", "block_k", "num_warps"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1 or value & (value - 1):
                 raise ValueError(f"{name}={value!r} must be a positive power of two")
+        stages = self.num_stages
+        if isinstance(stages, bool) or not isinstance(stages, int) or stages < 1:
+            raise ValueError(f"num_stages={stages!r} must be a positive int")
 
     @classmethod
     def default(cls, platform: str) -> BlockSizes:
-        """Per-device defaults: Triton-sized tiles on a GPU (not yet tuned: never run there), large
-        tiles in interpret mode, where every grid step costs milliseconds."""
+        """Per-device defaults. On a GPU, the fastest of the tiles timed on an H200 for a bf16 running
+        sum rounded every 32 products at 8192**3 (64 x 128 tiles, 4 warps, 4 stages: 7.97 ms; 128 x
+        128 with 8 warps 9.2 ms, 128 x 256 14.8 ms; bench/RESULTS_gpu.md). Elsewhere (interpret
+        mode, where every grid step costs milliseconds) few, large tiles."""
         if platform == COMPILED_PLATFORM:
-            return cls(block_m=64, block_n=64, block_k=32)
+            return cls(block_m=64, block_n=128, block_k=32)
         return cls(block_m=256, block_n=256, block_k=256)
 
 
 def _fitted(blocks: BlockSizes, m: int, n: int, k: int, platform: str) -> BlockSizes:
     """Default blocks no larger than the (power-of-two rounded) problem; at least 16 on a GPU."""
     low = _MIN_DOT if platform == COMPILED_PLATFORM else 1
-    return BlockSizes(
+    return dataclasses.replace(
+        blocks,
         block_m=min(blocks.block_m, max(pow2_at_least(m), low)),
         block_n=min(blocks.block_n, max(pow2_at_least(n), low)),
         block_k=min(blocks.block_k, max(pow2_at_least(k), low)),
@@ -116,14 +128,11 @@ def _fitted(blocks: BlockSizes, m: int, n: int, k: int, platform: str) -> BlockS
 
 
 def _round(
-    x: jax.Array, fmt: Format, cfg: MatmulConfig, rounding: Rounding | None = None, saturate: Any = None,
-    random: jax.Array | None = None,
-) -> jax.Array:  # fmt: skip
-    """`fpemu.quantize` of float32 values in ``rounding`` (None: the call's), on their bits (the same
-    engine, options and random bits); ``saturate`` None is the call's."""
-    options = cfg.rounding_options(rounding)
-    if saturate is not None:
-        options["saturate"] = saturate
+    x: jax.Array, fmt: Format, cfg: MatmulConfig, rounding: Rounding, saturate: Any, random: jax.Array | None
+) -> jax.Array:
+    """`fpemu.quantize` of float32 values to ``fmt`` in ``rounding`` (the same engine, options and
+    random bits), on their bits: the running sum's rounding inside the kernel."""
+    options = {**cfg.rounding_options(rounding), "saturate": saturate}
     bits = lax.bitcast_convert_type(x, jnp.uint32)
     out = convert.round_narrow(
         bits,
@@ -140,87 +149,57 @@ def _round(
 
 def _matmul_kernel(
     seeds_ref,
-    scale_ref,
     a_ref,
     b_ref,
     *refs,
-    explicit: tuple[str, ...],
     cfg: MatmulConfig,
     n: int,
-    k: int,
     step: int,
     steps: int,
     chunk_steps: int,
     block_m: int,
     block_n: int,
-    scaled: bool,
+    ptx: bool,
 ):
-    """One (block_m, block_n) output tile: a loop over ``steps`` K steps of ``step`` elements.
+    """One (block_m, block_n) tile of the float32 sum: a loop over ``steps`` K steps of ``step`` elements.
 
-    Refs: ``seeds_ref`` (uint32 seed pairs: lhs, rhs, output, then one per accumulator chunk),
-    ``scale_ref`` (the output scale), ``a_ref`` (block_m, K) and ``b_ref`` (K, block_n) in the
-    input dtype (K padded with zeros to whole steps), then the explicit random bits of the streams
-    named in ``explicit`` (uint32, in the layouts of `_explicit_bits`), then ``out_ref``
-    (block_m, block_n). Rows and columns beyond M and N are padding, computed and sliced off by the
-    caller.
+    Refs: ``seeds_ref`` (uint32 seed pairs of the running sum's chunks), ``a_ref`` (block_m, K) and
+    ``b_ref`` (K, block_n), the rounded operands (bfloat16 or float32, K padded with zeros to whole
+    steps), then, with explicit bits for the running sum, its bits (`accumulate_bits`' layout),
+    then ``out_ref`` (block_m, block_n) float32. Rows and columns beyond M and N are padding,
+    computed and sliced off by the caller.
     """
     *bits_refs, out_ref = refs
-    bits = dict(zip(explicit, bits_refs))
     rows = (lax.broadcasted_iota(jnp.int32, (block_m, 1), 0) + program_id(0) * block_m).astype(jnp.uint32)
     cols = (lax.broadcasted_iota(jnp.int32, (1, block_n), 1) + program_id(1) * block_n).astype(jnp.uint32)
-    padded = steps * step != k
-
-    def seeds(row):
-        return seeds_ref[2 * row], seeds_ref[2 * row + 1]
-
-    def lhs_tile(start, width: int) -> jax.Array:
-        """A[:, start:start + width] rounded to `lhs`, in float32; zero beyond K."""
-        x = a_ref[:, ds(start, width)].astype(jnp.float32)
-        kk = lax.broadcasted_iota(jnp.int32, (1, width), 1) + start  # global contraction index
-        if cfg.lhs is not None:
-            random = None
-            if "lhs" in bits:
-                random = bits["lhs"][:, ds(start, width)]
-            elif cfg.operands_stochastic:  # element (i, kk) of the (M, K) operand: index i * K + kk
-                random = rng.hash_index(seeds(SEED_LHS), rows * jnp.uint32(k) + kk.astype(jnp.uint32))
-            x = _round(x, cfg.lhs, cfg, random=random)
-        return jnp.where(kk < k, x, 0.0) if padded else x  # a zero may round to non-zero (E8M0)
-
-    def rhs_tile(start, width: int) -> jax.Array:
-        """B[start:start + width, :] rounded to `rhs`, in float32; zero beyond K."""
-        x = b_ref[ds(start, width), :].astype(jnp.float32)
-        kk = lax.broadcasted_iota(jnp.int32, (width, 1), 0) + start
-        if cfg.rhs is not None:
-            random = None
-            if "rhs" in bits:
-                random = bits["rhs"][ds(start, width), :]
-            elif cfg.operands_stochastic:  # element (kk, j) of the (K, N) operand: index kk * N + j
-                random = rng.hash_index(seeds(SEED_RHS), kk.astype(jnp.uint32) * jnp.uint32(n) + cols)
-            x = _round(x, cfg.rhs, cfg, random=random)
-        return jnp.where(kk < k, x, 0.0) if padded else x
 
     def products(t) -> jax.Array:
         """The sum, in float32, of the products of K step ``t`` (exact when its partial sums are)."""
         start = t * step
         if step >= _MIN_DOT:
-            x, y = lhs_tile(start, step), rhs_tile(start, step)
-            if cfg.bf16_operands:  # exact casts: the values are bfloat16 values; exact products
-                x, y = x.astype(jnp.bfloat16), y.astype(jnp.bfloat16)
+            x, y = a_ref[:, ds(start, step)], b_ref[ds(start, step), :]
             return lax.dot_general(x, y, _DIMS, precision=lax.Precision.HIGHEST, preferred_element_type=jnp.float32)
-        total = lhs_tile(start, 1) * rhs_tile(start, 1)
+
+        def rank1(c):
+            x, y = a_ref[:, ds(start + c, 1)], b_ref[ds(start + c, 1), :]
+            return x.astype(jnp.float32) * y.astype(jnp.float32)
+
+        total = rank1(0)
         for c in range(1, step):  # rank-1 updates, one contraction index at a time
-            total = total + lhs_tile(start + c, 1) * rhs_tile(start + c, 1)
+            total = total + rank1(c)
         return total
 
     def accumulate(acc: jax.Array, chunk_sum: jax.Array, j) -> jax.Array:
         """The running sum after chunk ``j``: the XLA path's step, with the kernel's rounding."""
+        if ptx:
+            return bf16_step(acc, chunk_sum)
 
         def round_to(total: jax.Array, rounding: Rounding, saturate: Saturation) -> jax.Array:
             random = None
-            if rounding == "stochastic" and "accumulate" in bits:  # chunk j's columns of the tile's row
-                random = bits["accumulate"][:, ds(j * block_n, block_n)]
+            if rounding == "stochastic" and bits_refs:  # chunk j's columns of the tile's row
+                random = bits_refs[0][:, ds(j * block_n, block_n)]
             elif rounding == "stochastic":  # the chunk's key; element (i, j) of the (M, N) result: i * N + j
-                random = rng.hash_index(seeds(SEED_ACC0 + j), rows * jnp.uint32(n) + cols)
+                random = rng.hash_index((seeds_ref[2 * j], seeds_ref[2 * j + 1]), rows * jnp.uint32(n) + cols)
             return _round(total, cfg.accumulate, cfg, rounding, saturate, random)
 
         return round_accumulator(acc, chunk_sum, cfg, round_to)
@@ -242,16 +221,7 @@ def _matmul_kernel(
         acc = lax.fori_loop(0, full, chunk, zeros) if full else zeros
         if tail:  # the last chunk is shorter
             acc = accumulate(acc, chunk_sum(full * chunk_steps, tail), full)
-
-    y = times_scale(acc, scale_ref[0]) if scaled else acc
-    if cfg.out is not None:
-        random = None
-        if "out" in bits:
-            random = bits["out"][...]
-        elif cfg.operands_stochastic:
-            random = rng.hash_index(seeds(SEED_OUT), rows * jnp.uint32(n) + cols)
-        y = _round(y, cfg.out, cfg, random=random)
-    out_ref[...] = y.astype(out_ref.dtype)
+    out_ref[...] = acc
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "block_sizes", "interpret"))
@@ -274,15 +244,10 @@ def matmul_pallas(
     n = b.shape[1]
     if m == 0 or n == 0:
         return jnp.zeros((m, n), cfg.result)
-    # The division by a scale is one XLA operation, correctly rounded on every backend (Triton's
-    # float32 division is not guaranteed to be); the rounding that follows is in the kernel.
-    if lhs_scale is not None:
-        a = a.astype(jnp.float32) / lhs_scale
-    if rhs_scale is not None:
-        b = b.astype(jnp.float32) / rhs_scale
-    product = scale_product(lhs_scale, rhs_scale)
-    scaled = product is not None
-    scale = jnp.ones((1,), jnp.float32) if product is None else product.reshape(1)
+    # Steps 1 and 4 of the model are XLA's (memory-bound, once per element); the kernel sums.
+    a, b = rounded_operands(a, b, lhs_scale, rhs_scale, key, random, cfg)
+    operand_dtype = jnp.bfloat16 if cfg.bf16_operands else jnp.float32  # exact: bfloat16 values
+    a, b = a.astype(operand_dtype), b.astype(operand_dtype)
 
     bm, bn, bk = block_sizes.block_m, block_sizes.block_n, block_sizes.block_k
     every = cfg.accumulate_every
@@ -291,32 +256,35 @@ def matmul_pallas(
     chunks = 0 if every is None else -(-k // every)
     k_pad = max(steps, 1) * step
     m_pad, n_pad = -(-m // bm) * bm, -(-n // bn) * bn
+    # Zeros after the rounding: the padding never becomes a product (0 rounds to NaN in E8M0).
     a = jnp.pad(a, ((0, m_pad - m), (0, k_pad - k)))
     b = jnp.pad(b, ((0, k_pad - k), (0, n_pad - n)))
     seeds = seed_table(key, cfg, chunks)
-    bits, bit_specs = explicit_bits(random or {}, m, n, k, chunks, (m_pad, n_pad, k_pad), (bm, bn))
-    out_dtype = jnp.float32 if cfg.result == "float64" else jnp.dtype(cfg.result)
+    bits, bit_specs = [], []
+    if cfg.accumulate_stochastic and cfg.explicit_random:
+        assert random is not None
+        array, spec = accumulate_bits(random["accumulate"], m, n, chunks, (m_pad, n_pad), (bm, bn))
+        bits, bit_specs = [array], [spec]
     kernel = functools.partial(
-        _matmul_kernel, explicit=tuple(random or {}), cfg=cfg, n=n, k=k, step=step, steps=steps,
-        chunk_steps=1 if every is None else every // step, block_m=bm, block_n=bn, scaled=scaled,
+        _matmul_kernel, cfg=cfg, n=n, step=step, steps=steps, chunk_steps=1 if every is None else every // step,
+        block_m=bm, block_n=bn, ptx=ptx_step_applies(cfg, interpret),
     )  # fmt: skip
     y = pallas_call(
         kernel,
-        out_shape=jax.ShapeDtypeStruct((m_pad, n_pad), out_dtype),
+        out_shape=jax.ShapeDtypeStruct((m_pad, n_pad), jnp.float32),
         grid=(m_pad // bm, n_pad // bn),
         in_specs=[
             BlockSpec(seeds.shape, lambda i, j: (0,)),
-            BlockSpec((1,), lambda i, j: (0,)),
             BlockSpec((bm, k_pad), lambda i, j: (i, 0)),
             BlockSpec((k_pad, bn), lambda i, j: (0, j)),
             *bit_specs,
         ],
         out_specs=BlockSpec((bm, bn), lambda i, j: (i, j)),
-        compiler_params=TritonCompilerParams(),  # Triton, not JAX's default Mosaic GPU
+        compiler_params=TritonCompilerParams(num_warps=block_sizes.num_warps, num_stages=block_sizes.num_stages),
         interpret=interpret,
         name="fpemu_matmul_kernel",
-    )(seeds, scale, a, b, *bits)
-    return y[:m, :n].astype(cfg.result)
+    )(seeds, a, b, *bits)
+    return finished_output(y[:m, :n], lhs_scale, rhs_scale, key, random, cfg)
 
 
 def _kernel_shapes(shape_a: Sequence[int], shape_b: Sequence[int]) -> MatmulGeometry:
@@ -419,6 +387,11 @@ def matmul_kernel(
     )  # fmt: skip
     call = matmul_call(a, b, _kernel_shapes, options)
     cfg = call.cfg
+    if cfg.tensor_core is not None:
+        raise ValueError(
+            f"accumulate={cfg.tensor_core.name!r}: matmul_kernel does not model a tensor core's own sum; use "
+            "fpemu.matmul (the XLA path implements it)"
+        )
     if cfg.work != "float32":
         raise ValueError(
             "matmul_kernel computes in float32: a and b must be float16, bfloat16 or float32 arrays, got "

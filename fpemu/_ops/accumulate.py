@@ -38,12 +38,15 @@ from fpemu._ops.matmul_config import (
     key_streams,
 )
 from fpemu._ops.quantize import quantize
+from fpemu._ops.tensor_core import tensor_core_sum
 
 __all__ = [
     "compute_dot",
     "device_operands",
+    "finished_output",
     "positive_zero",
     "round_accumulator",
+    "rounded_operands",
     "scale_product",
     "times_scale",
     "times_tensor_scales",
@@ -99,9 +102,12 @@ def round_accumulator(
 
 
 def _dot3(a: jax.Array, b: jax.Array, cfg: MatmulConfig, plain: tuple[bool, bool] = (False, False)) -> jax.Array:
-    """Batched (B, M, k) @ (B, k, N) with W accumulation; bfloat16 operands when they hold bf16 values.
+    """Batched (B, M, k) @ (B, k, N) with W accumulation; bfloat16 operands when they hold bf16 values;
+    with an accumulator model (``accumulate="hopper_fp8"``), that hardware's sum (`tensor_core_sum`).
 
     ``plain``: whether each operand is a reshape of an array as it is stored (`Geometry.plain`)."""
+    if cfg.tensor_core is not None:
+        return tensor_core_sum(a, b, cfg.tensor_core)
     if a.shape[2] == 1:  # one product per output: a product, not a sum
         return a.astype(cfg.work) * b.astype(cfg.work)
     if cfg.bf16_operands:
@@ -226,15 +232,33 @@ def times_tensor_scales(y: jax.Array, lhs_scale: jax.Array | None, rhs_scale: ja
     return y if alpha is None else times_scale(y, alpha)
 
 
+def rounded_operands(a, b, lhs_scale, rhs_scale, key, random, cfg: MatmulConfig) -> tuple[jax.Array, jax.Array]:
+    """Step 1 of the model: the W operands ``a`` and ``b`` (`device_operands`) divided by their scales
+    and rounded to ``cfg.lhs`` / ``cfg.rhs`` (random bits from ``key``'s streams or ``random``); a
+    bfloat16 operand that the dot takes as it is stays bfloat16. The XLA path and the kernel both
+    start here."""
+    keys = key_streams(key)
+    a = _round_operand(a, cfg.lhs, lhs_scale, cfg, _stream(cfg, keys[KEY_LHS], random, "lhs"))
+    b = _round_operand(b, cfg.rhs, rhs_scale, cfg, _stream(cfg, keys[KEY_RHS], random, "rhs"))
+    return a, b
+
+
+def finished_output(y: jax.Array, lhs_scale, rhs_scale, key, random, cfg: MatmulConfig) -> jax.Array:
+    """Step 4 of the model: the W sum ``y`` times the scales, rounded to ``cfg.out``, in the result dtype."""
+    y = times_tensor_scales(y, lhs_scale, rhs_scale)
+    if cfg.out is not None:
+        stream = _stream(cfg, key_streams(key)[KEY_OUT], random, "out") if cfg.operands_stochastic else {}
+        y = quantize(y, cfg.out, **stream, **cfg.rounding_options())
+    return y.astype(cfg.result)
+
+
 def _compute_dot(
     a, b, lhs_scale, rhs_scale, key, random, cfg: MatmulConfig, geometry: Geometry
 ) -> jax.Array:  # fmt: skip
     """The emulated dot of the W operands ``a`` and ``b`` (`device_operands`); jitted as `compute_dot`,
     with ``cfg`` and ``geometry`` static. The gradient is straight-through. Random bits come from
     ``key`` or, with ``cfg.explicit_random``, from ``random`` (`MatmulCall.random`)."""
-    keys = key_streams(key)
-    a = _round_operand(a, cfg.lhs, lhs_scale, cfg, _stream(cfg, keys[KEY_LHS], random, "lhs"))
-    b = _round_operand(b, cfg.rhs, rhs_scale, cfg, _stream(cfg, keys[KEY_RHS], random, "rhs"))
+    a, b = rounded_operands(a, b, lhs_scale, rhs_scale, key, random, cfg)
     lhs_dims, rhs_dims = geometry.gathered
     a3, b3 = geometry.to3d(_gather(a, lhs_dims), _gather(b, rhs_dims))
     chunks = 1 if cfg.accumulate_every is None else -(-a3.shape[2] // cfg.accumulate_every)
@@ -243,15 +267,11 @@ def _compute_dot(
         bits = jnp.broadcast_to(random["accumulate"], (chunks, *geometry.out_shape))
         words = jax.vmap(geometry.result_to3d)(bits) if chunks else bits.reshape((0, *a3.shape[:2], b3.shape[2]))
     elif cfg.accumulate_stochastic:
-        words = chunk_key_words(keys[KEY_ACC], chunks)
+        words = chunk_key_words(key_streams(key)[KEY_ACC], chunks)
     else:
         words = jnp.zeros((chunks, 0), jnp.uint32)
     y = geometry.from3d(_accumulate(a3, b3, words, cfg, geometry.plain))
-    y = times_tensor_scales(y, lhs_scale, rhs_scale)
-    if cfg.out is not None:
-        stream = _stream(cfg, keys[KEY_OUT], random, "out") if cfg.operands_stochastic else {}
-        y = quantize(y, cfg.out, **stream, **cfg.rounding_options())
-    return y.astype(cfg.result)
+    return finished_output(y, lhs_scale, rhs_scale, key, random, cfg)
 
 
 compute_dot = jax.jit(_compute_dot, static_argnames=("cfg", "geometry"))

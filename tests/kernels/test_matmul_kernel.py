@@ -203,6 +203,21 @@ class MatmulKernelTest:
         assert got[1, 0] == 0 and not np.signbit(got[1, 0]) and np.isnan(got[1, 1])
         assert got[2, 0] == np.inf and got[2, 1] == -np.inf
 
+    def test_special_values_and_overflow_in_a_bf16_running_sum(self):
+        """The bf16 running sum's step (nine PTX instructions when compiled on a GPU, the integer
+        engine in interpret mode): NaN and +inf propagate, a sum of -0 products is +0, a running sum
+        pushed beyond float32's range overflows to +inf, and bf16 ties (ints beyond 256) go to even."""
+        a, b = _ints((M, K), 36), np.abs(_ints((K, N), 37)) + 1  # b > 0
+        a[0, 3] = np.nan
+        a[1] = -0.0
+        a[2, 5] = np.inf
+        a[3, :] = 0.0
+        a[3, 0], a[3, 1] = 1.5 * 2.0**127, 2.0**127  # 1.5 * 2**127 * b, then + 2**127 * b: beyond float32
+        b[0, :], b[1, :] = 1.0, 1.0
+        got = np.asarray(self._check(a, b, accumulate="bf16", accumulate_every=1))
+        assert np.isnan(got[0]).all() and (got[1] == 0).all() and not np.signbit(got[1]).any()
+        assert (got[2] == np.inf).all() and (got[3] == np.inf).all()
+
     def test_zero_contraction_and_empty_results(self):
         got = self._check(np.zeros((M, 0), np.float32), np.zeros((0, N), np.float32), accumulate="bf16")
         assert not np.signbit(np.asarray(got)).any()
