@@ -31,6 +31,7 @@ from fpemu._core.format import Format
 from fpemu._core.modes import ExponentTies, Rounding, Saturation, StochasticVariant
 from fpemu._core.registry import FormatLike, UnknownFormatError, get_format
 from fpemu._emulate.registry import ROUNDED_PRIMITIVES
+from fpemu._ops.tensor_core import ACCUMULATOR_MODELS
 from fpemu._training.recipes import GEMMS, TRAINING_RECIPES, TrainingRecipe, training_recipe
 
 
@@ -123,8 +124,8 @@ def _round_inputs_field(value: Any) -> RoundInputs:
 
 
 def _name(fmt: Any) -> str:
-    """How a repr shows a normalised format field (a `Format` or None)."""
-    return "None" if fmt is None else repr(fmt.name)
+    """How a repr shows a normalised format field (a `Format`, None, or an accumulator model's name)."""
+    return "None" if fmt is None else repr(fmt if isinstance(fmt, str) else fmt.name)
 
 
 # Format fields are typed as what users may pass (`FormatLike`); __post_init__ normalises them to
@@ -154,7 +155,7 @@ class DotPolicy:
 
     lhs: FormatLike | None = None  # format of the left operand (None: as it is)
     rhs: FormatLike | None = None  # format of the right operand (None: as it is)
-    accumulate: FormatLike = "fp32"  # format of the running sum
+    accumulate: FormatLike = "fp32"  # format of the running sum, or an accumulator model ("hopper_fp8")
     out: FormatLike | None = None  # format of the result (None: the Policy's format for the primitive)
     accumulate_every: int | None = None  # round the running sum every this many products (None: only at the end)
     accumulate_rounding: Rounding | None = None  # rounding of the running sum (None: nearest_even)
@@ -162,8 +163,9 @@ class DotPolicy:
     def __post_init__(self) -> None:
         for field in ("lhs", "rhs", "out"):
             object.__setattr__(self, field, _format_field(getattr(self, field), f"DotPolicy.{field}"))
-        accumulate = _format_field(self.accumulate, "DotPolicy.accumulate", optional=False)
-        object.__setattr__(self, "accumulate", accumulate)
+        if not (isinstance(self.accumulate, str) and self.accumulate in ACCUMULATOR_MODELS):  # a model stays its name
+            accumulate = _format_field(self.accumulate, "DotPolicy.accumulate", optional=False)
+            object.__setattr__(self, "accumulate", accumulate)
         every = self.accumulate_every
         if every is not None and (not isinstance(every, (int, np.integer)) or isinstance(every, bool) or every < 1):
             raise ValueError(f"DotPolicy.accumulate_every must be None or a positive int, got {every!r}")

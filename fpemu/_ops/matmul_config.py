@@ -29,8 +29,9 @@ from jax.typing import ArrayLike, DTypeLike
 from fpemu import _args
 from fpemu._core.format import Format, fits
 from fpemu._core.modes import ExponentTies, Rounding, Saturation, StochasticVariant
-from fpemu._core.registry import FormatLike, get_format
+from fpemu._core.registry import FormatLike, UnknownFormatError, get_format
 from fpemu._ops.geometry import Geometry
+from fpemu._ops.tensor_core import ACCUMULATOR_MODELS, TensorCore, tensor_core
 
 __all__ = [
     "KEY_ACC",
@@ -58,7 +59,7 @@ class MatmulOptions:
     # In the order of the public signatures.
     lhs: FormatLike | None = None  # the operands' formats (None: as they are)
     rhs: FormatLike | None = None
-    accumulate: FormatLike | None = "fp32"  # the running sum's format (None: W)
+    accumulate: FormatLike | None = "fp32"  # the running sum's format (None: W), or an accumulator model
     out: FormatLike | None = None  # the output's format (None: no rounding)
     accumulate_every: int | None = None  # products per chunk
     rounding: Rounding = "nearest_even"  # of the operands and the output
@@ -93,6 +94,7 @@ class MatmulConfig:
     bf16_operands: bool  # both operands hold bfloat16 values: the dots take bfloat16 operands
     direct: bool  # the accumulator is W itself: its additions are W additions (round to nearest even)
     explicit_random: bool = False  # stochastic bits passed as arrays (`random=`), not drawn from `key`
+    tensor_core: TensorCore | None = None  # accumulate=<a model>: chunks summed as that hardware does
 
     @property
     def operands_stochastic(self) -> bool:
@@ -142,6 +144,16 @@ def _result_dtype(preferred_element_type: Any, work: Format) -> np.dtype:
     return result
 
 
+def _accumulate_format(value: Any) -> Format | None:
+    """``accumulate=`` as a format (None stays None); an unknown name also lists the accumulator models."""
+    try:
+        return _args.optional_format_arg(value, "accumulate")
+    except UnknownFormatError as err:
+        raise UnknownFormatError(
+            f"{err}; accumulate also takes an accumulator model: {', '.join(map(repr, ACCUMULATOR_MODELS))}"
+        ) from None
+
+
 def matmul_config(a_fmt: Format, b_fmt: Format, options: MatmulOptions) -> MatmulConfig:
     """Check ``options`` for operands of these input formats; every error names the argument."""
     wide = jax.config.read("jax_enable_x64") and "fp64" in (a_fmt.name, b_fmt.name)
@@ -149,7 +161,10 @@ def matmul_config(a_fmt: Format, b_fmt: Format, options: MatmulOptions) -> Matmu
     lhs = _args.optional_format_arg(options.lhs, "lhs")
     rhs = _args.optional_format_arg(options.rhs, "rhs")
     out = _args.optional_format_arg(options.out, "out")
-    acc = _args.optional_format_arg(options.accumulate, "accumulate") or work
+    model = (
+        options.accumulate if isinstance(options.accumulate, str) and options.accumulate in ACCUMULATOR_MODELS else None
+    )
+    acc = work if model else _accumulate_format(options.accumulate) or work
     for fmt, name in ((lhs, "lhs"), (rhs, "rhs"), (acc, "accumulate"), (out, "out")):
         _check_work_fits(fmt, work, name)
     rounding = cast(Rounding, _args.rounding_arg(options.rounding, "rounding"))
@@ -169,6 +184,12 @@ def matmul_config(a_fmt: Format, b_fmt: Format, options: MatmulOptions) -> Matmu
         every = _args.int_arg(every, "accumulate_every", minimum=1)
 
     direct = acc.encoding == work.encoding
+    if model and acc_rounding != "nearest_even":
+        raise ValueError(
+            f"accumulate_rounding={acc_rounding!r} with accumulate={model!r}: the tensor core's sum is its own "
+            f"(truncated), and its promotion to {work.name} every accumulate_every products is a {work.name} "
+            "addition, which rounds to nearest even"
+        )
     if not direct and acc.mantissa_bits > work.mantissa_bits - 2:
         raise ValueError(
             f"accumulate={acc.name!r} has {acc.mantissa_bits} mantissa bits; the running sum is rounded exactly "
@@ -199,6 +220,7 @@ def matmul_config(a_fmt: Format, b_fmt: Format, options: MatmulOptions) -> Matmu
     bf16 = get_format("bf16")
     lhs_values = lhs or (a_fmt if options.lhs_scale is None and a_fmt.name != "fp64" else work)
     rhs_values = rhs or (b_fmt if options.rhs_scale is None and b_fmt.name != "fp64" else work)
+    tc = tensor_core(model, lhs_values, rhs_values, every, work) if model else None
     cfg = MatmulConfig(
         lhs=lhs,
         rhs=rhs,
@@ -215,6 +237,7 @@ def matmul_config(a_fmt: Format, b_fmt: Format, options: MatmulOptions) -> Matmu
         bf16_operands=work.name == "fp32" and fits(lhs_values, bf16) and fits(rhs_values, bf16),
         direct=direct,
         explicit_random=explicit,
+        tensor_core=tc,
     )
     if explicit:
         _args.random_streams_arg(options.random, random_streams(cfg))

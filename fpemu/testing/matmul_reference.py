@@ -25,6 +25,7 @@ from fpemu._ops.matmul_config import (
     key_streams,
     matmul_call,
 )
+from fpemu._ops.tensor_core import GROUP, TensorCore
 from fpemu.testing import reference
 
 __all__ = ["dot_general_reference"]
@@ -48,6 +49,42 @@ def _add(x: float, y: float) -> Fraction | float:
     if math.isfinite(x) and math.isfinite(y):
         return Fraction(x) + Fraction(y)
     return x + y
+
+
+def _tensor_core_sum(terms: list[tuple[float, float]], model: TensorCore) -> Fraction | float:
+    """The tensor core's sum of ``terms`` from +0, literally (docs/matmul.md, "Hopper FP8 accumulation"):
+    groups of 32 products; each term and the running sum truncated toward zero to a multiple of
+    ``2**(emax - 13)``, ``emax`` the largest exponent-field sum or the running sum's exponent; the
+    exact sum truncated toward zero to 14 significant bits. Non-finite values add as IEEE floats."""
+
+    def exponent(x: float, emin: int) -> int:
+        return max(math.frexp(x)[1] - 1, emin)
+
+    acc: Fraction | float = Fraction(0)
+    for g in range(0, len(terms), GROUP):
+        group = terms[g : g + GROUP]
+        products = [x * y for x, y in group]  # Python floats: exact for FP8 values; inf * 0 is nan
+        if not all(math.isfinite(p) for p in products) or not math.isfinite(acc):
+            special = float(acc) if not math.isfinite(acc) else 0.0
+            for p in products:
+                special += p if not math.isfinite(p) else 0.0
+            acc = special
+            continue
+        exponents = [
+            exponent(x, model.lhs_emin) + exponent(y, model.rhs_emin) for (x, y), p in zip(group, products) if p
+        ]
+        if acc:
+            exponents.append(math.frexp(float(acc))[1] - 1)
+        if not exponents:
+            continue
+        quantum = Fraction(2) ** (max(exponents) - 13)
+        total = sum((int(Fraction(p) / quantum) for p in products), 0) + int(acc / quantum)  # int(): toward zero
+        value = total * quantum
+        if value:
+            step = Fraction(2) ** (math.frexp(float(value))[1] - 1 - 13)
+            value = int(value / step) * step
+        acc = value
+    return acc
 
 
 def dot_general_reference(
@@ -174,7 +211,12 @@ def dot_general_reference(
             terms.append((float(qa[tuple(li)]), float(qb[tuple(ri)])))
         acc = 0.0
         for j in range(chunks):
-            chunk_sum = reference.round_scalar(_exact_sum(terms[j * chunk : (j + 1) * chunk]), work_fmt)
+            if cfg.tensor_core is not None:  # that hardware's sum (exact in W: 14 significant bits)
+                chunk_sum = reference.round_scalar(
+                    _tensor_core_sum(terms[j * chunk : (j + 1) * chunk], cfg.tensor_core), work_fmt
+                )
+            else:
+                chunk_sum = reference.round_scalar(_exact_sum(terms[j * chunk : (j + 1) * chunk]), work_fmt)
             if every is None:
                 acc = chunk_sum
             elif acc_bits is not None:

@@ -1,0 +1,140 @@
+"""Accumulator models of hardware matrix units: what a GPU's tensor core computes, bit for bit.
+
+``accumulate="hopper_fp8"`` (`fpemu.matmul` and the other emulated dots) sums FP8 products the way
+an NVIDIA Hopper GPU's FP8 tensor core does (the ``wgmma`` / QGMMA instructions behind cuBLAS's FP8
+GEMMs). The model was measured on an H200 with designed and random dot products and matches every
+recorded result (bench/RESULTS_gpu.md, tests/test_hopper_fp8.py). docs/matmul.md states it:
+
+- the products are exact;
+- the contraction is taken in **groups of 32** consecutive products (one instruction's K), each
+  added to the running sum ``acc`` (which starts at +0) in one fused step;
+- the step aligns every term to ``emax``, the largest of the products' **exponent sums** ``e_a +
+  e_b`` (each operand's exponent field: a subnormal counts as its format's ``emin``, and a product
+  ``>= 2`` in significand does not raise it) and of ``acc``'s exponent; each term, and ``acc``, is
+  **truncated toward zero** to a multiple of ``2**(emax - 13)``, and the truncated terms are added
+  exactly;
+- the sum is normalized and **truncated toward zero to 14 significant bits** (an e8m13 value):
+  the new ``acc``.
+
+With ``accumulate_every=P`` (a multiple of 32) the tensor-core sum restarts from +0 every P
+products and is added to a float32 running sum with a float32 addition (round to nearest even):
+cuBLAS's FP8 GEMM with ``precision=HIGHEST`` promotes every 128 products, DeepSeek-V3 does the
+same by hand; ``accumulate_every=None`` never promotes, as cuBLAS's fast accumulation
+(``precision=DEFAULT``) does.
+
+NaN and infinities follow IEEE float32 arithmetic (a NaN product, or +inf and -inf, give NaN);
+an exact zero sum is +0. Products of FP8 values never overflow or underflow float32, and neither
+does any intermediate value here. Not yet settled by measurement: whether a zero operand takes
+part in the alignment (here it does not) and whether a subnormal operand counts as its format's
+``emin`` (here it does); tests/hopper_fp8_cases.py holds the dot products that decide both, for
+the next GPU run.
+
+Cost: every product is formed and aligned on its own, as a vectorized elementwise computation of
+size M x N x K (no matrix unit does it), so this path is an emulator, not a fast one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from fpemu._core.format import Format
+
+__all__ = ["ACCUMULATOR_MODELS", "GROUP", "TensorCore", "tensor_core", "tensor_core_sum"]
+
+ACCUMULATOR_MODELS = ("hopper_fp8",)  # the names `accumulate=` takes besides formats
+GROUP = 32  # products per fused step (one wgmma's K for FP8)
+_FRACTION_BITS = 13  # bits kept below the alignment exponent, and below the sum's leading bit
+_OPERAND_FORMATS = ("e4m3fn", "e5m2")  # the FP8 formats the hardware multiplies
+_NONE = -(1 << 20)  # the exponent of a term that takes no part in the alignment
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TensorCore:
+    """A checked accumulator model (static: a jit argument): its name and the ``emin`` of each
+    operand's format (the exponent a subnormal operand counts as)."""
+
+    name: str
+    lhs_emin: int
+    rhs_emin: int
+
+
+def tensor_core(name: str, lhs: Format, rhs: Format, every: int | None, work: Format) -> TensorCore:
+    """The model ``name`` for operands holding ``lhs`` and ``rhs`` values, checked: FP8 operands,
+    a float32 working dtype, and promotion on whole groups of 32 products."""
+    operands = [(side, fmt) for side, fmt in (("lhs", lhs), ("rhs", rhs)) if fmt.name not in _OPERAND_FORMATS]
+    if operands:
+        side, fmt = operands[0]
+        raise ValueError(
+            f"accumulate={name!r} models the FP8 tensor core, which multiplies {' and '.join(_OPERAND_FORMATS)} "
+            f"values; the {side} operand holds {fmt.name} values: pass {side}='e4m3fn' or {side}='e5m2'"
+        )
+    if work.name != "fp32":
+        raise ValueError(f"accumulate={name!r} computes in float32; got {work.name} operands with x64 on")
+    if every is not None and every % GROUP:
+        raise ValueError(
+            f"accumulate_every={every} with accumulate={name!r}: the tensor core adds {GROUP} products per "
+            f"instruction, so its sum can be promoted every multiple of {GROUP} products (cuBLAS: 128), or "
+            "never (None)"
+        )
+    return TensorCore(name=name, lhs_emin=lhs.emin, rhs_emin=rhs.emin)
+
+
+def _exponent(x: jax.Array, emin: int) -> jax.Array:
+    """The exponent field's value of each FP8 value held in float32 (a subnormal counts as ``emin``)."""
+    e = ((lax.bitcast_convert_type(x, jnp.uint32) >> 23) & 0xFF).astype(jnp.int32) - 127
+    return jnp.maximum(e, emin)
+
+
+def _truncate_14_bits(x: jax.Array) -> jax.Array:
+    """``x`` (float32, normal or zero) truncated toward zero to 14 significant bits; a zero is +0."""
+    bits = lax.bitcast_convert_type(x, jnp.uint32) & jnp.uint32(0xFFFFFC00)
+    bits = jnp.where((bits & jnp.uint32(0x7FFFFFFF)) == 0, jnp.uint32(0), bits)
+    return lax.bitcast_convert_type(bits, jnp.float32)
+
+
+def _group_step(acc: jax.Array, a: jax.Array, b: jax.Array, model: TensorCore) -> jax.Array:
+    """``acc`` (B, M, N) after one fused step over the products of ``a`` (B, M, g) and ``b`` (B, g, N)."""
+    p = a[:, :, :, None] * b[:, None, :, :]  # (B, M, g, N): exact (FP8 products)
+    finite = jnp.isfinite(p)
+    live = finite & (p != 0)
+    e = _exponent(a, model.lhs_emin)[:, :, :, None] + _exponent(b, model.rhs_emin)[:, None, :, :]
+    emax = jnp.max(jnp.where(live, e, _NONE), axis=2)
+    acc_live = jnp.isfinite(acc) & (acc != 0)
+    acc_e = ((lax.bitcast_convert_type(acc, jnp.uint32) >> 23) & 0xFF).astype(jnp.int32) - 127
+    emax = jnp.maximum(emax, jnp.where(acc_live, acc_e, _NONE))
+    # The terms in units of 2**(emax - 13); emax lies in [-28, 127], so both powers of two are normal.
+    shift = jnp.where(emax == _NONE, 0, _FRACTION_BITS - emax)
+    up = lax.bitcast_convert_type(((shift + 127) << 23).astype(jnp.uint32), jnp.float32)
+    down = lax.bitcast_convert_type(((127 - shift) << 23).astype(jnp.uint32), jnp.float32)
+    units = jnp.trunc(jnp.where(live, p, 0.0) * up[:, :, None, :])
+    acc_units = jnp.trunc(jnp.where(acc_live, acc, 0.0) * up)
+    total = jnp.sum(units, axis=2) + acc_units  # integers below 2**21: exact in any order
+    finite_sum = _truncate_14_bits(total * down)
+    # NaN and infinities: the IEEE float32 sum of the non-finite terms (0 when there are none).
+    special = jnp.sum(jnp.where(finite, 0.0, p), axis=2) + jnp.where(jnp.isfinite(acc), 0.0, acc)
+    return jnp.where(special == 0, finite_sum, special)
+
+
+def tensor_core_sum(a3: jax.Array, b3: jax.Array, model: TensorCore) -> jax.Array:
+    """The tensor core's sum of (B, M, k) @ (B, k, N), float32 operands holding FP8 values, from +0:
+    a loop over groups of 32 products (the last one shorter)."""
+    batch, m, k = a3.shape
+    n = b3.shape[2]
+    acc = jnp.zeros((batch, m, n), jnp.float32)
+    groups = -(-k // GROUP)
+    if groups == 0:
+        return acc
+    pad = groups * GROUP - k  # zero products take no part
+    a4 = jnp.pad(a3.astype(jnp.float32), ((0, 0), (0, 0), (0, pad))).reshape(batch, m, groups, GROUP)
+    b4 = jnp.pad(b3.astype(jnp.float32), ((0, 0), (0, pad), (0, 0))).reshape(batch, groups, GROUP, n)
+
+    def step(acc, xs):
+        a, b = xs
+        return _group_step(acc, a, b, model), None
+
+    acc, _ = lax.scan(step, acc, (a4.transpose(2, 0, 1, 3), b4.transpose(1, 0, 2, 3)))
+    return acc
