@@ -1,39 +1,77 @@
 #!/usr/bin/env bash
-# The GPU checks and benchmarks, on a GPU machine that has JAX (with CUDA), pytest, hypothesis and
-# ml_dtypes but no network: nothing is installed, the project runs from this checkout on PYTHONPATH.
+# The GPU checks and benchmarks, on a lent GPU machine that has JAX (with CUDA), pytest, xdist,
+# hypothesis and ml_dtypes but no network: nothing is installed, the project runs from this checkout
+# on PYTHONPATH. A lease is 15 minutes, starts included, so every step runs under `timeout`, one
+# step at a time (a run with eleven JAX processes at once lost its machine), and prints one summary
+# line; the whole script stays under 8 minutes on an H100/H200.
 #
-#   bench/gpu.sh [OUTDIR]        # default OUTDIR: bench/gpu-out (git-ignored)
+#   bench/gpu.sh [OUTDIR]        # default OUTDIR: bench/gpu-out (git-ignored); on the device: $OUT
 #
-# 1. the kernel and backend tests, compiled on the GPU (the GPU test classes run; interpret-mode
-#    twins run too), and the ml_dtypes cross-check of the kernels with hypothesis;
-# 2. bench/kernels.py at the issue's sizes (quantize 2**28 elements, matmul 8192**3);
-# 3. `fpemu bench` (the representative subset, with peers).
-# Each step's output goes to OUTDIR (log, JSON); copy the tables into bench/RESULTS.md with the date,
-# device, JAX version and commit printed at their top. FPEMU_GPU_SH_ALLOW_CPU=1 runs the same steps
-# without a GPU (CPU sizes, Pallas in interpret mode), to check the script itself.
+# Steps (limits in seconds):
+#   1. device   (30)  nvidia-smi, JAX's device and version
+#   2. tests   (160)  the compiled kernel tests (the ...Gpu classes) and backend="pallas" against the
+#                     XLA path, 4 processes (-p no:benchmark: pytest-benchmark refuses xdist)
+#   3. fp8     (120)  bench/hopper_fp8_probe.py: the FP8 GEMM's results on the designed and random
+#                     dot products, then tests/test_hopper_fp8.py against that new recording
+#   4. kernels  (90)  bench/kernels.py: copy, quantize per format family, MX/NVFP4, the matmul rows
+#   5. training (80)  bench/gpu_training_step.py: training-step ratios and first-call times
+# Copy the tables into bench/RESULTS_gpu.md with the date, device, JAX version and commit.
+# FPEMU_GPU_SH_ALLOW_CPU=1 runs the same steps without a GPU to check the script itself: one test,
+# small sizes, Pallas in interpret mode, the FP8 probe without the model check (a CPU has no FP8 sum).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out=${1:-bench/gpu-out}
+out=${1:-${OUT:-bench/gpu-out}}
 mkdir -p "$out"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-export PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 python=${PYTHON:-python3}
+cpu=${FPEMU_GPU_SH_ALLOW_CPU:-0}
 status=0
+start=$(date +%s)
+summary() {  # step name, exit status, log: one line per step
+  local rc=$2 what="ok"
+  [ "$rc" = 124 ] && what="TIMED OUT"
+  [ "$rc" != 0 ] && [ "$rc" != 124 ] && what="FAILED (exit $rc)"
+  [ "$rc" != 0 ] && status=1
+  echo "== $1: $what after $(( $(date +%s) - start )) s total; last line: $(tail -n 1 "$3" 2>/dev/null)"
+}
 
-"$python" -c 'import jax; d = jax.devices()[0]; print(jax.__version__, d.platform, d.device_kind)' | tee "$out/device.txt"
-if ! grep -q " gpu " "$out/device.txt" && [ "${FPEMU_GPU_SH_ALLOW_CPU:-0}" != 1 ]; then
-  echo "bench/gpu.sh: JAX sees no GPU here (see $out/device.txt)" >&2
+timeout 30 bash -c "nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null;
+  $python -c 'import jax; d = jax.devices()[0]; print(\"jax\", jax.__version__, d.platform, d.device_kind)'" \
+  > "$out/device.txt" 2>&1
+summary device $? "$out/device.txt"
+if ! grep -q " gpu " "$out/device.txt" && [ "$cpu" != 1 ]; then
+  echo "bench/gpu.sh: JAX sees no GPU here (see $out/device.txt); FPEMU_GPU_SH_ALLOW_CPU=1 checks the script on CPU" >&2
   exit 2
 fi
 
-echo "== GPU tests" >&2
-"$python" -m pytest tests/kernels tests/test_quantize_backend.py -p no:cacheprovider -q -rs \
-  2>&1 | tee "$out/tests.log" || status=1
+if [ "$cpu" = 1 ]; then  # the script's own check: a handful of tests, small sizes
+  tests=(tests/kernels/test_quantize_kernel.py::TestQuantizeKernelInterpret::test_narrow_input_dtypes)
+  probe=(--quick)
+  sizes=(--quantize-size 65536 --matmul-size 128 --repeats 2)
+  training=(--batch 2 --seq 16 --d 64 --rounds 2 --rows "native bf16,emulated bf16,fp8_current")
+else
+  tests=(tests/kernels tests/test_quantize_backend.py -k "Gpu or gpu")
+  probe=() sizes=() training=()
+fi
+timeout 160 "$python" -m pytest "${tests[@]}" -p no:benchmark -p no:cacheprovider -n 4 -q -rfE --tb=short \
+  > "$out/tests.log" 2>&1
+summary tests $? "$out/tests.log"
 
-echo "== bench/kernels.py" >&2
-"$python" bench/kernels.py --json "$out/kernels.json" 2>&1 | tee "$out/kernels.md" || status=1
+# The model's check needs the GPU's FP8 sums: on CPU the probe and the export run, the check does not.
+check=(true)
+[ "$cpu" = 1 ] || check=(env FPEMU_HOPPER_FP8_RESULTS="$out/hopper_fp8.npz" timeout 30 "$python" -m pytest
+  tests/test_hopper_fp8.py -p no:benchmark -p no:cacheprovider -q -rfEs --tb=line
+  -k "match_the_h200 and not every_recorded")
+timeout 90 "$python" bench/hopper_fp8_probe.py "$out/hopper_fp8_raw.npz" "${probe[@]}" > "$out/fp8.log" 2>&1 \
+  && "$python" bench/hopper_fp8_probe.py --export "$out/hopper_fp8.npz" "$out/hopper_fp8_raw.npz" >> "$out/fp8.log" 2>&1 \
+  && "${check[@]}" >> "$out/fp8.log" 2>&1
+summary fp8 $? "$out/fp8.log"
 
-echo "== fpemu bench" >&2
-"$python" -m fpemu bench --json "$out/bench.json" --no-progress 2>&1 | tee "$out/bench.txt" || status=1
+timeout 90 "$python" bench/kernels.py "${sizes[@]}" --json "$out/kernels.json" > "$out/kernels.md" 2>&1
+summary kernels $? "$out/kernels.md"
+
+timeout 80 "$python" bench/gpu_training_step.py "${training[@]}" > "$out/training.log" 2>&1
+summary training $? "$out/training.log"
 
 exit $status

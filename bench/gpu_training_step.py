@@ -1,0 +1,91 @@
+"""Training-step ratios on a GPU: bench/transformer_block.py's step (value_and_grad + SGD) at a size
+that fills a GPU, native bf16 against the emulated rows, compile (first call) and step time.
+
+Usage (bench/gpu.sh runs it)::
+
+    PYTHONPATH=. python3 bench/gpu_training_step.py [--batch 16 --seq 512 --d 1024] [--rounds 20]
+
+Rows: ``native bf16`` (parameters and input in bfloat16, not emulated), ``fp32`` (not emulated),
+``emulated bf16`` (`fpemu.emulate(step, "bf16")`), and ``fp8_current``, ``mxfp8``, ``nvfp4``
+(`fpemu.emulate(step, Policy(dot=...))`, float32 elsewhere). Each row's step time is the median over
+rounds, each round calling every row once in a shuffled order (a fixed seed), of the row's time
+over native bf16's in the same round; the first call (compile) is timed once per row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import transformer_block as tb
+
+import fpemu
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--seq", type=int, default=512)
+    parser.add_argument("--d", type=int, default=1024)
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--rows", default="native bf16,fp32,emulated bf16,fp8_current,mxfp8,nvfp4")
+    args = parser.parse_args()
+    tb.BATCH, tb.SEQ, tb.D = args.batch, args.seq, args.d  # read by the block at trace time
+    params, x = tb.make_inputs()
+    params32 = jax.tree_util.tree_map(jnp.asarray, params)
+    x32 = jnp.asarray(x)
+    params16 = jax.tree_util.tree_map(lambda p: p.astype(jnp.bfloat16), params32)
+    key = jax.random.key(0)
+
+    def recipe(name):
+        policy = fpemu.Policy(dot=name)
+        fn = fpemu.emulate(tb.step, policy, key=key) if policy.stochastic else fpemu.emulate(tb.step, policy)
+        return jax.jit(fn), (params32, x32)
+
+    builders = {
+        "native bf16": lambda: (jax.jit(tb.step), (params16, x32.astype(jnp.bfloat16))),
+        "fp32": lambda: (jax.jit(tb.step), (params32, x32)),
+        "emulated bf16": lambda: (jax.jit(fpemu.emulate(tb.step, "bf16")), (params32, x32)),
+    }
+    rows = {}
+    for name in args.rows.split(","):
+        fn, call_args = builders[name]() if name in builders else recipe(name)
+        start = time.perf_counter()
+        value, _ = jax.block_until_ready(fn(*call_args))
+        compile_s = time.perf_counter() - start
+        rows[name] = (fn, call_args, compile_s)
+        print(f"training: {name}: first call {compile_s:.2f} s, loss {float(value):.4g}", flush=True)
+    base = next(iter(rows))
+    order = list(rows)
+    shuffle = random.Random(0)
+    ratios: dict[str, list[float]] = {name: [] for name in rows}
+    times: dict[str, list[float]] = {name: [] for name in rows}
+    for _ in range(args.rounds):
+        shuffle.shuffle(order)
+        this = {}
+        for name in order:
+            fn, call_args, _ = rows[name]
+            start = time.perf_counter()
+            jax.block_until_ready(fn(*call_args))
+            this[name] = time.perf_counter() - start
+        for name in rows:
+            ratios[name].append(this[name] / this[base])
+            times[name].append(this[name])
+    device = jax.devices()[0]
+    print(f"training: {device.device_kind}, jax {jax.__version__}, B{args.batch} S{args.seq} D{args.d}, "
+          f"{args.rounds} interleaved rounds")  # fmt: skip
+    for name, (_, _, compile_s) in rows.items():
+        print(f"training: {name}: step {np.median(times[name]) * 1e3:.2f} ms, {np.median(ratios[name]):.2f}x "
+              f"{base}; first call {compile_s:.1f} s ({compile_s / rows[base][2]:.2f}x)")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
