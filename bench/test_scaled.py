@@ -5,7 +5,7 @@ blocks along its only axis. Every row is jitted, compiled and run once before ti
 timed call ends in ``block_until_ready``. ``-donated`` rows pass a fresh, already written copy of
 the input with ``donate_argnums=0`` (made outside the timed region), so the output reuses its pages
 (see bench/README.md, "Page faults"). After timing, each row checks a prefix of its output: MX rows
-against the NumPy reference (`fpemu.scaled.reference`), NVFP4 against `quantize(...).dequantize()`
+against the NumPy reference (`fpemu.testing.scaled_reference`), NVFP4 against `quantize(...).dequantize()`
 (its tensor scale needs the whole input), plain rows against ml_dtypes.
 
 The module prints its own summary (ratios of each scaled row to plain quantize of the same group,
@@ -24,7 +24,7 @@ import pytest
 
 import fpemu
 from fpemu import scaled
-from fpemu.scaled import reference
+from fpemu.testing import scaled_reference as reference
 from fpemu.testing import text_table
 from fpemu.tools.bench import machine_line
 

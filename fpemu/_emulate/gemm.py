@@ -25,7 +25,7 @@ import dataclasses
 import functools
 import itertools
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -44,10 +44,15 @@ from fpemu._ops.matmul import conv_general_dilated as emulated_conv
 from fpemu._ops.quantize import quantize as element_quantize
 from fpemu._training.dot import quantized_dot_general
 from fpemu._training.hadamard import hadamard_along
-from fpemu._training.layout import Contraction, tiles
-from fpemu._training.quantizer import Quantizer, _delayed_scale, amax_of, quantize_operand_split, scaled_recipe
+from fpemu._training.quantizer import (
+    Quantizer,
+    amax_of,
+    operand_view,
+    quantize_operand_split,
+    scaled_operand,
+    scaled_recipe,
+)
 from fpemu._training.recipes import GEMMS, GemmRecipe, TrainingRecipe
-from fpemu.scaled import ScaledArray
 
 GEMM_KEY_TAG = 0x47454D4D  # "GEMM": the keys of recipe GEMMs, apart from the rounding sites' keys
 SIDES = ("lhs", "rhs")
@@ -291,33 +296,20 @@ def _conv_transposes(
 
 def operand_elements(x: jax.Array, dims: tuple[int, ...], q: Quantizer, key: Any, amax: Any, margin: int) -> tuple:
     """(``x / scale``, the element values) of ``x`` quantized by ``q``, in the grouped view that
-    `quantize_operand` quantizes (the same scales and bits: `fpemu.scaled.ScaledArray.from_array`
-    with the arguments of `fpemu.scaled.quantize_dequantize`)."""
+    `quantize_operand` quantizes: `scaled_operand`'s scales and element values (the same bits)."""
     x = x.astype(F32)
     stochastic = q.rounding == "stochastic"
-    rk: dict[str, Any] = {"rounding": q.rounding, "key": key if stochastic else None}
-    if stochastic:
-        rk["random_bits"] = q.random_bits
     if q.scaling == "none":
+        rk: dict[str, Any] = {"rounding": q.rounding, "key": key if stochastic else None}
+        if stochastic:
+            rk["random_bits"] = q.random_bits
         return x, element_quantize(x, q.element, saturate=q.saturate, **rk)
-    recipe = scaled_recipe(q)
-    mk: dict[str, Any] = {"margin": margin} if margin else {}
-    axis: int | None = None
-    block = recipe.block_size
-    if q.scaling == "tensor":
-        view, sa = x, ScaledArray.from_array(x, recipe, axis=None, **rk, **mk)
-    elif q.scaling == "delayed":
-        view, sa = x, ScaledArray.from_array(x, recipe, axis=None, scale=_delayed_scale(amax, recipe, margin), **rk)
-    elif q.scaling in ("row", "block"):
-        view, axis = Contraction(tuple(x.shape), dims).group(x)
-        sa = ScaledArray.from_array(view, recipe, axis=axis, pad=True, **rk, **mk)
-    else:  # block_2d: one group per tile
-        view = tiles(Contraction(tuple(x.shape), dims).matrix(x), cast(int, q.block_size))
-        axis, block = view.ndim - 1, None
-        sa = ScaledArray.from_array(view, recipe, axis=-1, **rk, **mk)
+    view, axis, _ = operand_view(x, q, dims)
+    sa = scaled_operand(x, key if stochastic else None, amax, q=q, dims=dims, margin=margin)
     scale = sa.scale_values()
     if sa.global_scale is not None:
         scale = scale * sa.global_scale
+    block = scaled_recipe(q).block_size if q.scaling in ("row", "block") else None  # block_2d: a tile is a group
     if axis is not None and block is not None and scale.shape[axis] > 1:
         scale = lax.slice_in_dim(jnp.repeat(scale, block, axis=axis), 0, view.shape[axis], axis=axis)
     scale = jnp.broadcast_to(scale, view.shape)

@@ -33,8 +33,10 @@ __all__ = [
     "Scaling",
     "amax_of",
     "operand_arg",
+    "operand_view",
     "quantize_operand",
     "quantize_operand_split",
+    "scaled_operand",
     "scaled_recipe",
     "scaled_view",
 ]
@@ -354,9 +356,8 @@ def quantize_operand(
     x = operand_arg(x, "x")
     dims = contracting_dims_arg(contracting_dims, x.ndim)
     margin = int_arg(margin, "margin", minimum=-_MAX_MARGIN, maximum=_MAX_MARGIN)
-    a = _amax_arg(amax, q, "amax")
-    k = _key_arg(key, q, "key")
-    return _quantize(x, k, a, q=q, dims=_traced_dims(q, dims, x.ndim), margin=margin)
+    key, amax = _key_arg(key, q, "key"), _amax_arg(amax, q, "amax")
+    return _quantize(x, key, amax, q=q, dims=_traced_dims(q, dims, x.ndim), margin=margin)
 
 
 def _traced_dims(q: Quantizer, dims: tuple[int, ...], ndim: int) -> tuple[int, ...]:
@@ -379,14 +380,13 @@ def _matrix_tiles_nearest(q: Quantizer, ndim: int, dims: tuple[int, ...]) -> boo
     return q.scaling == "block_2d" and q.rounding != "stochastic" and ndim == 2 and len(dims) == 1
 
 
-def _view(x: jax.Array, q: Quantizer, dims: tuple[int, ...]) -> tuple[jax.Array, int | None, Callable[..., Any]]:
+def operand_view(x: jax.Array, q: Quantizer, dims: tuple[int, ...]) -> tuple[jax.Array, int | None, Callable[..., Any]]:
     """(the array ``q``'s scaled recipe quantizes, the axis its groups run along, the map back to ``x``)."""
     if q.scaling in ("none", "tensor", "delayed"):
         return x, None, lambda y: y
     c = Contraction(tuple(x.shape), dims)
     if q.scaling in ("row", "block"):
-        y, axis = c.group(x)
-        return y, axis, c.ungroup
+        return (*c.group(x), c.ungroup)
     b = cast(int, q.block_size)
     return tiles(c.matrix(x), b), 2, lambda t: c.unmatrix(untiles(t, b, (c.rows, c.k)))
 
@@ -399,18 +399,17 @@ def _recipe_and_view(x: jax.Array, q: Quantizer, dims: tuple[int, ...]):
     if _matrix_tiles_nearest(q, x.ndim, dims):  # either contraction: the same tiles (`_traced_dims`)
         recipe = dataclasses.replace(scaled_recipe(q), block_size=q.block_size)
         return recipe, x, {"axis": 1, "tile_axis": 0}, lambda y: y
-    view, axis, back = _view(x, q, dims)
+    view, axis, back = operand_view(x, q, dims)
     return scaled_recipe(q), view, {"axis": axis}, back
 
 
 def _options(key: Any, amax: Any, q: Quantizer, margin: int) -> dict[str, Any]:
     """The keyword arguments of `fpemu.scaled.quantize_dequantize` / ``ScaledArray.from_array``."""
-    recipe = scaled_recipe(q)
     kw: dict[str, Any] = {"rounding": q.rounding, "pad": True}
     if q.rounding == "stochastic":
         kw.update(key=key, random_bits=q.random_bits)
     if q.scaling == "delayed":
-        kw["scale"] = _delayed_scale(amax, recipe, margin)
+        kw["scale"] = _delayed_scale(amax, scaled_recipe(q), margin)
     elif margin:
         kw["margin"] = margin
     return kw
@@ -448,8 +447,9 @@ def _split(x, key, amax, *, q: Quantizer, dims: tuple[int, ...], margin: int):
 
 
 @functools.partial(jax.jit, static_argnames=("q", "dims", "margin"))
-def _scaled(x, key, amax, *, q: Quantizer, dims: tuple[int, ...], margin: int):
-    view, axis, _ = _view(x, q, dims)
+def scaled_operand(x, key, amax, *, q: Quantizer, dims: tuple[int, ...], margin: int) -> ScaledArray:
+    """`scaled_view` on checked arguments: the checked-once core internal callers use."""
+    view, axis, _ = operand_view(x, q, dims)
     return ScaledArray.from_array(view, scaled_recipe(q), axis=axis, **_options(key, amax, q, margin))
 
 
@@ -484,7 +484,7 @@ def scaled_view(
     x = operand_arg(x, "x")
     dims = contracting_dims_arg(contracting_dims, x.ndim)
     margin = int_arg(margin, "margin", minimum=-_MAX_MARGIN, maximum=_MAX_MARGIN)
-    return _scaled(x, _key_arg(key, q, "key"), _amax_arg(amax, q, "amax"), q=q, dims=dims, margin=margin)
+    return scaled_operand(x, _key_arg(key, q, "key"), _amax_arg(amax, q, "amax"), q=q, dims=dims, margin=margin)
 
 
 def _delayed_scale(amax: jax.Array, recipe: Recipe, margin: int) -> jax.Array:

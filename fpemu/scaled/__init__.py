@@ -5,7 +5,7 @@ scales) and `quantize_dequantize` is the fused simulation path (`quantize_dequan
 float32 per-tensor scale kept apart, as a GEMM applies it). Recipes are data (`Recipe`);
 `recipes` lists the built-in ones. `DelayedScaling` quantizes with scales from an amax history
 carried in a functional state. `matmul` multiplies two matrices as a recipe does (`MATMUL_RECIPES`).
-`qsnr` and `relative_error` measure the result. `fpemu.scaled.reference` is the slow NumPy oracle the
+`qsnr` and `relative_error` measure the result. `fpemu.testing.scaled_reference` is the slow NumPy oracle the
 fast path is tested against. docs/scaling.md has every formula.
 """
 

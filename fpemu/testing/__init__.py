@@ -1,7 +1,9 @@
 """Test helpers for fpemu and for code built on it.
 
 - `reference`: the exact, slow oracle for rounding into any format. It shares no code with the
-  fast path and is what fpemu's own tests check the fast path against.
+  fast path and is what fpemu's own tests check the fast path against. `scaled_reference` is the
+  same for the scaled and block formats of `fpemu.scaled`, `dot_general_reference` for the
+  emulated dots, `recipe_reference` for the training recipes' GEMMs.
 - Hypothesis strategies (need ``hypothesis``): `values`, `codes`, `boundaries`, `arrays`,
   `formats`, `from_dtype`.
 - Assertions: `assert_bit_exact`, `assert_representable`, `assert_close`, `ulp_distance`, and the

@@ -5,7 +5,7 @@ views (merged contraction axis, 2-D tiles) are NumPy index arithmetic; the Hadam
 ``H[i, j] = (-1) ** popcount(i & j)`` and each transformed element is the exact rational sum of its
 block, rounded once to float32 (the fast path's float32 butterflies agree whenever their partial
 sums are exact); delayed scales are computed from the amax with the rule's formula; the scaled
-quantization of a view is `fpemu.scaled.reference.quantize` (itself an independent oracle), whose
+quantization of a view is `fpemu.testing.scaled_reference.quantize` (itself an independent oracle), whose
 float32 per-tensor scale (FP8's per-tensor float scale, NVFP4's global scale) is kept apart (the
 elements, or the elements times their decoded block scales) and multiplies the product's float32
 result once, ``fl(y * fl(t_lhs * t_rhs))``; the product is `fpemu.testing.dot_general_reference`
@@ -41,8 +41,8 @@ from fpemu._ops.quantize import stochastic_bits
 from fpemu._training.quantizer import Quantizer
 from fpemu._training.recipes import GemmRecipe
 from fpemu.scaled import Recipe
-from fpemu.scaled import reference as scaled_reference
 from fpemu.testing import reference as element_reference
+from fpemu.testing import scaled_reference
 from fpemu.testing.matmul_reference import dot_general_reference
 
 __all__ = ["hadamard_reference", "quantize_operand_reference", "quantized_dot_general_reference"]
@@ -148,7 +148,7 @@ def quantize_operand_reference(
 
     ``split``: return ``(blocks, t)`` instead, float32, ``t`` the float32 per-tensor scale of a
     `Quantizer.tensor_scaled` quantizer (else None, and ``blocks`` the answer), so that the answer is
-    ``fl(blocks * t)`` (`fpemu.scaled.reference.split`).
+    ``fl(blocks * t)`` (`fpemu.testing.scaled_reference.split`).
     """
     x = _array(x)
     dims = _dims(contracting_dims, x.ndim)

@@ -11,7 +11,8 @@ import pytest
 
 import fpemu
 from fpemu import scaled
-from fpemu.scaled import ScaledArray, reference
+from fpemu.scaled import ScaledArray
+from fpemu.testing import scaled_reference as reference
 
 RECIPES = scaled.recipes()
 X = np.random.default_rng(0).standard_normal((4, 64)).astype(np.float32) * 3

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from fpemu import scaled
-from fpemu.scaled import DelayedScaling, DelayedScalingState, get_recipe, reference
+from fpemu.scaled import DelayedScaling, DelayedScalingState, get_recipe
+from fpemu.testing import scaled_reference as reference
 
 
 def _run(ds, xs):

@@ -10,7 +10,7 @@ import pytest
 
 import fpemu
 from fpemu import scaled
-from fpemu.scaled import reference
+from fpemu.testing import scaled_reference as reference
 
 MX = ["mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e3m2", "mxfp6_e2m3", "mxfp4", "mxint8"]
 FLT_MAX = np.finfo(np.float32).max

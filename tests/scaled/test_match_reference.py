@@ -17,7 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fpemu._engine import rng as _random
-from fpemu.scaled import MXINT8_ELEMENT, Recipe, ScaledArray, get_recipe, quantize_dequantize, recipes, reference
+from fpemu.scaled import MXINT8_ELEMENT, Recipe, ScaledArray, get_recipe, quantize_dequantize, recipes
+from fpemu.testing import scaled_reference as reference
 
 SHAPE = (4, 64)
 # a share of the hypothesis profile's examples (ci: 60, thorough: 5000): compilation dominates here

@@ -4,7 +4,7 @@
 The scaled path rounds its elements with `fpemu.quantize` in ``x``'s own shape, so ``key=key`` draws
 ``fpemu.stochastic_bits(key, x.shape, random_bits)`` whatever the recipe, axis or block layout
 (docs/scaling.md); ``random=`` with those bits must give the same bits. Arbitrary bits are checked
-against the independent NumPy oracle `fpemu.scaled.reference`.
+against the independent NumPy oracle `fpemu.testing.scaled_reference`.
 """
 
 import jax
@@ -14,7 +14,8 @@ import pytest
 
 import fpemu
 from fpemu import scaled
-from fpemu.scaled import ScaledArray, quantize_dequantize, reference
+from fpemu.scaled import ScaledArray, quantize_dequantize
+from fpemu.testing import scaled_reference as reference
 
 KEY = jax.random.key(29)
 

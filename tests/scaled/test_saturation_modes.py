@@ -6,7 +6,7 @@ Where the modes differ: an element beyond the element format's max after an amax
 (the "ocp" rule scales amax into [2**emax, 2**(emax + 1)), above max for E4M3 and E2M1), the
 directed and to_odd modes there, and ±inf elements, which only a given ``scale`` lets through
 (under current scaling a group holding ±inf gets the NaN scale whatever the mode). Everything is
-checked bit for bit against the independent oracle `fpemu.scaled.reference`.
+checked bit for bit against the independent oracle `fpemu.testing.scaled_reference`.
 """
 
 import dataclasses
@@ -15,7 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fpemu.scaled import Recipe, ScaledArray, get_recipe, quantize_dequantize, reference
+from fpemu.scaled import Recipe, ScaledArray, get_recipe, quantize_dequantize
+from fpemu.testing import scaled_reference as reference
 
 MODES = [False, True, "sat_finite", "sat_propagate", "ovf_inf"]
 

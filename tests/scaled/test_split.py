@@ -13,8 +13,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fpemu.scaled import get_recipe, quantize_dequantize, quantize_dequantize_split, recipes, reference
+from fpemu.scaled import get_recipe, quantize_dequantize, quantize_dequantize_split, recipes
 from fpemu.testing import assert_bit_exact
+from fpemu.testing import scaled_reference as reference
 
 F32 = np.float32
 SHAPE = (6, 48)  # blocks of 16 and 32, the last block of 32 short
@@ -40,7 +41,7 @@ CASES = [(name, axis, kind) for name in recipes() for axis in _axes(name) for ki
 
 
 def expected_split(x: np.ndarray, name: str, axis, random=None, random_bits=32):
-    """(blocks, tensor scale or None) from `fpemu.scaled.reference`."""
+    """(blocks, tensor scale or None) from `fpemu.testing.scaled_reference`."""
     kw = {"rounding": "stochastic", "random": random, "random_bits": random_bits} if random is not None else {}
     return reference.split(reference.quantize(x, name, axis=axis, pad=True, **kw), name, axis)
 

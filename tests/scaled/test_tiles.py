@@ -2,7 +2,7 @@
 
 A tile of ``block_size x block_size`` elements of the matrix formed by ``tile_axis`` and ``axis``
 shares one scale. The expectation cuts ``x`` into its tiles, one row of ``block_size**2`` elements
-each (zero-padded where a last tile is shorter), has `fpemu.scaled.reference` quantize those rows
+each (zero-padded where a last tile is shorter), has `fpemu.testing.scaled_reference` quantize those rows
 as blocks of ``block_size**2``, and puts the elements back: every recipe with blocks, both
 orientations, nearest even and stochastic rounding (the random bits follow the elements), normal,
 wide and special data.
@@ -14,8 +14,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fpemu.scaled import get_recipe, quantize_dequantize, quantize_dequantize_split, recipes, reference
+from fpemu.scaled import get_recipe, quantize_dequantize, quantize_dequantize_split, recipes
 from fpemu.testing import assert_bit_exact
+from fpemu.testing import scaled_reference as reference
 
 F32 = np.float32
 SHAPE = (40, 72)  # partial tiles in both dimensions for blocks of 16 and 32

@@ -1,6 +1,6 @@
 """Stochastic-rounding variants of the scaled formats: `ScaledArray.from_array` and
 `quantize_dequantize` with ``stochastic_variant`` against the independent reference
-(`fpemu.scaled.reference`, whose element rounding is `fpemu.testing.reference`), bit for bit,
+(`fpemu.testing.scaled_reference`, whose element rounding is `fpemu.testing.reference`), bit for bit,
 with the random bits the key gives."""
 
 import jax
@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from fpemu._engine import rng as _random
-from fpemu.scaled import ScaledArray, quantize_dequantize, reference
+from fpemu.scaled import ScaledArray, quantize_dequantize
+from fpemu.testing import scaled_reference as reference
 
 VARIANTS = ["floor", "nearest_even", "nearest_odd", "nearest_away"]
 KEY = jax.random.key(23)
