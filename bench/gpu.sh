@@ -12,7 +12,7 @@
 #   2. tests   (160)  the compiled kernel tests (the ...Gpu classes) and backend="pallas" against the
 #                     XLA path, 4 processes (-p no:benchmark: pytest-benchmark refuses xdist)
 #   3. fp8     (120)  bench/hopper_fp8_probe.py: the FP8 GEMM's results on the designed and random
-#                     dot products, then tests/test_hopper_fp8.py against that new recording
+#                     dot products, then tests/ops/test_hopper_fp8.py against that new recording
 #   4. kernels  (90)  bench/kernels.py: copy, quantize per format family, MX/NVFP4, the matmul rows
 #   5. training (80)  bench/gpu_training_step.py: training-step ratios and first-call times
 # Copy the tables into bench/RESULTS_gpu.md with the date, device, JAX version and commit.
@@ -51,7 +51,7 @@ if [ "$cpu" = 1 ]; then  # the script's own check: a handful of tests, small siz
   sizes=(--quantize-size 65536 --matmul-size 128 --repeats 2)
   training=(--batch 2 --seq 16 --d 64 --rounds 2 --rows "native bf16,emulated bf16,fp8_current")
 else
-  tests=(tests/kernels tests/test_quantize_backend.py -k "Gpu or gpu")
+  tests=(tests/kernels tests/ops/test_quantize_backend.py -k "Gpu or gpu")
   probe=() sizes=() training=()
 fi
 timeout 160 "$python" -m pytest "${tests[@]}" -p no:benchmark -p no:cacheprovider -n 4 -q -rfE --tb=short \
@@ -61,7 +61,7 @@ summary tests $? "$out/tests.log"
 # The model's check needs the GPU's FP8 sums: on CPU the probe and the export run, the check does not.
 check=(true)
 [ "$cpu" = 1 ] || check=(env FPEMU_HOPPER_FP8_RESULTS="$out/hopper_fp8.npz" timeout 30 "$python" -m pytest
-  tests/test_hopper_fp8.py -p no:benchmark -p no:cacheprovider -q -rfEs --tb=line
+  tests/ops/test_hopper_fp8.py -p no:benchmark -p no:cacheprovider -q -rfEs --tb=line
   -k "match_the_h200 and not every_recorded")
 timeout 90 "$python" bench/hopper_fp8_probe.py "$out/hopper_fp8_raw.npz" "${probe[@]}" > "$out/fp8.log" 2>&1 \
   && "$python" bench/hopper_fp8_probe.py --export "$out/hopper_fp8.npz" "$out/hopper_fp8_raw.npz" >> "$out/fp8.log" 2>&1 \

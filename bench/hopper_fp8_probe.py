@@ -1,6 +1,6 @@
 """What a GPU's FP8 GEMM computes: run the designed and random dot products of
 tests/hopper_fp8_cases.py through ``jnp.dot`` of float8 operands with a float32 result, and record
-the results for fpemu's model of the accumulator (tests/test_hopper_fp8.py compares them).
+the results for fpemu's model of the accumulator (tests/ops/test_hopper_fp8.py compares them).
 
 Usage (on the GPU machine, from the repository root; then, on any machine, ``--export`` keeps what
 the tests compare in tests/data/hopper_fp8.npz)::

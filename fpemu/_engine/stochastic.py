@@ -17,7 +17,7 @@ operations per element (`fpemu.quantize` takes it there, and so do NVFP4's gradi
   rounding up), written as a comparison.
 
 Overflow, infinities, NaN and the sign of zero follow round_narrow with a boolean ``saturate``.
-tests/test_engine_stochastic.py compares the two paths bit for bit on every format `applies` to.
+tests/engine/test_engine_stochastic.py compares the two paths bit for bit on every format `applies` to.
 """
 
 from __future__ import annotations

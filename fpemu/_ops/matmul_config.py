@@ -2,7 +2,7 @@
 
 `MatmulOptions` holds the keyword options as the caller passed them; it is the one place
 their names, types and defaults are written (every public signature repeats them for its users,
-and tests/test_matmul.py checks that the signatures agree). `matmul_call` checks one call, through
+and tests/ops/test_matmul.py checks that the signatures agree). `matmul_call` checks one call, through
 the argument layer (`fpemu._args`): the operands, the op's geometry, the options against the
 operands' formats (`matmul_config`, which returns the static `MatmulConfig`) and the scales. The
 fast path, the Pallas kernel and the sequential reference (`fpemu.testing.dot_general_reference`)

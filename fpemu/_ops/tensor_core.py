@@ -3,7 +3,7 @@
 ``accumulate="hopper_fp8"`` (`fpemu.matmul` and the other emulated dots) sums FP8 products the way
 an NVIDIA Hopper GPU's FP8 tensor core does (the ``wgmma`` / QGMMA instructions behind cuBLAS's FP8
 GEMMs). The model was measured on an H200 with designed and random dot products and matches every
-recorded result (bench/RESULTS_gpu.md, tests/test_hopper_fp8.py). docs/matmul.md states it:
+recorded result (bench/RESULTS_gpu.md, tests/ops/test_hopper_fp8.py). docs/matmul.md states it:
 
 - the products are exact;
 - the contraction is taken in **groups of 32** consecutive products (one instruction's K), each

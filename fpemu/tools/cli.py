@@ -83,7 +83,7 @@ def _int_range_arg(low: int, high: int, what: str) -> Callable[[str], int]:
     return parse
 
 
-_MAX_RANDOM_BITS = 32  # what fpemu.quantize and fpemu.stochastic_bits accept (tests/test_cli.py pins it)
+_MAX_RANDOM_BITS = 32  # what fpemu.quantize and fpemu.stochastic_bits accept (tests/tools/test_cli.py pins it)
 
 _STDLIB_NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
 

@@ -1,4 +1,4 @@
-"""`fpemu.scaled.matmul`: the recipe-level quantized matmul (moved here from tests/test_accuracy.py)."""
+"""`fpemu.scaled.matmul`: the recipe-level quantized matmul (moved here from tests/tools/test_accuracy.py)."""
 
 from __future__ import annotations
 

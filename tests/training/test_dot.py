@@ -25,7 +25,7 @@ from fpemu.testing.recipe_reference import (
     quantize_operand_reference,
     quantized_dot_general_reference,
 )
-from tests.test_emulate_training import assert_tree_bits
+from tests.training.test_emulate_training import assert_tree_bits
 
 KEY = jax.random.key(5)
 SLOW = pytest.mark.slow

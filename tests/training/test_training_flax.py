@@ -4,7 +4,7 @@ Flax's layers trace to the program a researcher writes by hand (``lax.conv_gener
 ``dot_general``, a reshaped bias), so the emulated step of a Flax model must equal, bit for bit,
 the emulated step of the same model written with ``jnp`` and ``lax`` and the same parameters:
 how `emulate` classifies a dot (forward, dgrad, wgrad) and numbers it (which key it draws) must
-not depend on Flax's modules, variable collections or `nnx.State`. tests/test_emulate_training.py
+not depend on Flax's modules, variable collections or `nnx.State`. tests/training/test_emulate_training.py
 checks the plain model's GEMMs against a hand-written ``custom_vjp`` reference.
 
 The steps run without `jax.jit` (the second of two equal programs then reuses every compiled
@@ -21,7 +21,7 @@ import pytest
 from jax import lax
 
 import fpemu
-from tests.test_emulate_training import assert_tree_bits
+from tests.training.test_emulate_training import assert_tree_bits
 
 nn = pytest.importorskip("flax.linen")
 nnx = pytest.importorskip("flax.nnx")

@@ -21,7 +21,7 @@ import numpy as np
 from jax import lax
 
 from fpemu import Policy, emulate, init_training_state
-from tests.test_emulate_training import assert_tree_bits
+from tests.training.test_emulate_training import assert_tree_bits
 
 POLICY = Policy(dot="fp8_delayed")
 OPERANDS = [f"{g}.{s}" for g in ("forward", "dgrad", "wgrad") for s in ("lhs", "rhs")]

@@ -1,6 +1,6 @@
 """IEEE P3109 and OCP INT8 through quantize/encode; the stochastic-rounding variants; explicit random bits.
 
-The exhaustive sweeps (every 16-bit input, every option) live in tests/test_exhaustive.py and the
+The exhaustive sweeps (every 16-bit input, every option) live in tests/ops/test_exhaustive.py and the
 oracle's own checks (every code of every P3109 format against the draft standard's Decode) in
 tests/testing/test_reference.py. This file pins what the engine adds: explicit random bits equal to
 the keyed path bit for bit, the variants' exact up-probabilities over all 2**k draws, P3109 widths
@@ -185,7 +185,7 @@ def _threshold(f: Fraction, k: int, variant: str) -> int:
     return n + (n % 2 if variant == "nearest_even" else 1 - n % 2)
 
 
-# The default variant ("floor") on the classic formats: tests/test_quantize.py.
+# The default variant ("floor") on the classic formats: tests/ops/test_quantize.py.
 _DRAW_CASES = [
     *((fmt, k, variant) for fmt in ("e2m1fn", "e8m0fnu", "p3109_k8p1ue", "int8_ocp") for k in (1, 3, 8)
       for variant in VARIANTS[1:]),

@@ -405,7 +405,7 @@ def test_delayed_scaling_needs_state_and_keeps_one_history_per_operand_in_loops(
         return jax.lax.scan(lambda h, w: (h @ w, None), x, ws)[0]
 
     # a dot in a scan body: one history per operand, recording the max over the iterations
-    # (tests/test_emulate_delayed_loops.py); a forward dot also keeps its VJP's weight and activation
+    # (tests/training/test_emulate_delayed_loops.py); a forward dot also keeps its VJP's weight and activation
     state = init_training_state(scanned, policy, jnp.ones((2, 4, 4)), jnp.ones((3, 4)))
     assert sorted(state) == [f"dot_general.{op}" for op in ("dgrad.rhs", "forward.lhs", "forward.rhs", "wgrad.lhs")]
     ws = jnp.stack([jnp.full((4, 4), 2.0), jnp.full((4, 4), 0.25)])

@@ -18,7 +18,7 @@ from fpemu.tools import bench as _bench
 from fpemu.tools import plot as _plot
 from fpemu.tools.cli import main
 from fpemu.tools.measure import ProgressBar
-from tests.test_cli import table_row
+from tests.tools.test_cli import table_row
 
 pytestmark = pytest.mark.long  # run first (tests/conftest.py)
 

@@ -411,7 +411,7 @@ def test_exclude_primitives_and_scopes():
 
 
 def test_exclude_leaves_the_literals_of_excluded_equations_alone():
-    """AdamW's ``b2 = 0.999`` is 1.0 in bf16: an excluded optimizer must see 0.999 (tests/test_model_zoo.py)."""
+    """AdamW's ``b2 = 0.999`` is 1.0 in bf16: an excluded optimizer must see 0.999 (tests/emulate/test_model_zoo.py)."""
     x = jnp.array([0.3, 1.7], jnp.float32)
 
     def f(v):

@@ -17,7 +17,7 @@ import pytest
 from jax import lax
 
 from fpemu import Policy, emulate, init_training_state
-from tests.test_emulate_training import assert_tree_bits
+from tests.training.test_emulate_training import assert_tree_bits
 
 KEY = jax.random.key(11)
 DN = ("NHWC", "HWIO", "NHWC")

@@ -440,7 +440,7 @@ def test_markdown_table_errors():
 
 
 def test_bench_script(capsys, tmp_path):
-    path = Path(__file__).resolve().parent.parent / "bench" / "accuracy.py"
+    path = Path(__file__).resolve().parents[2] / "bench" / "accuracy.py"
     spec = importlib.util.spec_from_file_location("bench_accuracy", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

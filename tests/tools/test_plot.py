@@ -20,7 +20,7 @@ from fpemu.tools.cli import main
 
 pytest.importorskip("matplotlib")
 
-from tests.test_bench_cli import assert_png_has_content
+from tests.tools.test_bench_cli import assert_png_has_content
 
 
 def run_cli(capsys, *argv: str) -> list[str]:

@@ -31,7 +31,9 @@ from fpemu.testing import dot_general_reference
 from tests import hopper_fp8_cases as cases
 
 # FPEMU_HOPPER_FP8_RESULTS: a new recording to compare instead (bench/gpu.sh sets it after its probe).
-RECORDED = np.load(os.environ.get("FPEMU_HOPPER_FP8_RESULTS") or Path(__file__).parent / "data" / "hopper_fp8.npz")
+RECORDED = np.load(
+    os.environ.get("FPEMU_HOPPER_FP8_RESULTS") or Path(__file__).resolve().parents[1] / "data" / "hopper_fp8.npz"
+)
 DTYPES = {"e4m3fn": cases.E4M3, "e5m2": cases.E5M2}
 _ROWS = (((1,), (1,)), ((0,), (0,)))  # row r of a with row r of b: one dot product per row
 
