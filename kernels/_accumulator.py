@@ -25,8 +25,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from fpemu._jax.pallas import elementwise_inline_asm
 from fpemu._ops.matmul_config import MatmulConfig
-from fpemu.kernels._pallas import elementwise_inline_asm
 
 _BF16_STEP = """
 {

@@ -15,8 +15,8 @@ import jax
 import jax.numpy as jnp
 
 from fpemu._engine import rng
+from fpemu._jax.pallas import BlockSpec
 from fpemu._ops.matmul_config import KEY_ACC, MatmulConfig, chunk_key_words, key_streams
-from fpemu.kernels._pallas import BlockSpec
 
 
 def pow2_at_least(x: int) -> int:

@@ -47,6 +47,7 @@ from fpemu._core.format import Format
 from fpemu._core.modes import ExponentTies, Rounding, Saturation, StochasticVariant
 from fpemu._core.registry import FormatLike, get_format
 from fpemu._engine import convert, rng
+from fpemu._jax.pallas import BlockSpec, TritonCompilerParams, ds, pallas_call, program_id
 from fpemu._ops.accumulate import (
     device_operands,
     finished_output,
@@ -54,6 +55,7 @@ from fpemu._ops.accumulate import (
     round_accumulator,
     rounded_operands,
 )
+from fpemu._ops.backends import COMPILED_PLATFORM, interpret_mode
 from fpemu._ops.geometry import MatmulGeometry, matmul_geometry
 from fpemu._ops.matmul import matmul
 from fpemu._ops.matmul_config import (
@@ -63,15 +65,6 @@ from fpemu._ops.matmul_config import (
 )
 from fpemu.kernels._accumulator import bf16_step, ptx_step_applies
 from fpemu.kernels._matmul_inputs import accumulate_bits, pow2_at_least, seed_table
-from fpemu.kernels._pallas import (
-    COMPILED_PLATFORM,
-    BlockSpec,
-    TritonCompilerParams,
-    ds,
-    interpret_mode,
-    pallas_call,
-    program_id,
-)
 
 _FP32 = get_format("fp32")
 _MIN_DOT = 16  # Triton's dot needs every dimension >= 16: narrower K steps are rank-1 updates

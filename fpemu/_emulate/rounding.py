@@ -25,14 +25,9 @@ from fpemu._core.registry import get_format
 from fpemu._emulate import stats as _stats
 from fpemu._emulate.policy import Policy
 from fpemu._engine.rng import mix
-from fpemu._ops.quantize import (
-    RoundingSpec,
-    quantize,
-    quantize_with_spec,
-    resolve_backend,
-    rounding_spec,
-    seeds_for,
-)
+from fpemu._ops.backends import resolve_backend
+from fpemu._ops.quantize import quantize, quantize_with_spec
+from fpemu._ops.rounding_spec import RoundingSpec, rounding_spec, seeds_for
 
 
 def is_float(dtype: Any) -> bool:

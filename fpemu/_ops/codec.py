@@ -17,7 +17,7 @@ from fpemu._core.format import Format
 from fpemu._core.modes import ExponentTies, Rounding, Saturation, StochasticVariant
 from fpemu._core.registry import get_format
 from fpemu._engine import convert as _convert
-from fpemu._ops.quantize import RoundingSpec, round_bits, rounding_spec, seeds_for
+from fpemu._ops.rounding_spec import RoundingSpec, round_bits, rounding_spec, seeds_for
 
 
 @functools.partial(jax.jit, static_argnums=(2,))

@@ -1,10 +1,14 @@
-"""`quantize`: round an array to a format, keep the exact result in the input's dtype."""
+"""`quantize`: round an array to a format, keep the exact result in the input's dtype.
+
+The options are checked once into a `RoundingSpec` (`fpemu._ops.rounding_spec`); the engine runs
+on the XLA path, or as the Pallas kernel (`fpemu._ops.quantize_pallas`, loaded only when
+``backend="pallas"`` asks for it), as `fpemu._ops.backends` decides.
+"""
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-from typing import Any, Literal
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -13,117 +17,18 @@ from jax import lax
 
 from fpemu import _args
 from fpemu._args import check_fits, float_array, input_format, is_host_float64
-from fpemu._core.format import Format
 from fpemu._core.modes import ExponentTies, Rounding, Saturation, StochasticVariant
 from fpemu._core.registry import get_format
 from fpemu._engine import convert as _convert
 from fpemu._engine import rng as _random
-from fpemu._engine import stochastic as _stochastic
-
-Backend = Literal["auto", "xla", "pallas"]
-BACKENDS: tuple[str, ...] = ("auto", "xla", "pallas")
-
-# What backend="auto" runs on each platform, from measurements (bench/RESULTS.md, "Backends"):
-# - cpu: Pallas only interprets there (the kernel body becomes XLA ops in a loop over blocks),
-#   measured 2-8x slower than the XLA path, never faster.
-# - gpu: on an H200 (bench/RESULTS_gpu.md) the XLA path ran at 95% of the device's copy bandwidth
-#   and the kernel at 89% (nearest-even; stochastic 75% and 64%): the XLA path, which also lets XLA
-#   fuse the rounding into neighbouring ops.
-# - tpu: the kernels are written for Triton (GPUs) only.
-_AUTO_BACKEND = {"cpu": "xla", "gpu": "xla", "tpu": "xla"}
-
-# The platform that compiles fpemu's Pallas kernels (fpemu.kernels): they are written for Triton.
-COMPILED_PLATFORM = "gpu"
-
-
-@dataclasses.dataclass(frozen=True)
-class RoundingSpec:
-    """Validated, static rounding options (hashable: a jit static argument)."""
-
-    fmt: Format
-    rounding: str = "nearest_even"
-    saturate: bool | str = False
-    subnormals: bool = True
-    random_bits: int = _args.DEFAULT_RANDOM_BITS
-    stochastic_variant: str = "floor"
-    exponent_ties: str = "away"
-    explicit_random: bool = False  # stochastic bits passed as an array (`random=`), not drawn from a key
-
-    def engine_options(self) -> dict[str, Any]:
-        """The keyword arguments of `fpemu._engine.convert.round_narrow` that this spec fixes."""
-        return {
-            "rounding": self.rounding,
-            "saturate": self.saturate,
-            "subnormals": self.subnormals,
-            "random_bits": self.random_bits,
-            "stochastic_variant": self.stochastic_variant,
-            "exponent_ties": self.exponent_ties,
-        }
-
-
-def rounding_spec(
-    fmt, rounding, saturate, subnormals, key, random_bits, *, random=None, stochastic_variant="floor",
-    exponent_ties="away",
-) -> RoundingSpec:  # fmt: skip
-    """Check the options shared by quantize and encode (`fpemu._args`); errors name the argument.
-
-    ``random`` only says whether explicit random bits were passed (they are checked against the
-    input's shape by `fpemu._args.random_arg`): then ``key`` must be None.
-    """
-    fmt = _args.format_arg(fmt, "fmt")
-    rounding = _args.rounding_arg(rounding)
-    stochastic = rounding == "stochastic"
-    explicit = _args.key_or_random_arg(key, random, rounding)
-    random_bits = _args.random_bits_arg(random_bits, stochastic, rounding=rounding)
-    variant = _args.stochastic_variant_arg(stochastic_variant, stochastic, rounding)
-    ties = _args.exponent_ties_arg(exponent_ties)
-    return RoundingSpec(
-        fmt, rounding, _args.saturate_arg(saturate), _args.bool_arg(subnormals, "subnormals"), random_bits, variant,
-        ties, explicit,
-    )  # fmt: skip
-
-
-def resolve_backend(backend: Any, platform: str, float64: bool = False) -> str:
-    """The engine that runs ``backend`` on ``platform`` for input of that width: "xla" or "pallas".
-
-    Errors say why not. The Pallas kernels do not take float64 input when compiled: the
-    Pallas-to-Triton lowering of jax 0.10 to 0.12 cannot emit uint64 constants with the top bit set
-    (the sign mask of float64), so ``"auto"`` falls back to XLA there and ``"pallas"`` refuses
-    (tests/kernels/test_triton_lowering.py pins the limitation).
-    """
-    if not isinstance(backend, str) or backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {', '.join(map(repr, BACKENDS))}; got {backend!r}")
-    if backend == "auto":
-        engine = _AUTO_BACKEND.get(platform, "xla")
-        return "xla" if float64 else engine
-    if backend == "pallas" and platform != COMPILED_PLATFORM:
-        raise ValueError(
-            f"backend='pallas' needs a GPU (fpemu's Pallas kernels are compiled with Triton), but JAX's "
-            f"default backend is {platform!r}. Use backend='xla' or 'auto' (the same bits), or run the kernel "
-            "in Pallas interpret mode with fpemu.kernels.quantize(..., interpret=True)"
-        )
-    if backend == "pallas" and float64:
-        raise ValueError(
-            "backend='pallas' does not take float64 input: Pallas cannot lower the float64 rounding to Triton "
-            "(uint64 constants with the top bit set). Use backend='xla' or 'auto' (the same bits)"
-        )
-    return backend
-
-
-# The seeds argument of deterministic roundings (unused): a host constant, so that an eager call does
-# not dispatch a zeros op every time (that dispatch cost more than the jitted rounding itself).
-NO_SEEDS = np.zeros((2,), np.uint32)
-NO_SEEDS.flags.writeable = False
-
-
-def seeds_for(spec: RoundingSpec, key, random=None, shape: tuple[int, ...] = ()) -> Any:
-    """The two uint32 words of ``key`` for stochastic rounding, else `NO_SEEDS`; with explicit random
-    bits (``spec.explicit_random``), those bits checked against the input's ``shape``, as uint32 words."""
-    if spec.explicit_random:
-        return _args.random_arg(random, spec.random_bits, shape)
-    if spec.rounding == "stochastic":
-        return _random.seeds_from_key(key)
-    return NO_SEEDS
+from fpemu._ops.backends import Backend, resolve_backend
+from fpemu._ops.rounding_spec import (
+    RoundingSpec,
+    reduce_precision_is_exact,
+    round_bits,
+    rounding_spec,
+    seeds_for,
+)
 
 
 def stochastic_bits(key: Any, shape: Any, random_bits: int | None = None) -> jax.Array:
@@ -156,64 +61,12 @@ def stochastic_bits(key: Any, shape: Any, random_bits: int | None = None) -> jax
     return words >> jnp.uint32(32 - k) if k < 32 else words
 
 
-def reduce_precision_is_exact(src: Format, spec: RoundingSpec) -> bool:
-    """Where ``lax.reduce_precision`` gives exactly fpemu's result (proved by the exhaustive tests).
-
-    It flushes the target's subnormals and rounds to nearest even only, so it is exact for float32
-    input to an IEEE-layout format with float32's exponent range (bf16, tf32, fp32): those formats
-    have no subnormals below float32's, and float32 has no more range to overflow into.
-    """
-    fmt = spec.fmt
-    return (
-        src.name == "fp32"
-        and spec.rounding == "nearest_even"
-        and not spec.saturate
-        and spec.subnormals
-        and fmt.specials == "ieee"
-        and fmt.signed
-        and fmt.has_zero
-        and (fmt.exponent_bits, fmt.bias) == (src.exponent_bits, src.bias)
-    )
-
-
-def random_words(seeds: jax.Array, spec: RoundingSpec, shape: tuple[int, ...]) -> jax.Array:
-    """The uint32 words whose top ``spec.random_bits`` bits stochastic rounding draws, one per element:
-    the caller's explicit bits (already words, `seeds_for`), or the keyed hash of each element's index."""
-    if spec.explicit_random:
-        return jnp.broadcast_to(seeds, shape)
-    return _random.random_uint32(seeds, shape)
-
-
-def fast_stochastic(src: Format, spec: RoundingSpec) -> bool:
-    """Whether ``spec`` rounds ``src`` input stochastically by `fpemu._engine.stochastic` (the same bits
-    as the general engine, with fewer operations)."""
-    return spec.rounding == "stochastic" and _stochastic.applies(
-        src, spec.fmt, saturate=spec.saturate, subnormals=spec.subnormals, stochastic_variant=spec.stochastic_variant
-    )
-
-
-def round_bits(
-    x: jax.Array, seeds: jax.Array, spec: RoundingSpec, output: Literal["src_bits", "dst_code"]
-) -> jax.Array:
-    """Round a float array with the integer engine: ``output="src_bits"`` gives the rounded values'
-    bit patterns in ``x``'s format, ``"dst_code"`` the format's codes (random bits drawn from ``seeds``)."""
-    src = input_format(x.dtype)
-    bits = lax.bitcast_convert_type(x, jnp.dtype(src.code_dtype))
-    if output == "src_bits" and fast_stochastic(src, spec):
-        words = random_words(seeds, spec, x.shape)
-        return _stochastic.round_stochastic(
-            bits, spec.fmt, saturate=bool(spec.saturate), random=words, k=spec.random_bits
-        )
-    random = random_words(seeds, spec, x.shape) if spec.rounding == "stochastic" else None
-    return _convert.round_narrow(bits, src=src, dst=spec.fmt, output=output, random=random, **spec.engine_options())
-
-
 def _round_array(
     x: jax.Array, seeds: jax.Array, spec: RoundingSpec, integer_only: bool = False, engine: str = "xla"
 ) -> jax.Array:
     """Round with ``engine``: "xla", "pallas" (compiled) or "pallas_interpret" (Pallas interpret mode)."""
     if engine != "xla":
-        from fpemu.kernels.quantize import BlockSizes, quantize_pallas  # fpemu.kernels imports this module
+        from fpemu._ops.quantize_pallas import BlockSizes, quantize_pallas  # loads Pallas: on demand only
 
         interpret = engine == "pallas_interpret"
         block_sizes = BlockSizes.default("cpu" if interpret else jax.default_backend())
@@ -317,8 +170,8 @@ def quantize(
     float16, bfloat16 and float32 input, with a key or explicit ``random`` bits.
     Both give the same bits, stochastic rounding included (the random bits are a function of the
     key and the element's index). ``"auto"`` (default) picks the faster one measured on the
-    platform: XLA on CPU, where Pallas only interprets, and, until the kernel has been timed on
-    real hardware, on GPU too (bench/RESULTS.md).
+    platform: XLA on CPU, where Pallas only interprets, and on GPU too, where the XLA path ran at
+    95% of an H200's copy bandwidth and the kernel at 89% (bench/RESULTS_gpu.md).
 
     Args:
       x: float16, bfloat16, float32 or float64 array (or a Python float).
@@ -372,3 +225,6 @@ def quantize(
     check_fits(spec.fmt, input_format(x.dtype))
     engine = resolve_backend(backend, jax.default_backend(), float64=np.dtype(x.dtype) == np.float64)
     return quantize_with_spec(x, seeds_for(spec, key, random, x.shape), spec, engine)
+
+
+__all__ = ["quantize", "quantize_with_spec", "stochastic_bits"]

@@ -17,6 +17,7 @@ from fpemu._core.registry import get_format
 from fpemu._engine import stochastic
 from fpemu._ops import codec
 from fpemu._ops import quantize as element_quantize
+from fpemu._ops import rounding_spec as element_spec
 from fpemu.scaled import _bits, _rne, _table
 from fpemu.scaled._bits import ABS, IMPLICIT, INF, NAN, SIGN, U32
 from fpemu.scaled._layout import Layout, Work, group_max
@@ -164,10 +165,10 @@ def _qdq_stochastic(
     w = Work(x.shape, layout)
     d, g, enc_b, nan = _narrow_scales(bits, recipe, layout)
     nan, enc_b, d = w.per_element(nan, enc_b, d)
-    spec = element_quantize.rounding_spec(
+    spec = element_spec.rounding_spec(
         recipe.element, "stochastic", recipe.saturate, True, key, random_bits, random=random, stochastic_variant=variant
     )  # `encode`'s rounding of the elements: the same random bits
-    words = element_quantize.random_words(element_quantize.seeds_for(spec, key, random, x.shape), spec, x.shape)
+    words = element_spec.random_words(element_spec.seeds_for(spec, key, random, x.shape), spec, x.shape)
     y = _bits.to_bits(_bits.mul_flushing(bits, enc_b))
     vb = stochastic.round_stochastic(y, recipe.element, saturate=bool(spec.saturate), random=words, k=spec.random_bits)
     out = _bits.to_bits(_bits.from_bits(vb) * d)  # exact: `_products_are_normal`

@@ -21,7 +21,7 @@ from jax.typing import ArrayLike
 from fpemu._args import INPUT_DTYPES, axis_arg, bool_arg, int_arg, random_values_arg, rounding_arg
 from fpemu._core.format import Format
 from fpemu._core.modes import Rounding, Saturation, StochasticVariant
-from fpemu._ops.quantize import rounding_spec
+from fpemu._ops.rounding_spec import rounding_spec
 from fpemu.scaled import _core, _layout
 from fpemu.scaled._recipes import Recipe, RecipeLike, get_recipe
 

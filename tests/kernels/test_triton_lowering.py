@@ -2,7 +2,7 @@
 
 CI has no GPU, so interpret mode checks what the kernels compute, and this checks that Pallas can
 turn them into Triton kernels: JAX lowers a jitted function for the "cuda" platform without a GPU
-(from jax 0.11 for an abstract GPU: `fpemu.kernels._pallas.lowering_for_gpu`), and a kernel that
+(from jax 0.11 for an abstract GPU: `fpemu._jax.pallas.lowering_for_gpu`), and a kernel that
 uses something Triton cannot express (a value slice, a gather, an index into a loaded array) fails
 here. Compiling the Triton IR to PTX and running it still needs a GPU
 (tests/kernels' `...Gpu` classes, bench/gpu.sh); what is known not to compile is checked here in
@@ -20,11 +20,11 @@ import pytest
 import fpemu
 from fpemu import ROUNDING_MODES
 from fpemu._core.format import fits
+from fpemu._jax.pallas import lowering_for_gpu
 from fpemu._ops import quantize as _quantize
+from fpemu._ops import quantize_pallas as quantize_module
 from fpemu._ops.matmul_config import MatmulOptions, matmul_config
 from fpemu.kernels import matmul as matmul_module
-from fpemu.kernels import quantize as quantize_module
-from fpemu.kernels._pallas import lowering_for_gpu
 from fpemu.kernels.matmul import BlockSizes as MatmulBlockSizes
 from fpemu.kernels.matmul import matmul_pallas
 from fpemu.kernels.quantize import BlockSizes, quantize_pallas
