@@ -1,12 +1,13 @@
 """Quantized matmul as a Pallas kernel: `fpemu.matmul`'s semantics, the emulated running sum fused in.
 
 The kernel computes ``C = A @ B`` for 2-D ``A`` (M, K) and ``B`` (K, N). Its own job is what XLA
-cannot do in one pass: a running sum in a narrow format (``accumulate="bf16"``, ``accumulate_every=32``,
-stochastic accumulation), rounded once per chunk while the tile stays in registers. The XLA path
-(`fpemu.matmul`) runs a chunked sum as a scan that writes the whole (M, N) running sum to memory
-after every chunk; at 8192**3 with chunks of 32 it takes 68 ms on an H200, and a prototype of this
-kernel (the same tiles and running-sum step) 7.9 ms, with the same bits (bench/RESULTS_gpu.md). With a float32 running sum and no ``accumulate_every``, XLA's
-own matmul is faster: `fpemu.matmul` never dispatches here, and this kernel is for the narrow sums.
+cannot do in one pass: a running sum in a narrow format (``accumulate="bf16"``,
+``accumulate_every=32``, stochastic accumulation), rounded once per chunk while the tile stays in
+registers. The XLA path (`fpemu.matmul`) runs a chunked sum as a scan that writes the whole (M, N)
+running sum to memory after every chunk; at 8192**3 with chunks of 32 it takes 68 ms on an H200, and
+a prototype of this kernel (the same tiles and running-sum step) 7.9 ms, with the same bits
+(bench/RESULTS_gpu.md). With a float32 running sum and no ``accumulate_every``, XLA's own matmul is
+faster: `fpemu.matmul` never dispatches here, and this kernel is for the narrow sums.
 
 Around the kernel, XLA does what it does at memory speed, with the XLA path's code and random
 bits: the operands are divided by their scales and rounded to ``lhs``/``rhs`` once
