@@ -157,7 +157,12 @@ def input_format(dtype: Any, name: str = "x") -> Format:
         }.get(dtype.kind, "non-IEEE")
         raise TypeError(
             f"{name} must be a float16, bfloat16, float32 or float64 array, got {kind} dtype {dtype.name}"
-            + (" (convert low-precision arrays with .astype(jnp.float32) first)" if kind == "non-IEEE" else "")
+            + {
+                "non-IEEE": " (convert low-precision arrays with .astype(jnp.float32) first)",
+                "integer": f" (for integer values, convert first: {name}.astype(jnp.float32); to decode integer "
+                "codes of a format, use fpemu.decode)",
+                "bool": f" (convert first: {name}.astype(jnp.float32))",
+            }.get(kind, "")
         )
     return get_format(dtype)
 
@@ -372,14 +377,25 @@ def key_arg(key: Any, stochastic: bool, name: str = "key", what: str = "rounding
                 f"{name} must be a single PRNG key, got a key array of shape {key.shape}; vmap over keys instead"
             )
         return key
-    if isinstance(key, (jax.Array, np.ndarray)) and key.dtype == np.uint32 and key.ndim == 1 and key.shape[0] >= 2:
-        return key
+    widths = _legacy_key_widths()
+    if isinstance(key, (jax.Array, np.ndarray)) and key.dtype == np.uint32 and key.ndim == 1:
+        if key.shape[0] in widths:
+            return key
+        raise TypeError(
+            f"{name} must be a single JAX PRNG key (jax.random.key(...) or jax.random.PRNGKey(...)); a legacy "
+            f"uint32 key has shape {' or '.join(f'({w},)' for w in sorted(widths))}, got shape {key.shape}"
+        )
     shape = f" of shape {key.shape}" if hasattr(key, "shape") else ""
     dtype = f" and dtype {key.dtype}" if hasattr(key, "dtype") else ""
     raise TypeError(
         f"{name} must be a single JAX PRNG key (jax.random.key(...) or jax.random.PRNGKey(...)), got "
         f"{type(key).__name__}{shape}{dtype}"
     )
+
+
+def _legacy_key_widths() -> set[int]:
+    """The lengths of a legacy uint32 key: 2 (threefry, JAX's default) and the configured implementation's."""
+    return {2, jax.eval_shape(jax.random.PRNGKey, 0).shape[-1]}
 
 
 def key_words(key: Any) -> jax.Array:

@@ -111,6 +111,15 @@ CATALOGUE: list[Bad] = [
     ),
     bad("quantize key int", lambda: fpemu.quantize(F32, "e4m3fn", rounding="stochastic", key=0), TypeError, "key"),
     bad(
+        "quantize key uint32 of 3 words",
+        lambda: fpemu.quantize(F32, "e4m3fn", rounding="stochastic", key=jnp.array([1, 2, 3], jnp.uint32)),
+        TypeError,
+        "key",
+        "PRNG",
+        "(2,)",
+        "got shape (3,)",
+    ),
+    bad(
         "quantize key batch",
         lambda: fpemu.quantize(F32, "e4m3fn", rounding="stochastic", key=jax.random.split(KEY, 2)),
         ValueError,
@@ -182,7 +191,14 @@ CATALOGUE: list[Bad] = [
         "x",
         "complex",
     ),
-    bad("quantize x int8 array", lambda: fpemu.quantize(jnp.ones(2, jnp.int8), "e4m3fn"), TypeError, "x", "integer"),
+    bad(
+        "quantize x int8 array",
+        lambda: fpemu.quantize(jnp.ones(2, jnp.int8), "e4m3fn"),
+        TypeError,
+        "x",
+        "integer",
+        "x.astype(jnp.float32)",
+    ),
     bad(
         "quantize x float8 array",
         lambda: fpemu.quantize(jnp.ones(2, jnp.float8_e4m3fn), "e4m3fn"),
@@ -322,6 +338,38 @@ CATALOGUE: list[Bad] = [
         lambda: fpemu.matmul(M, M, lhs="e4m3fn", rounding="stochastic", key=jnp.zeros((3, 2), jnp.uint32)),
         TypeError,
         "key",
+    ),
+    bad(
+        "matmul key uint32 of 5 words",
+        lambda: fpemu.matmul(M, M, lhs="e4m3fn", rounding="stochastic", key=jnp.arange(5, dtype=jnp.uint32)),
+        TypeError,
+        "key",
+        "got shape (5,)",
+    ),
+    bad(
+        "matmul_kernel key uint32 of 5 words",
+        lambda: fpemu.kernels.matmul_kernel(
+            M, M, lhs="e4m3fn", rounding="stochastic", key=jnp.arange(5, dtype=jnp.uint32), interpret=True
+        ),
+        TypeError,
+        "key",
+        "got shape (5,)",
+    ),
+    bad(
+        "conv window_strides 0",
+        lambda: fpemu.conv_general_dilated(jnp.ones((1, 1, 4, 4)), jnp.ones((1, 1, 2, 2)), (0, 0), "VALID"),
+        ValueError,
+        "window_strides",
+        ">= 1",
+    ),
+    bad(
+        "conv rhs_dilation 0",
+        lambda: fpemu.conv_general_dilated(
+            jnp.ones((1, 1, 4, 4)), jnp.ones((1, 1, 2, 2)), (1, 1), "VALID", rhs_dilation=(0, 1)
+        ),
+        ValueError,
+        "rhs_dilation",
+        ">= 1",
     ),
     bad("matmul int operand", lambda: fpemu.matmul(jnp.ones((2, 2), jnp.int32), M), TypeError, "integer"),
     bad("matmul bool operand", lambda: fpemu.matmul(True, M), TypeError, "bool"),
@@ -581,7 +629,11 @@ CATALOGUE: list[Bad] = [
     bad("qsnr shapes", lambda: fpemu.scaled.qsnr(jnp.ones(3), jnp.ones(4)), ValueError, "shape"),
     # -- testing ---------------------------------------------------------------------------------------
     bad(
-        "ulp_distance shapes", lambda: fpemu.testing.ulp_distance(np.ones(3), np.ones(4), "e4m3fn"), ValueError, "shape"
+        "ulp_distance shapes",
+        lambda: fpemu.testing.ulp_distance(np.ones(3), np.ones(4), "e4m3fn"),
+        ValueError,
+        "a and b must broadcast",
+        "(3,) and (4,)",
     ),
     bad("ulp_distance fmt", lambda: fpemu.testing.ulp_distance(1.0, 2.0, "e4m3fx"), fpemu.UnknownFormatError, "e4m3fn"),
     bad("assert_close like", lambda: fpemu.testing.assert_close(1.0, 1.0, like="tf"), ValueError, "like", "torch"),
@@ -667,10 +719,30 @@ CATALOGUE: list[Bad] = [
         ValueError,
         "2-D",
     ),
+    # -- Policy(dot=...): training recipe names ------------------------------------------------------
+    bad(
+        "Policy dot MXFP8", lambda: fpemu.Policy(dot="MXFP8"), ValueError, "Policy.dot='MXFP8'", "did you mean 'mxfp8'?"
+    ),
+    bad("Policy dot mxfp9", lambda: fpemu.Policy(dot="mxfp9"), ValueError, "did you mean 'mxfp8'", "nvfp4"),
+    bad(
+        "Policy dot E4M3FN",
+        lambda: fpemu.Policy(dot="E4M3FN"),
+        ValueError,
+        "did you mean fpemu.DotPolicy(lhs='e4m3fn', rhs='e4m3fn')?",
+    ),
     # -- registry ----------------------------------------------------------------------------------------
     bad("get_format None", lambda: fpemu.get_format(None), TypeError, "None"),
     bad("get_format unknown", lambda: fpemu.get_format("bfloat17"), fpemu.UnknownFormatError, "bfloat16"),
     bad("register_format not a Format", lambda: fpemu.register_format("e4m3fn"), TypeError, "Format"),
+    bad(
+        "register_format aliases int",
+        lambda: fpemu.register_format(
+            fpemu.Format(name="bad_aliases_row", exponent_bits=3, mantissa_bits=2), aliases=3
+        ),
+        TypeError,
+        "aliases",
+        "None",
+    ),
     bad(
         "register_format taken",
         lambda: fpemu.register_format(fpemu.get_format("e4m3fn")),

@@ -264,11 +264,14 @@ def get_format(fmt: Any) -> Format:
     )
 
 
-def register_format(fmt: Format, aliases: Iterable[str] = ()) -> Format:
+def register_format(fmt: Format, aliases: Iterable[str] | str | None = ()) -> Format:
     """Add a custom format to the registry, under its name and any aliases (exact, lower case).
 
+    ``aliases`` is one name, an iterable of names, or None (no aliases, as ``()``).
+
     Raises:
-      TypeError: if ``fmt`` is not a `Format`.
+      TypeError: if ``fmt`` is not a `Format`, or ``aliases`` is not a string, an iterable of strings
+        or None.
       ValueError: if the name or an alias is already taken (names that differ only in case count as
         the same), or is not lower case; the registry is left unchanged.
 
@@ -280,8 +283,15 @@ def register_format(fmt: Format, aliases: Iterable[str] = ()) -> Format:
     """
     if not isinstance(fmt, Format):
         raise TypeError(f"fmt must be a fpemu.Format, got {type(fmt).__name__}")
-    if isinstance(aliases, str):
+    if aliases is None:
+        aliases = ()
+    elif isinstance(aliases, str):
         aliases = (aliases,)
+    elif not isinstance(aliases, Iterable):
+        raise TypeError(
+            f"aliases must be a format name, an iterable of names or None, got {type(aliases).__name__} "
+            f"(e.g. register_format(fmt, aliases=('my_alias',)))"
+        )
     with _lock:
         _add(fmt, tuple(aliases))
     return fmt

@@ -12,6 +12,7 @@ choices.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, cast
 
@@ -67,10 +68,21 @@ def _dot_field(value: Any, field: str) -> DotPolicy | TrainingRecipe | None:
             return training_recipe(value)
         try:
             fmt = get_format(value)
-        except (UnknownFormatError, TypeError) as err:
+        except (UnknownFormatError, TypeError):
+            key = value.strip().lower()
+            close = [key] if key in TRAINING_RECIPES else difflib.get_close_matches(key, TRAINING_RECIPES, n=3)
+            hint = f"did you mean {' or '.join(map(repr, close))}? " if close else ""
+            if not close and key != value:
+                try:
+                    name = get_format(key).name
+                    hint = f"did you mean fpemu.DotPolicy(lhs={name!r}, rhs={name!r})? "
+                except (UnknownFormatError, TypeError):
+                    pass
+            exact = "training recipe names are exact and lower case; " if key in TRAINING_RECIPES else ""
             raise ValueError(
-                f"Policy.{field}={value!r} is not a training recipe; training recipes: {', '.join(TRAINING_RECIPES)} "
-                f"(or a fpemu.TrainingRecipe, or a fpemu.DotPolicy for element formats; as a format: {err})"
+                f"Policy.{field}={value!r} is not a training recipe: {exact}{hint}training recipes: "
+                f"{', '.join(TRAINING_RECIPES)} (or a fpemu.TrainingRecipe, or fpemu.DotPolicy(lhs=..., rhs=...) "
+                "to round the operands to element formats such as 'e4m3fn')"
             ) from None
         raise TypeError(
             f"{choices}, got the format {fmt.name!r}: to round both operands to it, use "

@@ -23,6 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from fpemu._args import int_arg
+
 __all__ = [
     "ConvGeometry",
     "DotGeometry",
@@ -387,6 +389,12 @@ def conv_geometry(
     """The geometry of `lax.conv_general_dilated` with these arguments; lax's own shape rules check them."""
     lhs_shape, rhs_shape = tuple(lhs_shape), tuple(rhs_shape)
     spatial = len(lhs_shape) - 2
+    for name, values in (
+        ("window_strides", window_strides), ("lhs_dilation", lhs_dilation), ("rhs_dilation", rhs_dilation)
+    ):  # fmt: skip
+        if values is not None and not isinstance(values, str):
+            for value in values:  # lax does not check these: a 0 would divide by zero below
+                int_arg(value, name, minimum=1)
     try:  # lax's own shape rules validate everything; the messages are lax's
         expected = jax.eval_shape(
             lambda x, w: lax.conv_general_dilated(

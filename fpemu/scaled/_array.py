@@ -31,7 +31,7 @@ from fpemu.scaled._quantize import (
     storage_axis,
     storage_codes,
 )
-from fpemu.scaled._recipes import Recipe, RecipeLike, get_recipe
+from fpemu.scaled._recipes import Recipe, RecipeLike, get_recipe, recipes
 
 F32 = jnp.float32
 
@@ -59,6 +59,32 @@ class Packed(NamedTuple):
 def _pack_group(bits: int) -> int:
     """Codes per packing group: the smallest run of codes that fills whole bytes."""
     return 8 // math.gcd(bits, 8)
+
+
+def _packed_bytes(shape: tuple[int, ...], bits: int) -> tuple[int, ...]:
+    """The shape of what `ScaledArray.pack` writes for ``shape`` of ``bits``-bit codes."""
+    n = shape[-1] if shape else 1
+    group = _pack_group(bits)
+    return (*shape[:-1], -(-n // group) * group * bits // 8)
+
+
+def _packed_shape_mismatch(got: tuple[int, ...], shape: tuple[int, ...], recipe: Recipe) -> str:
+    """Why packed elements of shape ``got`` are not ``shape`` under ``recipe``: the recipe's element width
+    where another recipe's would fit (naming those recipes), else the shape."""
+    fmt = recipe.element
+    widths = sorted({get_recipe(name).element.bits for name in recipes()} - {fmt.bits})
+    fitting = [bits for bits in widths if _packed_bytes(shape, bits) == got]
+    if fitting:
+        others = [name for name in recipes() if get_recipe(name).element.bits == fitting[0]]
+        return (
+            f"packed.elements has shape {got}: {fitting[0]}-bit codes for shape={shape}, but recipe={recipe.name!r} "
+            f"has {fmt.bits}-bit {fmt.name} elements: pass the recipe it was packed with (recipes with "
+            f"{fitting[0]}-bit elements: {', '.join(others)})"
+        )
+    return (
+        f"packed.elements has shape {got}, but shape={shape} of {fmt.bits}-bit {fmt.name} codes packs to "
+        f"{_packed_bytes(shape, fmt.bits)}: shape must be the shape that was packed"
+    )
 
 
 @functools.partial(
@@ -372,13 +398,9 @@ class ScaledArray:
         if elements.dtype != jnp.uint8:
             raise TypeError(f"packed.elements must be uint8 (what ScaledArray.pack writes), got dtype {elements.dtype}")
         n = shape[-1] if shape else 1
-        group = _pack_group(fmt.bits)
-        expected = (*shape[:-1], -(-n // group) * group * fmt.bits // 8)
+        expected = _packed_bytes(shape, fmt.bits)
         if tuple(elements.shape) != expected:
-            raise ValueError(
-                f"packed.elements has shape {tuple(elements.shape)}, but shape={shape} of {fmt.bits}-bit {fmt.name} "
-                f"codes packs to {expected}: shape must be the shape that was packed"
-            )
+            raise ValueError(_packed_shape_mismatch(tuple(elements.shape), shape, recipe))
         codes = codec.unpack(elements, fmt)
         padding = codes[..., n:]
         if padding.size and not isinstance(padding, jax.core.Tracer) and bool(jnp.any(padding != 0)):

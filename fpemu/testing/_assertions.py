@@ -123,6 +123,7 @@ def _report(title, failed, actual, expected, fmt, show: int, err_msg: str, error
 
 
 def _check_shapes(actual: np.ndarray, expected: np.ndarray, err_msg: str) -> None:
+    __tracebackhide__ = True  # pytest shows the caller's line, not this function's source
     if actual.shape != expected.shape:
         prefix = f"{err_msg}\n" if err_msg else ""
         raise AssertionError(f"{prefix}shape mismatch: actual {actual.shape}, expected {expected.shape}")
@@ -181,6 +182,7 @@ def assert_bit_exact(
         0      0.0     -0.0      0x00000000   0x80000000     0x00 / 0x80   0
         1      1.0     1.125     0x3f800000   0x3f900000     0x38 / 0x39   1
     """
+    __tracebackhide__ = True  # pytest shows the caller's line, not this function's source
     actual = as_array(actual, "actual")
     expected = as_array(expected, "expected")
     prefix = f"{err_msg}\n" if err_msg else ""
@@ -266,6 +268,7 @@ def assert_representable(x: Any, fmt: Any, *, subnormals: bool = True, err_msg: 
         1      1.0625  0x3f880000  between 1.0 and 1.125
         2      500.0   0x43fa0000  beyond max 448.0
     """
+    __tracebackhide__ = True  # pytest shows the caller's line, not this function's source
     fmt = format_arg(fmt)
     show = _show_arg(show)
     x = as_array(x, "x")
@@ -364,6 +367,7 @@ def assert_close(
         index  actual  expected           actual bits  expected bits  abs err  rel err  ulps (fp32)
         0      1.0     1.000100016593933  0x3f800000   0x3f800347     0.0001   0.0001   839
     """
+    __tracebackhide__ = True  # pytest shows the caller's line, not this function's source
     actual = as_array(actual, "actual")
     expected = as_array(expected, "expected")
     show = _show_arg(show)

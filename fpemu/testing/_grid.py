@@ -298,6 +298,7 @@ def ulp_distance(a: Any, b: Any, fmt: Any) -> Any:
 
     Raises:
       TypeError: for inputs that are not float, integer or bool, or a bad ``fmt``.
+      ValueError: if ``a`` and ``b`` do not broadcast together (naming both shapes).
 
     Example:
       >>> float(ulp_distance(1.0, 1.25, "e4m3fn"))  # 1.0, 1.125, 1.25: two steps
@@ -310,7 +311,13 @@ def ulp_distance(a: Any, b: Any, fmt: Any) -> Any:
       [0.0, inf, 0.0]
     """
     fmt = format_arg(fmt)
-    a64, b64 = np.broadcast_arrays(widen(as_array(a, "a")), widen(as_array(b, "b")))
+    a64, b64 = widen(as_array(a, "a")), widen(as_array(b, "b"))
+    try:
+        a64, b64 = np.broadcast_arrays(a64, b64)
+    except ValueError:
+        raise ValueError(
+            f"ulp_distance: a and b must broadcast together, got shapes {a64.shape} and {b64.shape}"
+        ) from None
     whole_a, part_a, negative_a = position_parts(a64, fmt)
     whole_b, part_b, negative_b = position_parts(b64, fmt)
     with np.errstate(invalid="ignore"):

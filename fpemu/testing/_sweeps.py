@@ -78,6 +78,7 @@ class SweepReport:
 
     def raise_if_mismatch(self) -> None:
         """Raise AssertionError with this report as the message if any input disagreed."""
+        __tracebackhide__ = True  # pytest shows the caller's line, not this function's source
         if not self.ok:
             raise AssertionError(str(self))
 

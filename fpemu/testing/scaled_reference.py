@@ -386,6 +386,7 @@ def assert_equal(actual: Any, expected: Any, err_msg: str = "") -> None:
     Raises:
       AssertionError: naming the parts that differ and the first differing element.
     """
+    __tracebackhide__ = True  # pytest shows the caller's line, not this function's source
     if isinstance(expected, Result):
         parts: list[tuple[str, Any, Any]] = [
             ("values", actual.values, expected.values),

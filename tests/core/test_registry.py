@@ -121,6 +121,21 @@ def test_register_rejects_non_formats_and_duplicate_aliases():
         fpemu.register_format(Format(name=name, exponent_bits=4, mantissa_bits=3), aliases=[name.upper()])
 
 
+def test_register_aliases_none_means_no_aliases():
+    name = _fresh_name()
+    fmt = fpemu.register_format(Format(name=name, exponent_bits=3, mantissa_bits=2), aliases=None)
+    assert fpemu.get_format(name) is fmt
+    assert fpemu.format_aliases(fmt) == (name,)
+
+
+def test_register_rejects_non_iterable_aliases_naming_the_argument():
+    name = _fresh_name()
+    before = fpemu.formats()
+    with pytest.raises(TypeError, match=r"aliases must be a format name, an iterable of names or None, got int"):
+        fpemu.register_format(Format(name=name, exponent_bits=3, mantissa_bits=2), aliases=3)
+    assert fpemu.formats() == before
+
+
 # -- names people type ------------------------------------------------------------------------------
 
 

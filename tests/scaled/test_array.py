@@ -431,6 +431,22 @@ def test_from_packed_refuses_a_shape_that_does_not_match(recipe, shape):
         ScaledArray.from_packed(sa.pack(), recipe=recipe, shape=shape)
 
 
+@pytest.mark.parametrize(
+    ("packed_as", "read_as", "says"),
+    [
+        ("mxfp4", "mxfp8", r"4-bit codes for shape=\(4, 64\), but recipe='mxfp8_e4m3' has 8-bit e4m3fn elements: "
+         r"pass the recipe it was packed with \(recipes with 4-bit elements: mxfp4, nvfp4\)"),
+        ("mxfp8_e4m3", "mxfp6_e2m3", r"8-bit codes .* recipe='mxfp6_e2m3' has 6-bit e2m3fn elements"),
+    ],
+)  # fmt: skip
+def test_from_packed_blames_the_recipe_when_another_element_width_fits(packed_as, read_as, says):
+    """The shape is right and the recipe wrong: the message names the recipe, not the shape."""
+    sa = _codes_and_scale(packed_as)[0]
+    assert sa.shape == (4, 64)
+    with pytest.raises(ValueError, match=says):
+        ScaledArray.from_packed(sa.pack(), recipe=read_as, shape=sa.shape)
+
+
 @pytest.mark.parametrize("recipe", ["mxfp4", "mxfp6_e3m2"])
 def test_from_packed_refuses_a_shape_that_drops_codes_into_the_padding(recipe):
     """63 FP4 codes pack into the same 32 bytes as 64 (61 FP6 codes into the 48 bytes of 64): the dropped

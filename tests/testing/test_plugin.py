@@ -185,3 +185,35 @@ def test_the_public_namespace_holds_only_public_names():
     assert all(isinstance(getattr(fpemu.testing, name), types.ModuleType) for name in extra), extra
     assert "Any" not in dir(fpemu.testing) and not hasattr(fpemu.testing, "Any")
     assert not any(name.startswith("_") for name in dir(fpemu.testing))
+
+
+FAILING_ASSERTIONS = """
+import numpy as np
+import fpemu.testing as ft
+import fpemu.testing.scaled_reference
+
+def test_close():
+    ft.assert_close(np.float32([1.0, 2.0]), np.float32([1.0, 2.5]), "bf16", ulps=0)
+
+def test_bits():
+    ft.assert_bit_exact(np.float32([1.0, -0.0]), np.float32([1.0, 0.0]))
+
+def test_representable():
+    ft.assert_representable(np.float32([0.1]), "e4m3fn")
+
+def test_scaled():
+    fpemu.testing.scaled_reference.assert_equal(np.float32([1.0]), np.float32([2.0]))
+"""
+
+
+def test_a_failing_assertion_shows_the_callers_line_not_fpemus_source(pytester):
+    """fpemu's assertion functions hide their frames (``__tracebackhide__``): a failure shows the test's
+    line and the message, not about 100 lines of fpemu's own source."""
+    pytester.makepyfile(FAILING_ASSERTIONS)
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=4)
+    out = result.stdout.str()
+    for name in ("assert_close", "assert_bit_exact", "assert_representable", "assert_equal"):
+        assert f"def {name}(" not in out, name
+    assert "fpemu/testing/" not in out.replace("\\\\", "/")
+    result.stdout.fnmatch_lines(["*ft.assert_close(np.float32*", "E *AssertionError*"])
