@@ -12,7 +12,7 @@ import numpy as np
 from fpemu._args import choice_arg
 from fpemu._ops.accumulate import times_tensor_scales
 from fpemu._ops.matmul import matmul as _element_matmul
-from fpemu.scaled._recipes import get_recipe
+from fpemu.scaled._recipes import RECIPE_ALIASES, get_recipe
 from fpemu.scaled._split import quantize_dequantize_split
 
 MatmulRecipe = Literal[
@@ -68,6 +68,14 @@ def _product(a: jax.Array, b: jax.Array, recipe: str) -> jax.Array:
     return times_tensor_scales(_element_matmul(a_q, b_q, lhs="bf16", rhs="bf16"), a_t, b_t)
 
 
+def _matmul_recipe_name(recipe: Any) -> str:
+    """A name of `MATMUL_RECIPES`, or an alias `get_recipe` accepts for one (``"mxfp8"`` is ``mxfp8_e4m3``
+    here as in `quantize_dequantize`); else `choice_arg`'s error listing `MATMUL_RECIPES`."""
+    if isinstance(recipe, str) and recipe not in MATMUL_RECIPES and recipe in RECIPE_ALIASES:
+        return RECIPE_ALIASES[recipe]
+    return choice_arg(recipe, MATMUL_RECIPES, "recipe")
+
+
 def matmul(a: jax.Array | np.ndarray, b: jax.Array | np.ndarray, recipe: MatmulRecipe) -> jax.Array:
     """The recipe's emulated product of the float32 matrices ``a`` (M x K) and ``b`` (K x N), float32.
 
@@ -89,7 +97,9 @@ def matmul(a: jax.Array | np.ndarray, b: jax.Array | np.ndarray, recipe: MatmulR
     Args:
       a: float32 matrix (NumPy or JAX), M x K.
       b: float32 matrix (NumPy or JAX), K x N.
-      recipe: a name from `MATMUL_RECIPES`.
+      recipe: a name from `MATMUL_RECIPES`, or an alias of one that `get_recipe` accepts: ``"mxfp8"`` is
+        ``"mxfp8_e4m3"`` here as everywhere in `fpemu.scaled` (``fpemu.Policy(dot="mxfp8")`` is the training
+        recipe of that name, whose forward GEMM is this product).
 
     Returns:
       The float32 M x N product.
@@ -107,6 +117,6 @@ def matmul(a: jax.Array | np.ndarray, b: jax.Array | np.ndarray, recipe: MatmulR
       >>> scaled.matmul(a, b, "mxfp4").tolist()   # scale 2**-4: 0.3 / 2**-4 = 4.8 -> 4, i.e. 0.25
       [[8.0]]
     """
-    recipe_name = choice_arg(recipe, MATMUL_RECIPES, "recipe")
+    recipe_name = _matmul_recipe_name(recipe)
     a, b = _check_operands(a, b)
     return _product(a, b, recipe_name)

@@ -301,6 +301,9 @@ for _r, _aliases in _BUILTINS:
         _NAMES[_n] = _r
 
 
+#: The aliases of the built-in recipes, each to its recipe's name (``"mxfp8"`` -> ``"mxfp8_e4m3"``).
+RECIPE_ALIASES: dict[str, str] = {alias: r.name for r, aliases in _BUILTINS for alias in aliases}
+
 #: What every ``recipe`` argument takes: a built-in recipe's name (or alias) or a `Recipe`.
 RecipeLike = str | Recipe
 

@@ -287,7 +287,7 @@ def matmul_error(recipe: str, distribution: str, size: int, *, seed: int = 0, ou
       >>> e.recipe, e.size, 2**-12 < e.relative_error < 2**-7
       ('bf16', 64, True)
     """
-    recipe = _choice(recipe, MATMUL_RECIPES, "recipe")
+    recipe = choices.matmul_recipe(recipe, "recipe")
     distribution = _choice(distribution, DISTRIBUTIONS, "distribution")
     size, seed, outer = _size(size), _seed(seed), _outer(outer)
     a, b = matmul_inputs(distribution, size, seed=seed, outer=outer)
@@ -327,7 +327,11 @@ def matmul_accuracy(
     The inputs and the float64 reference of each (distribution, size) are computed once and shared
     by all recipes; at 8192 the reference takes most of a minute on two CPU cores.
     """
-    recipes = _names(recipes, MATMUL_RECIPES, "recipe")
+    recipes = (
+        MATMUL_RECIPES
+        if recipes is None
+        else tuple(choices.matmul_recipe(r, "recipe") for r in ((recipes,) if isinstance(recipes, str) else recipes))
+    )
     distributions = _names(distributions, DISTRIBUTIONS, "distribution")
     size_list = tuple(dict.fromkeys(_size(s) for s in ((sizes,) if isinstance(sizes, (int, np.integer)) else sizes)))
     seed, outer = _seed(seed), _outer(outer)

@@ -73,6 +73,37 @@ def check_names(what: str, names: Sequence[str], choices: Sequence[str]) -> list
     return list(names)
 
 
+def matmul_recipe(name: object, what: str = "matmul recipe", valid: Sequence[str] | None = None) -> str:
+    """A `fpemu.scaled.matmul` recipe's name: one of ``MATMUL_RECIPES``, or an alias that
+    `fpemu.scaled.get_recipe` accepts for one (``"mxfp8"`` -> ``"mxfp8_e4m3"``, as `fpemu.scaled.matmul`
+    takes it); else ValueError (`unknown`'s message).
+
+    Example:
+      >>> matmul_recipe("mxfp8"), matmul_recipe("bf16")
+      ('mxfp8_e4m3', 'bf16')
+    """
+    valid = fpemu.scaled.MATMUL_RECIPES if valid is None else valid
+    if isinstance(name, str):
+        if name in valid:
+            return name
+        try:
+            canonical = fpemu.scaled.get_recipe(name).name
+        except fpemu.scaled.UnknownRecipeError:
+            canonical = ""
+        if canonical in valid:
+            return canonical
+    raise ValueError(unknown(what, [str(name)], valid))
+
+
+def matmul_recipe_names(names: Sequence[str], valid: Sequence[str] | None = None) -> list[str]:
+    """`matmul_recipe` of each name (``valid``: the recipes, default ``MATMUL_RECIPES``), without repeats;
+    an empty list is refused, listing the recipes."""
+    if not names:
+        choices = fpemu.scaled.MATMUL_RECIPES if valid is None else valid
+        raise ValueError(f"no matmul recipes given; choose from: {', '.join(choices)}")
+    return list(dict.fromkeys(matmul_recipe(name, valid=valid) for name in names))
+
+
 def split_list(text: str) -> list[str]:
     """``"a, b,c"`` -> ``["a", "b", "c"]``; ValueError for an empty item (``"a,,b"``, ``""``)."""
     items = [item.strip() for item in text.split(",")]

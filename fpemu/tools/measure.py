@@ -327,7 +327,7 @@ def _check_recipes(parser: argparse.ArgumentParser, kinds: tuple[str, ...], name
             parser.error(f"argument --recipes: qsnr: {error}")
     if "matmul-error" in kinds:
         try:
-            out = choices.check_names("matmul recipe", names, accuracy.MATMUL_RECIPES)
+            out = choices.matmul_recipe_names(names, accuracy.MATMUL_RECIPES)
         except ValueError as error:
             parser.error(f"argument --recipes: matmul-error: {error}")
     return out

@@ -473,7 +473,7 @@ def plot_matmul_error(
     from matplotlib.lines import Line2D
 
     known = list(accuracy.MATMUL_RECIPES)
-    recipe_names = known if recipes is None else choices.check_names("matmul recipe", [str(r) for r in recipes], known)
+    recipe_names = known if recipes is None else choices.matmul_recipe_names([str(r) for r in recipes], known)
     names = list(accuracy.DISTRIBUTIONS if distributions is None else distributions)
     if names:
         choices.check_names("distribution", names, accuracy.DISTRIBUTIONS)

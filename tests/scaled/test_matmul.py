@@ -88,6 +88,19 @@ def test_special_values():
     assert scaled.matmul(big, np.ones((2, 1), np.float32), "fp16").tolist() == [[np.inf]]
 
 
+def test_recipe_aliases_mean_what_get_recipe_says():
+    """``"mxfp8"`` is ``mxfp8_e4m3`` in `scaled.matmul` as in `scaled.quantize_dequantize` (it was refused)."""
+    rng = np.random.default_rng(5)
+    a, b = rng.normal(size=(4, 64)).astype(np.float32), rng.normal(size=(64, 3)).astype(np.float32)
+    for alias, name in (("mxfp8", "mxfp8_e4m3"), ("mxfp4_e2m1", "mxfp4")):
+        assert scaled.get_recipe(alias).name == name
+        assert_bit_exact(scaled.matmul(a, b, alias), scaled.matmul(a, b, name))
+    assert_bit_exact(
+        scaled.matmul(a, b, "mxfp8"),
+        scaled.quantize_dequantize(a, "mxfp8", axis=1) @ scaled.quantize_dequantize(b, "mxfp8", axis=0),
+    )
+
+
 def test_unknown_recipe_lists_the_recipes():
     with pytest.raises(ValueError, match="recipe must be one of") as info:
         scaled.matmul(np.ones((2, 2), np.float32), np.ones((2, 2), np.float32), "fp64")

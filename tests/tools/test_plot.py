@@ -228,6 +228,21 @@ def test_plot_matmul_error_refuses_bad_arguments(tmp_path, fake_accuracy):
     assert not (tmp_path / "no.png").exists() and fake_accuracy == []
 
 
+def test_plot_matmul_error_takes_fpemu_scaleds_recipe_aliases(tmp_path, fake_accuracy):
+    """A recipe alias of `fpemu.scaled.get_recipe` means the same recipe here (``"mxfp4_e2m1"`` is ``mxfp4``)."""
+    _plot.plot_matmul_error(["mxfp4_e2m1", "bf16", "mxfp4"], [16], tmp_path / "mm.png", outer=8)
+    assert [call["recipes"] for call in fake_accuracy] == [["mxfp4", "bf16"]]
+
+
+def test_mxfp8_is_one_recipe_in_the_matmul_error_and_qsnr_plots(tmp_path, capsys):
+    """``--recipes mxfp8`` is ``mxfp8_e4m3`` in both kinds, as in `fpemu.scaled` (it was refused by matmul-error)."""
+    args = ["--recipes", "mxfp8", "--distributions", "gaussian", "--out", str(tmp_path)]
+    assert main(["plot", "matmul-error", "--sizes", "16", *args]) == 0
+    assert main(["plot", "qsnr", *args]) == 0
+    assert {r["recipe"] for r in read_csv(tmp_path / "matmul_error.csv")} == {"mxfp8_e4m3"}
+    assert {r["recipe"] for r in read_csv(tmp_path / "qsnr.csv")} == {"mxfp8_e4m3"}
+
+
 def test_plot_matmul_error_with_the_accuracy_module(tmp_path):
     kwargs = dict(distributions=["gaussian", "outlier_channels"], outer=8, seed=1)
     path = _plot.plot_matmul_error(["bf16", "mxfp4"], [16, 32], tmp_path / "mm.png", **kwargs)
@@ -305,7 +320,7 @@ def test_cli_data_round_trip(tmp_path, capsys):
         (["rounding-error", "--formats", "bogus"], "registered formats: fp64, fp32"),
         (["values", "--formats", "fp32"], "argument --formats: values: fp32 has 2,139,095,039"),
         (["qsnr", "--recipes", "mxfp9"], "argument --recipes: qsnr: unknown recipe 'mxfp9'"),
-        (["matmul-error", "--recipes", "mxfp8"], "did you mean 'mxfp8_e4m3', 'mxfp8_e5m2'"),  # prefix matches
+        (["matmul-error", "--recipes", "mxfp"], "did you mean 'mxfp8_e4m3', 'mxfp8_e5m2'"),  # prefix matches
         (
             ["matmul-error", "--recipes", "nv"],
             "argument --recipes: matmul-error: unknown matmul recipe 'nv'; did you mean 'nvfp4'",
