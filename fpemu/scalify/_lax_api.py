@@ -107,7 +107,7 @@ def scaled_minmax(prim: Any, lhs: ScaledArray, rhs: ScaledArray) -> ScaledArray:
 def scaled_op_default_translation(prim: Any, args: Sequence[Any], outscale: Any = None) -> Any:
     """The unscale fallback: ``prim`` on the unscaled ``args``, the result with scale 1 (or with
     ``outscale``, by `scaled_set_scaling`)."""
-    outs = unscale_compute(prim, [_scaled(a) for a in args], {})
+    outs = unscale_compute(prim, [_scaled(a) for a in args], {}, fill=True)
     out = outs if prim.multiple_results else outs[0]
     return out if outscale is None else scaled_set_scaling(out, outscale)
 

@@ -199,6 +199,7 @@ def test_public_shape_ops():
     out = L.scaled_reduce_window_sum(a, (1, 2), (1, 1), ((0, 0), (0, 0)), (1, 1), (1, 1))
     assert value(out) == [[2.0, 6.0], [14.0, 18.0]] and float(out.scale) == 2.0
     assert value(L.scaled_exp(jsa.scaled_array([0.0], np.float32(2)))) == [1.0]
+    assert value(L.scaled_op_default_translation(lax.exp_p, [jsa.scaled_array([0.0], np.float32(2))])) == [1.0]
     out = L.scaled_set_scaling(a, np.float32(4))
     assert float(out.scale) == 4.0 and value(out) == value(a)
     assert value(L.scaled_reduce_sum(a, (1,))) == [6.0, 24.0]
