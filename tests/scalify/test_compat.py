@@ -48,15 +48,8 @@ def _signature(text: str) -> inspect.Signature:
     return inspect.signature(namespace["stub"])
 
 
-# Deliberate differences (docs/scalify.md, "Differences from jax-scalify"): parameters that fpemu takes
-# by keyword only.
-KEYWORD_ONLY = {"ScalifyConfig"}
-
-
-def _compatible(ours: inspect.Signature, theirs: inspect.Signature, name: str = "") -> str | None:
+def _compatible(ours: inspect.Signature, theirs: inspect.Signature) -> str | None:
     """None if every call ``theirs`` accepts is accepted by ``ours`` with the same meaning, else why not."""
-    if name in KEYWORD_ONLY:
-        theirs = theirs.replace(parameters=[p.replace(kind=p.KEYWORD_ONLY) for p in theirs.parameters.values()])
     mine = list(ours.parameters.values())
     for i, p in enumerate(theirs.parameters.values()):
         if p.kind is p.VAR_KEYWORD:
@@ -93,7 +86,7 @@ def test_every_public_name_of_jax_scalify(module, name, what):
     elif what.startswith("enum"):
         assert issubclass(obj, enum.Enum) and what.split()[1:] == list(obj.__members__)
     elif what.startswith("("):
-        reason = _compatible(inspect.signature(obj), _signature(what), name)
+        reason = _compatible(inspect.signature(obj), _signature(what))
         assert reason is None, f"{module}.{name}{inspect.signature(obj)}: {reason}"
 
 
