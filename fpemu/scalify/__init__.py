@@ -5,14 +5,15 @@ transforms a function so that scales propagate through it with unit-scaling rule
 programs neither overflow nor underflow without per-tensor bookkeeping. Submodules, as in
 jax-scalify: `fpemu.scalify.core` (types, pow2 helpers, rule registry), `fpemu.scalify.lax`
 (scale primitives and rules), `fpemu.scalify.ops` (dynamic rescaling, casts, debugging),
-`fpemu.scalify.tree` and `fpemu.scalify.quantization`. docs/scalify.md is the guide.
+`fpemu.scalify.tree`, `fpemu.scalify.quantization` and `fpemu.scalify.utils` (HLO printing). docs/scalify.md is the guide.
 
 `fpemu.scalify.ScaledArray` (data and one scalar scale, propagated through arithmetic) is a
 different type from `fpemu.scaled.ScaledArray` (element-format codes and per-block scales, the
 storage of a block format, dequantized for arithmetic); docs/scalify.md explains the choice.
 """
 
-from fpemu.scalify import core, lax, ops, quantization, tree
+from fpemu import __version__
+from fpemu.scalify import core, lax, ops, quantization, tree, utils
 from fpemu.scalify.core import (
     Pow2RoundMode,
     ScaledArray,
@@ -25,6 +26,7 @@ from fpemu.scalify.core import (
 )
 
 __all__ = [
+    "__version__",
     "Pow2RoundMode",
     "ScaledArray",
     "ScalifyConfig",
@@ -38,4 +40,5 @@ __all__ = [
     "scaled_array",
     "scalify",
     "tree",
+    "utils",
 ]

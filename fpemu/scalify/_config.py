@@ -15,7 +15,7 @@ from fpemu.scalify._pow2 import Pow2RoundMode, pow2_mode_arg
 __all__ = ["ScalifyConfig", "get_scalify_config"]
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class ScalifyConfig:
     """The configuration of `scalify`, also a context manager that makes it current.
 
@@ -25,7 +25,8 @@ class ScalifyConfig:
         `scalify`), folded with the rounding site and the value rounded: reproducible.
       scale_dtype: the dtype of the scales `scalify` creates for unscaled operands (None: the
         dtype of the other operands' scales, else of the operand itself).
-      seed: the seed of ``STOCHASTIC`` rounding when `scalify` is given no key.
+      seed: the seed of ``STOCHASTIC`` rounding when `scalify` is given no key (keyword-only: jax-scalify's
+        two fields may be given by position, in its order, as there).
 
     The configuration is read when a scalified function is traced or called, and it is part of
     the cache key of everything `scalify` compiles (nested ``jax.jit`` bodies). A ``jax.jit``
@@ -42,6 +43,7 @@ class ScalifyConfig:
 
     rounding_mode: Pow2RoundMode = Pow2RoundMode.DOWN
     scale_dtype: Any = None
+    _: dataclasses.KW_ONLY  # jax-scalify's two fields take positions, as there; fpemu's own are named
     seed: int = 0
 
     def __post_init__(self):

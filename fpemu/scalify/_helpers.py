@@ -19,16 +19,31 @@ def is_float(dtype: Any) -> bool:
     return jnp.issubdtype(dtype, jnp.floating)
 
 
-def scale_dtype_of(*values: Any) -> np.dtype | None:
-    """The widest scale dtype among the `ScaledArray` values (float32 for float16 with bfloat16)."""
-    dtypes = {np.dtype(v.scale.dtype) for v in values if isinstance(v, ScaledArray)}
-    if not dtypes:
+def float_dtype(dtype: Any) -> np.dtype:
+    """``dtype`` if floating, else float32: the dtype in which a scale of that dtype computes (an
+    integer scale, as jax-scalify's ``scaled_array([1.0], 3)`` makes, with a float32 scale: JAX's promotion)."""
+    dtype = np.dtype(dtype)
+    return dtype if is_float(dtype) else np.dtype(np.float32)
+
+
+def common_float_dtype(*dtypes: Any) -> np.dtype | None:
+    """The float dtype in which scales of ``dtypes`` compute together: the widest float one (float32 for
+    float16 with bfloat16, as JAX promotes them); integer dtypes count as float32 only when no dtype is
+    floating (jax-scalify's promotion, without its integer arithmetic)."""
+    dtypes_ = {np.dtype(d) for d in dtypes}
+    floats = {d for d in dtypes_ if is_float(d)} or {float_dtype(d) for d in dtypes_}
+    if not floats:
         return None
-    if len(dtypes) == 1:
-        return dtypes.pop()
-    if np.dtype(np.float64) in dtypes:
+    if len(floats) == 1:
+        return floats.pop()
+    if np.dtype(np.float64) in floats:
         return np.dtype(np.float64)
     return np.dtype(np.float32)
+
+
+def scale_dtype_of(*values: Any) -> np.dtype | None:
+    """The dtype computed scales take: `common_float_dtype` of the `ScaledArray` values' scales."""
+    return common_float_dtype(*(v.scale.dtype for v in values if isinstance(v, ScaledArray)))
 
 
 def with_scale_dtype(value: Any, dtype: Any) -> Any:
@@ -38,7 +53,7 @@ def with_scale_dtype(value: Any, dtype: Any) -> Any:
 
 
 def promote_scales(*values: Any) -> list[Any]:
-    """The values with their scales cast to one common dtype (`scale_dtype_of`)."""
+    """The values with their scales cast to one common float dtype (`scale_dtype_of`)."""
     dtype = scale_dtype_of(*values)
     return [with_scale_dtype(v, dtype) for v in values]
 
@@ -56,6 +71,16 @@ def safe_div(lhs: Any, rhs: Any) -> Any:
     lhs, rhs = jnp.broadcast_arrays(jnp.asarray(lhs).astype(rhs.dtype), rhs)
     zero = lax.eq(rhs, lax.full_like(rhs, 0))
     return lax.select(zero, lax.full_like(rhs, 0), lax.div(lhs, lax.select(zero, lax.full_like(rhs, 1), rhs)))
+
+
+def safe_reciprocal(val: Any) -> Any:
+    """``1 / val``, and 0 where ``val`` is 0 (NumPy in, NumPy out)."""
+    if is_numpy(val):
+        val = np.asarray(val)
+        return np.reciprocal(val, out=np.zeros(val.shape, val.dtype), where=val != 0)
+    val = jnp.asarray(val)
+    zero = lax.eq(val, lax.full_like(val, 0))
+    return lax.select(zero, val, lax.div(lax.full_like(val, 1), lax.select(zero, lax.full_like(val, 1), val)))
 
 
 def maximum(a: Any, b: Any) -> Any:
@@ -76,6 +101,8 @@ def rescaled(value: ScaledArray, scale: Any, dtype: Any = None, *, pow2: bool = 
     says that ``scale`` is 0, +inf or a power of two (`pow2_round`'s result in a power-of-two
     mode): the ratio is then `pow2_divide`'s, the same quotient without a division."""
     dtype = np.dtype(value.dtype if dtype is None else dtype)
+    scale = scale if is_float(scale.dtype) else scale.astype(float_dtype(scale.dtype))  # integer scales: in float
+    value = with_scale_dtype(value, float_dtype(value.scale.dtype))
     if pow2 and not (is_numpy(value.scale) and is_numpy(scale)):
         ratio = pow2_divide(value.scale, scale)
     else:
@@ -105,7 +132,7 @@ def common(values: Sequence[ScaledArray], dtype: Any = None) -> tuple[Any, list[
 
 
 def ones_scale(dtype: Any) -> np.ndarray:
-    return np.ones((), dtype)
+    return np.ones((), float_dtype(dtype))
 
 
 def unscale(value: Any, dtype: Any = None) -> Any:
@@ -116,6 +143,21 @@ def unscale(value: Any, dtype: Any = None) -> Any:
 
 def static_size(shape: Sequence[int], axes: Sequence[int]) -> int:
     return int(np.prod([shape[a] for a in axes], dtype=np.int64))
+
+
+# Parameters of JAX's primitives that their public functions fill in and jax-scalify's calling forms
+# (``scaled_reduce_sum(val, axes)``) leave out, with the functions' defaults (jax 0.10 to 0.12).
+_BIND_DEFAULTS: dict[str, dict[str, Any]] = {
+    **dict.fromkeys(("reduce_sum", "dot_general", "conv_general_dilated"), {"out_sharding": None}),
+    **dict.fromkeys(("reshape", "broadcast_in_dim"), {"sharding": None}),
+    "convert_element_type": {"sharding": None, "weak_type": False},
+    **dict.fromkeys("exp exp2 log log1p expm1 tanh logistic sin cos tan sqrt rsqrt cbrt".split(), {"accuracy": None}),
+}
+
+
+def bind(prim: Any, *operands: Any, **params: Any) -> Any:
+    """``prim.bind`` with the parameters JAX's public function would add when the caller leaves them out."""
+    return prim.bind(*operands, **{**_BIND_DEFAULTS.get(prim.name, {}), **params})
 
 
 def data_of(value: Any) -> Any:

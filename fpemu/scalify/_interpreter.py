@@ -22,25 +22,25 @@ import numpy as np
 from fpemu._args import key_arg
 from fpemu._engine.rng import seeds_from_key
 from fpemu._jax.compat import DropVar, Jaxpr, Literal, bind
-from fpemu._jax.primitives import names_of
 from fpemu.scalify._array import ScaledArray, is_scaled_leaf, is_static_zero, make_scaled_scalar
 from fpemu.scalify._config import get_scalify_config
 from fpemu.scalify._helpers import is_float, rescaled, scale_dtype_of
 from fpemu.scalify._pow2 import is_numpy
 from fpemu.scalify._registry import (
+    FALLBACK,
     JAXPR_RULES,
     STATE,
     ScaledPrimitiveType,
     State,
     default_seeds,
-    find_registered_scaled_op,
+    registered_rule,
 )
 from fpemu.scalify._rules_select import unscale_compute
 
 __all__ = ["scalify"]
 
 # The primitives without a scale law: their operands are unscaled, the result has scale 1.
-UNSCALE = frozenset(names_of("scalify", "unscale"))
+UNSCALE = FALLBACK
 
 # Primitives whose results are broadcast scalars when all operands are (jax-scalify's list), and
 # those whose results are zeros when all operands are zeros.
@@ -120,7 +120,7 @@ def apply(eqn, invals: list[Tracked]) -> list[Tracked]:
     jaxpr_rule = JAXPR_RULES.get(name)
     if jaxpr_rule is not None:
         return jaxpr_rule(eqn, invals)
-    rule, kind = find_registered_scaled_op(eqn.primitive)
+    rule, kind = registered_rule(name)
     any_scaled = any(t.scaled for t in invals)
     scalar = all(t.scalar for t in invals) and name in SCALAR_PRESERVING
     zero = all(t.zero for t in invals) and name in ZERO_PRESERVING

@@ -14,6 +14,7 @@ from jax import lax
 
 from fpemu._args import format_arg
 from fpemu.scalify._array import ScaledArray, is_scaled_leaf
+from fpemu.scalify._helpers import float_dtype
 from fpemu.scalify._pow2 import pow2_round_down
 from fpemu.scalify._primitives import get_data_scale, quantize_data, rebalance
 from fpemu.scalify._rules_select import cast_data
@@ -79,7 +80,7 @@ _EPS = pow2_round_down(np.float32(1e-4))  # 2**-14: the smallest norm a rescale 
 
 
 def _rebalanced(arr: Any, norm: Any, scale: Any) -> Any:
-    norm = lax.max(pow2_round_down(norm.astype(jnp.float32)), jnp.asarray(_EPS)).astype(scale.dtype)
+    norm = lax.max(pow2_round_down(norm.astype(jnp.float32)), jnp.asarray(_EPS)).astype(float_dtype(scale.dtype))
     return rebalance(arr, norm)
 
 
@@ -107,8 +108,8 @@ def _is_live(tree: Any) -> bool:
 
 
 def _doc(inner: Callable, norm: str, where: str) -> Callable:
-    def fn(arr: Any) -> Any:
-        return inner(arr) if _is_live(arr) else arr
+    def fn(arg: Any) -> Any:
+        return inner(arg) if _is_live(arg) else arg
 
     fn.__doc__ = (
         f"Rescale every float leaf of a pytree by its {norm}, rounded down to a power of two (at "

@@ -17,15 +17,24 @@ from fpemu._args import format_arg
 from fpemu._ops.quantize import quantize
 from fpemu.scalify._array import ScaledArray, asarray, is_static_one_scalar
 from fpemu.scalify._config import get_scalify_config
-from fpemu.scalify._helpers import rescaled
-from fpemu.scalify._pow2 import is_numpy
+from fpemu.scalify._helpers import common_float_dtype, float_dtype, is_float, rescaled
 from fpemu.scalify._registry import ScaledPrimitiveType, register_rule
 
 __all__ = ["get_data_scale", "quantize_data", "rebalance", "set_scaling", "stop_scaling"]
 
 
 def _scale_value(scale: Any) -> Any:
-    return asarray(scale) if isinstance(scale, ScaledArray) else scale
+    """A scale as an array: a `ScaledArray`'s value; Python numbers in JAX's 32-bit dtypes (as jax-scalify)."""
+    if isinstance(scale, ScaledArray):
+        return asarray(scale)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        return scale
+    return np.asarray(scale, np.float32 if isinstance(scale, float) else np.int32)
+
+
+def _is_plain(values: Any) -> bool:
+    """Whether ``values`` is a concrete array outside any trace (where the scale primitives are identities)."""
+    return not isinstance(values, (ScaledArray, jax.core.Tracer))
 
 
 # -- set_scaling ------------------------------------------------------------------------------------
@@ -61,8 +70,8 @@ def scaled_set_scaling(values: Any, scale: Any) -> ScaledArray:
     if is_static_one_scalar(scale) and isinstance(values, ScaledArray):
         return values
     if not isinstance(values, ScaledArray):
-        values = ScaledArray(values, np.ones((), scale.dtype))
-    return ScaledArray(rescaled(values, scale.astype(values.scale.dtype)), scale)
+        values = ScaledArray(values, np.ones((), float_dtype(scale.dtype)))
+    return ScaledArray(rescaled(values, scale.astype(float_dtype(values.scale.dtype))), scale)
 
 
 register_rule("set_scaling", kind="scale primitive", scaled_type=ScaledPrimitiveType.ALWAYS_SCALE)(
@@ -74,11 +83,14 @@ def set_scaling(values: Any, scale: Any) -> Any:
     """Set the scale of ``values`` to the scalar ``scale`` (the value is unchanged).
 
     Inside `scalify` (and on a `ScaledArray`): a `ScaledArray` with that scale, ``data = values /
-    scale``. Outside, on a plain array: the identity.
+    scale`` (the ratio of the scales computed in floating point, also for integer scales). Outside,
+    on a plain array: the identity (the same array).
     """
     if isinstance(values, ScaledArray) or isinstance(scale, ScaledArray):
         return scaled_set_scaling(values, scale)
-    return set_scaling_p.bind(values, scale)
+    if _is_plain(values):
+        return values
+    return set_scaling_p.bind(values, _scale_value(scale))
 
 
 # -- stop_scaling -----------------------------------------------------------------------------------
@@ -113,6 +125,8 @@ def stop_scaling(values: Any, dtype: Any = None) -> Any:
     dtype = None if dtype is None else np.dtype(dtype)
     if isinstance(values, ScaledArray):
         return scaled_stop_scaling(values, dtype)
+    if _is_plain(values):
+        return values if dtype is None else values.astype(dtype)
     return stop_scaling_p.bind(values, dtype=dtype)
 
 
@@ -151,7 +165,10 @@ batching.primitive_batchers[get_data_scale_p] = _get_batch
 def scaled_get_data_scale(values: Any, scale_dtype: Any = None, **params: Any) -> list:
     """``[data, scale]`` of a `ScaledArray`."""
     if isinstance(values, ScaledArray):
-        return [values.data, values.scale]
+        scale = values.scale
+        if scale_dtype is not None and not is_float(scale.dtype):  # an integer scale, traced as float
+            scale = scale.astype(scale_dtype)
+        return [values.data, scale]
     return [values, np.ones((), scale_dtype or values.dtype)]
 
 
@@ -164,7 +181,7 @@ def get_data_scale(values: Any) -> tuple[Any, Any]:
     if isinstance(values, ScaledArray):
         return values.data, values.scale
     scale_dtype = np.dtype(get_scalify_config().scale_dtype or values.dtype)
-    if is_numpy(values):
+    if _is_plain(values):
         return values, np.ones((), scale_dtype)
     data, scale = get_data_scale_p.bind(values, scale_dtype=scale_dtype)
     return data, scale
@@ -172,12 +189,16 @@ def get_data_scale(values: Any) -> tuple[Any, Any]:
 
 def rebalance(values: Any, rebalance_scale: Any) -> Any:
     """Multiply the scale of ``values`` by ``rebalance_scale`` and divide the data by it (the value
-    is unchanged; outside `scalify`, the identity on plain arrays)."""
+    is unchanged; outside `scalify`, the identity on plain arrays: the same array).
+
+    The new scale is computed in floating point: the two dtypes promoted as JAX does, an integer
+    result made float32 (jax-scalify requires equal dtypes and multiplies integers as integers)."""
+    if _is_plain(values):
+        return values
     _, scale = get_data_scale(values)
     rebalance_scale = _scale_value(rebalance_scale)
-    if rebalance_scale.dtype != scale.dtype:
-        raise TypeError(f"rebalance: the scale is {scale.dtype} but rebalance_scale is {rebalance_scale.dtype}")
-    return set_scaling(values, scale * rebalance_scale)
+    dtype = common_float_dtype(scale.dtype, rebalance_scale.dtype)
+    return set_scaling(values, scale.astype(dtype) * rebalance_scale.astype(dtype))
 
 
 # -- quantize_data: round the data (not the value) to a format ----------------------------------------

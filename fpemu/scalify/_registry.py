@@ -22,13 +22,14 @@ from jax import lax
 from jax.extend.core import Primitive
 
 from fpemu._engine.rng import hash_index
-from fpemu._jax.primitives import check_kind
+from fpemu._jax.primitives import check_kind, names_of
 from fpemu.scalify._config import get_scalify_config
 from fpemu.scalify._pow2 import Pow2RoundMode, is_numpy, pow2_round
 
 __all__ = [
     "ScaledPrimitiveType",
     "find_registered_scaled_op",
+    "register_public",
     "register_scaled_lax_op",
     "register_scaled_op",
 ]
@@ -92,8 +93,60 @@ def register_scaled_lax_op(scaled_func: Callable) -> Callable:
 
 
 def find_registered_scaled_op(prim: Any) -> tuple[Callable | None, ScaledPrimitiveType]:
-    """``(rule, type)`` registered for ``prim``, or ``(None, ScaledPrimitiveType.NEVER)``."""
-    return _RULES.get(primitive_name(prim), (None, ScaledPrimitiveType.NEVER))
+    """``(scaled op, type)`` registered for ``prim`` (a primitive or its name), or ``(None,
+    ScaledPrimitiveType.NEVER)``.
+
+    The op takes jax-scalify's calling form (``scaled_dot_general(lhs, rhs, dimension_numbers)``,
+    ``scaled_concatenate(operands, dimension)``) and also the equation's parameters as keywords. A
+    primitive that `scalify` computes by the unscale fallback (``exp``, ``sin``, ``cos``...) gets the
+    fallback as its op: operands unscaled, the primitive computed, float results with scale 1.
+    """
+    name = primitive_name(prim)
+    rule = _RULES.get(name)
+    if name in PUBLIC:
+        return PUBLIC[name], rule[1] if rule is not None else ScaledPrimitiveType.FORWARD
+    if rule is not None:
+        return rule
+    if name in FALLBACK:
+        return fallback_op(prim), ScaledPrimitiveType.FORWARD
+    return None, ScaledPrimitiveType.NEVER
+
+
+def registered_rule(name: str) -> tuple[Callable | None, ScaledPrimitiveType]:
+    """The rule `scalify` applies to the primitive ``name`` (the equation's calling form)."""
+    return _RULES.get(name, (None, ScaledPrimitiveType.NEVER))
+
+
+# Scaled ops in jax-scalify's calling form, where it differs from the rule's (`find_registered_scaled_op`).
+PUBLIC: dict[str, Callable] = {}
+# The primitives computed by the unscale fallback.
+FALLBACK = frozenset(names_of("scalify", "unscale"))
+
+
+def register_public(*names: str) -> Callable:
+    """Decorator: ``fn`` is the scaled op `find_registered_scaled_op` returns for these primitives."""
+
+    def decorate(fn: Callable) -> Callable:
+        for name in names:
+            PUBLIC[name] = fn
+        return fn
+
+    return decorate
+
+
+_FALLBACK_OP: list[Callable] = []  # `fpemu.scalify._rules_select.fallback_op`, registered there
+
+
+def register_fallback_op(factory: Callable) -> Callable:
+    """Decorator: ``factory(prim)`` makes the scaled op of a primitive of the unscale fallback."""
+    _FALLBACK_OP[:] = [factory]
+    return factory
+
+
+def fallback_op(prim: Any) -> Callable:
+    """The unscale fallback of ``prim`` (a primitive or its name) as a scaled op (jax-scalify's
+    ``scaled_exp``, ``scaled_cos``...)."""
+    return _FALLBACK_OP[0](prim)
 
 
 #: The kind of fpemu's own primitives (`fpemu.scalify.lax.set_scaling`...), which the catalogue of

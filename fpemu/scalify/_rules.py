@@ -16,6 +16,7 @@ from fpemu.scalify._array import ScaledArray
 from fpemu.scalify._config import get_scalify_config
 from fpemu.scalify._helpers import (
     api,
+    bind,
     maximum,
     minimum,
     promote_scales,
@@ -94,24 +95,28 @@ def _power(scale: Any, y: int) -> Any:
 @register_rule("integer_pow", kind="rule")
 def scaled_integer_pow(A: ScaledArray, y: int, **params: Any) -> ScaledArray:
     """``s = sa ** y``, ``data = da ** y``."""
+    (A,) = promote_scales(A)
     return ScaledArray(lax.integer_pow(A.data, y), _power(A.scale, y))
 
 
 @register_rule("square", kind="rule")
 def scaled_square(A: ScaledArray, **params: Any) -> ScaledArray:
     """``s = sa ** 2``, ``data = da ** 2``."""
+    (A,) = promote_scales(A)
     return ScaledArray(lax.square(A.data), _power(A.scale, 2))
 
 
 @register_rule("sqrt", kind="rule")
-def scaled_sqrt(A: ScaledArray, **params: Any) -> ScaledArray:
+def scaled_sqrt(val: ScaledArray, **params: Any) -> ScaledArray:
     """``s = sqrt(sa)``, ``data = sqrt(da)``."""
-    return ScaledArray(lax.sqrt(A.data), api(A.scale).sqrt(A.scale))
+    (val,) = promote_scales(val)
+    return ScaledArray(lax.sqrt(val.data), api(val.scale).sqrt(val.scale))
 
 
 @register_rule("rsqrt", kind="rule")
 def scaled_rsqrt(A: ScaledArray, **params: Any) -> ScaledArray:
     """``s = 1 / sqrt(sa)``, ``data = rsqrt(da)``."""
+    (A,) = promote_scales(A)
     xp = api(A.scale)
     return ScaledArray(lax.rsqrt(A.data), A.scale.dtype.type(1) / xp.sqrt(A.scale))
 
@@ -134,15 +139,24 @@ def _matmul(lhs: ScaledArray, rhs: ScaledArray, size: int, compute) -> ScaledArr
 
 
 @register_rule("dot_general", kind="rule")
-def scaled_dot_general(lhs: ScaledArray, rhs: ScaledArray, dimension_numbers: Any, **params: Any) -> ScaledArray:
+def scaled_dot_general(
+    lhs: ScaledArray,
+    rhs: ScaledArray,
+    dimension_numbers: Any,
+    precision: Any = None,
+    preferred_element_type: Any = None,
+    **params: Any,
+) -> ScaledArray:
     """``s = sa * sb * pow2(sqrt(K))`` with ``K`` the product of the contracting dimensions (any
     number of them, batch dimensions allowed), ``data = dot(da, db) / pow2(sqrt(K))``. Every other
-    parameter (``precision``, ``preferred_element_type``, ``out_sharding``...) is passed on."""
-    (contract, _), _ = dimension_numbers
+    parameter (``out_sharding``...) is passed on."""
+    (contract, rcontract), (batch, rbatch) = dimension_numbers
+    dimension_numbers = ((tuple(contract), tuple(rcontract)), (tuple(batch), tuple(rbatch)))
     size = static_size(lhs.shape, contract)
+    params = {"precision": precision, "preferred_element_type": preferred_element_type, **params}
 
     def compute(a, b):
-        return lax.dot_general_p.bind(a, b, dimension_numbers=dimension_numbers, **params)
+        return bind(lax.dot_general_p, a, b, dimension_numbers=dimension_numbers, **params)
 
     return _matmul(lhs, rhs, size, compute)
 
@@ -155,7 +169,7 @@ def scaled_conv_general_dilated(lhs: ScaledArray, rhs: ScaledArray, **params: An
     size = rhs.size // max(rhs.shape[out_feature], 1)
 
     def compute(a, b):
-        return lax.conv_general_dilated_p.bind(a, b, **params)
+        return bind(lax.conv_general_dilated_p, a, b, **params)
 
     return _matmul(lhs, rhs, size, compute)
 
@@ -166,8 +180,10 @@ def scaled_conv_general_dilated(lhs: ScaledArray, rhs: ScaledArray, **params: An
 @register_rule("reduce_sum", kind="rule")
 def scaled_reduce_sum(val: ScaledArray, axes: Any, **params: Any) -> ScaledArray:
     """``s = sa * pow2(sqrt(N))`` with ``N`` the number of elements summed, ``data = sum(da) / pow2(sqrt(N))``."""
+    (val,) = promote_scales(val)
     factor = _unit_factor(static_size(val.shape, axes), val.scale.dtype)
-    data = lax.reduce_sum_p.bind(val.data, axes=axes, **params)
+    axes = tuple(axes)
+    data = bind(lax.reduce_sum_p, val.data, axes=axes, **params)
     if factor != 1:
         data = data / factor.astype(data.dtype)
     return ScaledArray(data, val.scale * factor)
@@ -176,6 +192,7 @@ def scaled_reduce_sum(val: ScaledArray, axes: Any, **params: Any) -> ScaledArray
 @register_rule("cumsum", kind="rule")
 def scaled_cumsum(val: ScaledArray, axis: int, **params: Any) -> ScaledArray:
     """As `scaled_reduce_sum` along ``axis`` (the last partial sum is the whole sum)."""
+    (val,) = promote_scales(val)
     factor = _unit_factor(val.shape[axis], val.scale.dtype)
     data = lax.cumsum_p.bind(val.data, axis=axis, **params)
     if factor != 1:
@@ -186,7 +203,9 @@ def scaled_cumsum(val: ScaledArray, axis: int, **params: Any) -> ScaledArray:
 @register_rule("reduce_prod", kind="rule")
 def scaled_reduce_prod(val: ScaledArray, axes: Any, **params: Any) -> ScaledArray:
     """``s = sa ** N``, ``data = prod(da)``."""
-    data = lax.reduce_prod_p.bind(val.data, axes=axes, **params)
+    (val,) = promote_scales(val)
+    axes = tuple(axes)
+    data = bind(lax.reduce_prod_p, val.data, axes=axes, **params)
     return ScaledArray(data, _power(val.scale, static_size(val.shape, axes)))
 
 

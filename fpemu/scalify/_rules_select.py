@@ -3,6 +3,7 @@ unscale-compute fallback (elementwise functions whose result does not scale with
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax.numpy as jnp
@@ -11,9 +12,11 @@ from jax import lax
 
 from fpemu._core.format import fits
 from fpemu._core.registry import get_format
+from fpemu._jax.compat import lax_primitive
 from fpemu._ops.quantize import quantize
-from fpemu.scalify._array import ScaledArray, wide_dtype
+from fpemu.scalify._array import ScaledArray, as_scaled_array, wide_dtype
 from fpemu.scalify._helpers import (
+    bind,
     common,
     data_of,
     is_float,
@@ -23,7 +26,7 @@ from fpemu.scalify._helpers import (
     scale_dtype_of,
     unscale,
 )
-from fpemu.scalify._registry import register_rule
+from fpemu.scalify._registry import primitive_name, register_fallback_op, register_public, register_rule
 
 # -- the max of the scales -------------------------------------------------------------------------
 
@@ -62,10 +65,17 @@ def scaled_select_n(which: Any, *cases: ScaledArray, **params: Any) -> ScaledArr
 
 
 @register_rule("concatenate", kind="rule")
-def scaled_concatenate(*operands: ScaledArray, **params: Any) -> ScaledArray:
+def concatenate_rule(*operands: ScaledArray, **params: Any) -> ScaledArray:
     """``s = max(operand scales)``, the operands' data re-scaled to it."""
     scale, datas = common(operands)
     return ScaledArray(lax.concatenate_p.bind(*datas, **params), scale)
+
+
+@register_public("concatenate")
+def scaled_concatenate(operands: Sequence[ScaledArray], dimension: int, **params: Any) -> ScaledArray:
+    """``s = max(operand scales)``, the operands' data re-scaled to it (jax-scalify's calling form:
+    a sequence of operands)."""
+    return concatenate_rule(*(as_scaled_array(v) for v in operands), dimension=dimension, **params)
 
 
 @register_rule("stack", kind="rule")
@@ -82,11 +92,15 @@ def scaled_unstack(operand: ScaledArray, **params: Any) -> list:
 
 
 @register_rule("pad", kind="rule")
-def scaled_pad(operand: ScaledArray, padding_value: ScaledArray, **params: Any) -> ScaledArray:
-    """``s = sa``; the padding value is expressed in ``sa`` (jax-scalify takes only a zero)."""
-    operand, padding_value = promote_scales(operand, padding_value)
-    value = rescaled(padding_value, operand.scale, operand.dtype)
-    return ScaledArray(lax.pad_p.bind(operand.data, value, **params), operand.scale)
+def scaled_pad(val: ScaledArray, padding_value: Any, padding_config: Any, **params: Any) -> ScaledArray:
+    """``s = sa``; the padding value (a `ScaledArray`, an array or a Python number) is expressed in
+    ``sa`` (jax-scalify takes only a zero)."""
+    if not isinstance(padding_value, ScaledArray):
+        padding_value = as_scaled_array(np.asarray(padding_value, np.dtype(val.dtype)))
+    val, padding_value = promote_scales(as_scaled_array(val), padding_value)
+    value = rescaled(padding_value, val.scale, val.dtype)
+    config = tuple(tuple(int(n) for n in dim) for dim in padding_config)
+    return ScaledArray(lax.pad_p.bind(val.data, value, padding_config=config, **params), val.scale)
 
 
 def _indexing(prim):
@@ -170,7 +184,9 @@ def cast_data(data: Any, new_dtype: Any) -> Any:
 
 
 @register_rule("convert_element_type", kind="rule")
-def scaled_convert_element_type(A: ScaledArray, new_dtype: Any, **params: Any) -> Any:
+def scaled_convert_element_type(
+    A: ScaledArray, new_dtype: Any, weak_type: bool = False, sharding: Any = None, **params: Any
+) -> Any:
     """Float to float: ``s = sa``, the data cast (narrowing through `fpemu.quantize`); to an
     integer or bool type: the unscaled value cast (an unscaled result)."""
     if not is_float(new_dtype):
@@ -214,16 +230,35 @@ for _prim in (lax.eq_p, lax.ne_p, lax.lt_p, lax.le_p, lax.gt_p, lax.ge_p):
 def scaled_log(val: ScaledArray, **params: Any) -> ScaledArray:
     """``data = log(da) + log(sa)``, ``s = 1``."""
     log_scale = jnp.log(jnp.asarray(val.scale)).astype(val.dtype)
-    return ScaledArray(lax.log_p.bind(val.data, **params) + log_scale, ones_scale(val.scale.dtype))
+    return ScaledArray(bind(lax.log_p, val.data, **params) + log_scale, ones_scale(val.scale.dtype))
 
 
-def unscale_compute(prim, operands: list, params: dict) -> list:
+def unscale_compute(prim, operands: list, params: dict, *, fill: bool = False) -> list:
     """The fallback: unscale the operands (``data * scale`` computed in float32 or wider, rounded
     to the data dtype), compute the primitive, return float results with scale 1 (in the
     operands' scale dtype) and other results unscaled."""
     dtype = scale_dtype_of(*operands)
     values = [unscale(v) for v in operands]
-    outs = prim.bind(*values, **params)
+    outs = bind(prim, *values, **params) if fill else prim.bind(*values, **params)
     outs = list(outs) if prim.multiple_results else [outs]
     one = ones_scale(dtype) if dtype is not None else None
     return [ScaledArray(o, one) if one is not None and is_float(o.dtype) else o for o in outs]
+
+
+@register_fallback_op
+def fallback_op(prim: Any) -> Callable:
+    """The unscale fallback of ``prim`` (a primitive, or the name of one of ``jax.lax``) as a scaled
+    op in jax-scalify's calling form (``scaled_exp(val)``): `unscale_compute` of the operands."""
+    name = primitive_name(prim)
+
+    def scaled_op(*args: Any, **params: Any) -> Any:
+        primitive = lax_primitive(name) if isinstance(prim, str) else prim
+        if primitive is None:
+            raise NotImplementedError(f"jax.lax has no primitive {name!r} in this JAX release")
+        operands = [a if isinstance(a, ScaledArray) else jnp.asarray(a) for a in args]
+        outs = unscale_compute(primitive, operands, params, fill=True)
+        return outs if primitive.multiple_results else outs[0]
+
+    scaled_op.__name__ = scaled_op.__qualname__ = f"scaled_{name}"
+    scaled_op.__doc__ = f"``{name}`` of the unscaled operands; float results with scale 1 (the unscale fallback)."
+    return scaled_op

@@ -1,7 +1,7 @@
 """The core of `fpemu.scalify`: `ScaledArray`, the power-of-two helpers, the configuration, the
 rule registry and the `scalify` transform (jax-scalify's ``jax_scalify.core``)."""
 
-from fpemu.scalify import _control, _primitives, _rules, _rules_select  # noqa: F401  (register the rules)
+from fpemu.scalify import _control, _lax_api, _primitives, _rules, _rules_select  # noqa: F401  (register the rules)
 from fpemu.scalify._array import (
     ScaledArray,
     as_scaled_array,
@@ -15,7 +15,7 @@ from fpemu.scalify._array import (
     scaled_array,
 )
 from fpemu.scalify._config import ScalifyConfig, get_scalify_config
-from fpemu.scalify._helpers import safe_div
+from fpemu.scalify._helpers import safe_div, safe_reciprocal
 from fpemu.scalify._interpreter import scalify
 from fpemu.scalify._ops import debug_callback
 from fpemu.scalify._pow2 import (
@@ -33,17 +33,24 @@ from fpemu.scalify._registry import (
     register_scaled_op,
 )
 from fpemu.scalify._table import rule_table
+from fpemu.scalify._typing import Array, ArrayTypes, DTypeLike, Shape, Sharding, get_numpy_api
 
 __all__ = [
+    "Array",
+    "ArrayTypes",
+    "DTypeLike",
     "Pow2RoundMode",
     "ScaledArray",
     "ScaledPrimitiveType",
     "ScalifyConfig",
+    "Shape",
+    "Sharding",
     "as_scaled_array",
     "asarray",
     "debug_callback",
     "find_registered_scaled_op",
     "get_mantissa",
+    "get_numpy_api",
     "get_scale_dtype",
     "get_scalify_config",
     "is_scaled_leaf",
@@ -59,6 +66,7 @@ __all__ = [
     "register_scaled_op",
     "rule_table",
     "safe_div",
+    "safe_reciprocal",
     "scaled_array",
     "scalify",
 ]

@@ -165,8 +165,12 @@ def test_config_context_is_nested_and_validated():
     assert hash(jsa.ScalifyConfig(scale_dtype="float32")) == hash(jsa.ScalifyConfig(scale_dtype=np.float32))
     with pytest.raises(ValueError, match="scale_dtype"):
         jsa.ScalifyConfig(scale_dtype=np.int32)
+    # jax-scalify's calling form: its two fields by position, in its order; fpemu's seed only by name
+    assert jsa.ScalifyConfig(jsa.Pow2RoundMode.UP, np.float16) == jsa.ScalifyConfig(
+        rounding_mode=jsa.Pow2RoundMode.UP, scale_dtype=np.float16
+    )
     with pytest.raises(TypeError):
-        jsa.ScalifyConfig(jsa.Pow2RoundMode.UP)  # keyword-only
+        jsa.ScalifyConfig(jsa.Pow2RoundMode.UP, None, 3)
 
 
 def test_registry():
