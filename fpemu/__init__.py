@@ -16,7 +16,9 @@ from fpemu._core.format import Format
 from fpemu._core.modes import ROUNDING_MODES, Rounding
 from fpemu._core.registry import FormatLike, UnknownFormatError, formats, get_format, p3109_format, register_format
 from fpemu._core.registry import aliases as format_aliases
+from fpemu._emulate.nonfinite import NonfiniteReport, find_nonfinite
 from fpemu._emulate.policy import DotPolicy, Policy
+from fpemu._emulate.precision import PrecisionWarning
 from fpemu._emulate.stats import summary as stats_summary
 from fpemu._emulate.training_state import gemm_roles, init_training_state
 from fpemu._emulate.transform import emulate
@@ -35,7 +37,9 @@ __all__ = [
     "Format",
     "FormatLike",
     "GemmRecipe",
+    "NonfiniteReport",
     "Policy",
+    "PrecisionWarning",
     "Quantizer",
     "Rounding",
     "TrainingRecipe",
@@ -45,6 +49,7 @@ __all__ = [
     "dot_general",
     "emulate",
     "encode",
+    "find_nonfinite",
     "format_aliases",
     "formats",
     "gemm_roles",

@@ -27,11 +27,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from fpemu._core.format import Format
+from fpemu._emulate import precision
 from fpemu._emulate import stats as _stats
 from fpemu._emulate.gemm_roles import Entry, GemmRoles
 from fpemu._emulate.policy import Policy
 from fpemu._emulate.registry import RULES
 from fpemu._emulate.rounding import counts, fold_key, is_inexact, round_literal_on_host, round_to_format
+from fpemu._emulate.watch import Watch
 from fpemu._jax import compat
 from fpemu._jax.compat import DropVar, Jaxpr, Literal, open_jaxpr
 from fpemu._ops.fusion import computed_once
@@ -66,6 +68,9 @@ class State:
     # id(value) -> (value, the value materialized): the operands of recipe GEMMs, computed once for every
     # GEMM that reads them (`Context.computed_once`); the value is kept so that its id cannot be reused
     computed: dict[int, tuple[Any, Any]] = dataclasses.field(default_factory=dict)
+    # the literals whose change of meaning was warned of in this trace (shared with the bodies it traces)
+    warned: set[tuple] = dataclasses.field(default_factory=set)
+    watch: Watch | None = None  # fpemu.find_nonfinite's watch of every equation (shared with the bodies)
 
 
 def site_name(stack: tuple, primitive: str) -> str:
@@ -228,10 +233,13 @@ class Context:
         own state, for a combinator to trace (``lax.scan``, ``jax.custom_jvp``...)."""
         policy, with_stats, prefix = self.policy, self.stats_enabled, self.stack  # not the state: it holds tracers
         counting, training, path = self.state.counting, self.state.training, self.inner_path()
-        random = self.state.random
+        random, warned, watch = self.state.random, self.state.warned, self.state.watch
 
         def fn(key, consts, *args):
-            sub = State(policy, key, {} if with_stats else None, counting=counting, training=training, random=random)
+            sub = State(
+                policy, key, {} if with_stats else None, counting=counting, training=training, random=random,
+                warned=warned, watch=watch,
+            )  # fmt: skip
             outs = interpret(Context(sub, prefix, path=path), jaxpr, list(consts), list(args))
             return outs, dict(sub.stats or {})
 
@@ -239,9 +247,11 @@ class Context:
 
     # -- values entering the program
 
-    def literal(self, literal: Literal) -> Any:
-        """A Python-scalar constant of the program, rounded to ``default`` (nearest even when the
-        policy is stochastic) and counted under ``"constants"`` each time it is used."""
+    def literal(self, literal: Literal, eqn: Any = None) -> Any:
+        """A Python-scalar constant of the program read by ``eqn`` (None: an output of the body), rounded
+        to ``default`` (nearest even when the policy is stochastic) and counted under ``"constants"``
+        each time it is used. A rounding that changes its meaning (to 0, ±inf, NaN or exactly 1.0) gives
+        a `fpemu.PrecisionWarning` at the user's source line, once per literal and line in a trace."""
         value = literal.val
         fmt = self.policy.default
         dtype = np.result_type(value)
@@ -252,7 +262,24 @@ class Context:
         rounded, vector = round_literal_on_host(dtype.name, array.tobytes(), array.shape, fmt, self.policy, counting)
         if counting:
             self.merge_stats({"constants": jnp.asarray(vector)})
-        return value if rounded is None else rounded
+        if rounded is None:
+            return value
+        if eqn is not None:
+            self._changed_meaning(array, rounded, cast(Format, fmt), eqn)
+        return rounded
+
+    def _changed_meaning(self, array: np.ndarray, rounded: np.ndarray, fmt: Format, eqn: Any) -> None:
+        source = compat.source_line(eqn)
+        change = precision.describe(array, rounded, fmt, eqn, source)
+        if change is None:
+            return
+        key = (change.value, change.format, change.primitive, change.source)
+        if key in self.state.warned:
+            return
+        self.state.warned.add(key)
+        if self.state.watch is not None:
+            self.state.watch.literals.append(change)
+        precision.warn(change, source)
 
     def constant(self, value: Any, site: str, *, selected: bool = True) -> Any:
         """An argument (``site="inputs"``) or closed-over constant array (``"constants"``, nearest
@@ -315,9 +342,9 @@ def interpret(ctx: Context, jaxpr: Jaxpr, consts: list, args: list) -> list:
     """Evaluate ``jaxpr`` on ``args`` with every equation handled by its rule."""
     env: dict = {}
 
-    def read(var, excluded: bool = False):
+    def read(var, eqn: Any = None, excluded: bool = False):
         if isinstance(var, Literal):  # an excluded equation's literals are left alone too
-            return var.val if excluded else ctx.literal(var)
+            return var.val if excluded else ctx.literal(var, eqn)
         return env[var]
 
     for var, value in zip(jaxpr.constvars, consts):
@@ -326,9 +353,15 @@ def interpret(ctx: Context, jaxpr: Jaxpr, consts: list, args: list) -> list:
         env[var] = value
     for eqn in jaxpr.eqns:
         excluded = bool(ctx.policy.exclude) and ctx.view(eqn).excluded(eqn.primitive.name)
-        invals = [read(var, excluded) for var in eqn.invars]
+        invals = [read(var, eqn, excluded) for var in eqn.invars]
         with compat.equation_scopes(eqn):
             outvals = ctx.apply(eqn, invals)
+            if ctx.state.watch is not None and not compat.has_sub_jaxprs(eqn):
+                view = ctx.view(eqn)
+                fmt = view.format_for()
+                ctx.state.watch.check(
+                    eqn, invals, outvals, site_name(view.stack, eqn.primitive.name), "-" if fmt is None else fmt.name
+                )
         for var, value in zip(eqn.outvars, outvals, strict=True):
             if not isinstance(var, DropVar):
                 env[var] = value

@@ -11,8 +11,10 @@ custom derivatives (`rules_calls`), control flow (`rules_control`). Statistics a
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
+from typing import Any
 
 import jax
 from jax.typing import ArrayLike
@@ -25,10 +27,11 @@ from fpemu._emulate.inputs import input_flags, trace
 from fpemu._emulate.interpreter import Context, State, Training, interpret
 from fpemu._emulate.policy import Policy, as_policy, recipe_needs_key
 from fpemu._emulate.training_state import advance, check_state, classify_for
+from fpemu._emulate.watch import Watch
 from fpemu._engine.rng import seeds_from_key
 from fpemu._training.recipes import TrainingRecipe
 
-__all__ = ["emulate"]
+__all__ = ["EmulateOptions", "checked_options", "emulate", "emulated_function"]
 
 # The rule modules register their rules when imported; nothing else of them is used here.
 RULE_MODULES = (rules_plain, rules_dot, rules_calls, rules_control)
@@ -122,6 +125,25 @@ def emulate(
       >>> jax.grad(lambda v: fpemu.emulate(f, "bf16")(v).sum())(x).tolist()  # straight-through
       [3.3158364295959473, 8.154845237731934, 445.239501953125]
     """
+    options = checked_options(fn, policy, with_stats=with_stats, key=key, random=random, state=state)
+    return emulated_function(fn, options)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class EmulateOptions:
+    """`emulate`'s options, checked once (`checked_options`)."""
+
+    policy: Policy
+    with_stats: bool
+    key: jax.Array | None
+    random: Callable | None
+    stateful: bool
+
+
+def checked_options(
+    fn: Callable, policy: Policy | FormatLike, *, with_stats: bool, key: Any, random: Any, state: bool
+) -> EmulateOptions:
+    """`emulate`'s arguments checked, each error naming the argument (what `emulate` raises)."""
     policy = as_policy(policy)
     with_stats = bool_arg(with_stats, "with_stats")
     stateful = bool_arg(state, "state")
@@ -142,6 +164,13 @@ def emulate(
             "emulate(fn, policy, state=True), which returns emulated(state, *args) -> (value, new_state), with the "
             "first state from fpemu.init_training_state(fn, policy, *args)"
         )
+    return EmulateOptions(policy=policy, with_stats=with_stats, key=key, random=random, stateful=stateful)
+
+
+def emulated_function(fn: Callable, options: EmulateOptions, watch: Watch | None = None) -> Callable:
+    """`emulate`'s result for checked options; with ``watch``, every equation is watched
+    (`fpemu._emulate.watch`: `fpemu.find_nonfinite`)."""
+    policy, with_stats, key, random = options.policy, options.with_stats, options.key, options.random
 
     def run(histories, args, kwargs):
         flags = input_flags(policy.round_inputs, args, kwargs)
@@ -151,7 +180,9 @@ def emulate(
         if policy.has_recipe:
             training = Training(classify_for(closed, policy), histories)
         channel = with_stats or histories is not None
-        state = State(policy, root, {} if channel else None, counting=with_stats, training=training, random=random)
+        state = State(
+            policy, root, {} if channel else None, counting=with_stats, training=training, random=random, watch=watch
+        )
         ctx = Context(state)
         inputs = [ctx.constant(value, "inputs", selected=flags[i]) for value, i in zip(values, dynamic, strict=True)]
         outs = interpret(ctx, closed.jaxpr, list(closed.consts), inputs)
@@ -160,7 +191,7 @@ def emulate(
         result = (value, _stats.as_pytree(found)) if with_stats else value
         return result, found
 
-    if not stateful:
+    if not options.stateful:
 
         @functools.wraps(fn)
         def emulated(*args, **kwargs):

@@ -23,6 +23,9 @@ of ``while``, the mesh of ``shard_map``...) stays in that rule, next to the code
   (`call_body`).
 - ``scan``'s operand counts: ``num_consts``/``num_carry`` up to jax 0.10, the flat tree ``ft_in``
   from jax 0.11 (`scan_counts`).
+- An equation's user source line: ``jax._src.source_info_util.user_frame`` of its
+  ``source_info.traceback`` (the innermost frame outside JAX), as JAX's own error messages find it
+  (`source_line`).
 - Primitives of some releases only: ``jax.lax.tile_p`` and ``stage_p`` (jax 0.12): `lax_primitive`.
 - shard_map's manual axes: ``manual_axes`` in jax 0.10.0, ``newly_manual_axes`` from 0.10.2
   (`manual_axes`); its varying-manual-axes types: ``aval.manual_axis_type.varying``; ``lax.pcast``
@@ -36,6 +39,7 @@ from typing import Any
 
 import jax
 from jax import lax
+from jax._src import source_info_util
 from jax.extend.core import ClosedJaxpr, DropVar, Jaxpr, Literal, jaxpr_as_fun, jaxprs_in_params
 
 __all__ = [
@@ -56,6 +60,7 @@ __all__ = [
     "open_jaxpr",
     "scan_counts",
     "scope_names",
+    "source_line",
     "stack_key",
 ]
 
@@ -109,6 +114,16 @@ def bind(eqn: Any, invals: list, **overrides: Any) -> list:
         params = {**params, **overrides}
     out = eqn.primitive.bind(*invals, **params)
     return list(out) if eqn.primitive.multiple_results else [out]
+
+
+def source_line(eqn: Any) -> tuple[str, int, str] | None:
+    """Where the user's code made this equation: (file, line, function) of the innermost frame outside
+    JAX (the user's function, or a library's such as optax), or None where JAX kept no traceback."""
+    traceback = getattr(getattr(eqn, "source_info", None), "traceback", None)
+    frame = source_info_util.user_frame(traceback) if traceback is not None else None
+    if frame is None:
+        return None
+    return frame.file_name, frame.start_line, frame.function_name
 
 
 def has_sub_jaxprs(eqn: Any) -> bool:

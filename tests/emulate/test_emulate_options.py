@@ -7,6 +7,8 @@ with the same options and the same site key), bit for bit.
 
 from __future__ import annotations
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -79,8 +81,13 @@ def test_literals_use_the_saturation_mode():
     """A literal beyond the format's range is rounded on the host with the policy's mode."""
     for mode in SATURATIONS:
         policy = fpemu.Policy(default="e5m2", saturate=mode, round_inputs=False)
-        got = fpemu.emulate(lambda v: v + 1e6, policy)(jnp.zeros((1,), jnp.float32))
         lit = fpemu.quantize(jnp.float32(1e6), "e5m2", saturate=mode)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", fpemu.PrecisionWarning)
+            got = fpemu.emulate(lambda v: v + 1e6, policy)(jnp.zeros((1,), jnp.float32))
+        # a literal that overflows to ±inf or NaN changes meaning (a PrecisionWarning); one clamped to max does not
+        warned = [str(w.message) for w in caught if issubclass(w.category, fpemu.PrecisionWarning)]
+        assert len(warned) == (0 if np.isfinite(float(lit)) else 1), (mode, warned)
         assert_same_bits(got, fpemu.quantize(jnp.zeros((1,), jnp.float32) + lit, "e5m2", saturate=mode))
 
 
