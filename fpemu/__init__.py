@@ -25,7 +25,7 @@ from fpemu._emulate.transform import emulate
 from fpemu._ops.codec import decode, encode, pack, unpack
 from fpemu._ops.matmul import conv_general_dilated, dot_general, matmul
 from fpemu._ops.quantize import quantize, stochastic_bits
-from fpemu._training.dot import quantized_dot_general
+from fpemu._training.gemm_dot import quantized_dot_general
 from fpemu._training.quantizer import Quantizer
 from fpemu._training.recipes import TRAINING_RECIPES, GemmRecipe, TrainingRecipe, nvfp4_recipe, training_recipe
 

@@ -1,63 +1,47 @@
-"""A dot under a training recipe: computed as the forward, dgrad or wgrad GEMM its role says.
+"""A dot under a training recipe: the glue between a jaxpr equation and the training layer's GEMM core.
 
 `fpemu._emulate.gemm_roles` classifies the dots of the program; `recipe_dot` (called by the
-``dot_general`` and ``conv_general_dilated`` rules of `fpemu._emulate.rules_dot`) computes one:
+``dot_general`` and ``conv_general_dilated`` rules of `fpemu._emulate.rules_dot`) matches one
+equation to its role and calls the core in `fpemu._training` (`fpemu._training.gemm_vjp`):
 
-- operands in *role order*: the recipe's GEMMs are written ``forward = x . W``, ``dgrad = g . W^T``,
-  ``wgrad = x^T . g``. JAX's transpose rule emits ``dot_general(g, x)`` for wgrad, so a dot whose
-  cotangent sits on the other side is computed with its operands swapped (and the swapped dimension
-  numbers) and its result transposed back: each operand is quantized by the quantizer of its role,
-  along its own contracting dimensions, exactly as `quantized_dot_general(x, g, ...)` would;
-- a forward dot or convolution is a `jax.custom_vjp` whose backward pass computes dgrad and wgrad
-  with the same functions (a convolution's: the transposed convolutions JAX's own VJP emits), so
-  ``jax.grad(emulate(loss))`` quantizes the backward GEMMs too;
+- a forward dot or convolution is `forward_with_vjp` / `forward_conv_with_vjp`, whose backward
+  pass computes dgrad and wgrad too, so ``jax.grad(emulate(loss))`` quantizes the backward GEMMs;
+  a dgrad or wgrad dot that emulate sees is `role_dot` / `role_conv` (operands in role order);
 - keys: GEMM ``which`` of the forward dot number ``i`` draws from `gemm_key` ``(key, i, which)``,
   whichever of ``emulate(jax.grad(f))`` or ``jax.grad(emulate(f))`` computes it;
 - delayed scaling reads the amax histories of the state and sends each quantized operand's amax out
   through the statistics channel (`fpemu._emulate.stats.STATE`, reduced by maximum over the
   iterations of ``scan`` and the devices of ``shard_map``);
-- with statistics, each quantized operand's counts (on its element values) and amax.
+- with statistics, each quantized operand's counts (on its element values,
+  `fpemu._training.elements.operand_elements`) and amax.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import functools
-import itertools
 from collections.abc import Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 
 from fpemu._emulate import stats as _stats
 from fpemu._emulate.gemm_roles import Entry, kept
 from fpemu._emulate.interpreter import Context
 from fpemu._emulate.policy import gemm_needs_key
 from fpemu._emulate.rounding import fold_key
-from fpemu._jax.compat import Literal, bind
-from fpemu._ops.accumulate import times_tensor_scales
-from fpemu._ops.fusion import computed_once
-from fpemu._ops.matmul import conv_general_dilated as emulated_conv
-from fpemu._ops.quantize import quantize as element_quantize
-from fpemu._training.dot import quantized_dot_general
+from fpemu._training.elements import operand_elements
+from fpemu._training.gemm_dot import split_key
+from fpemu._training.gemm_vjp import SIDES, forward_conv_with_vjp, forward_with_vjp, role_conv, role_dot, swapped
 from fpemu._training.hadamard import hadamard_along
-from fpemu._training.quantizer import (
-    Quantizer,
-    amax_of,
-    operand_view,
-    quantize_operand_split,
-    scaled_operand,
-    scaled_recipe,
-)
-from fpemu._training.recipes import GEMMS, GemmRecipe, TrainingRecipe
+from fpemu._training.quantizer import Quantizer, amax_of
+from fpemu._training.recipes import GEMMS, TrainingRecipe
 
 GEMM_KEY_TAG = 0x47454D4D  # "GEMM": the keys of recipe GEMMs, apart from the rounding sites' keys
-SIDES = ("lhs", "rhs")
 _OPERAND_DTYPES = ("float16", "bfloat16", "float32")
 F32 = jnp.float32
+
+__all__ = ["GEMM_KEY_TAG", "gemm_key", "history_keys", "operand_counts", "quantized", "recipe_dot"]
 
 
 def gemm_key(root: Any, ordinal: int, which: str) -> Any:
@@ -72,249 +56,7 @@ def gemm_key(root: Any, ordinal: int, which: str) -> Any:
     return None if root is None else fold_key(root, GEMM_KEY_TAG, ordinal, GEMMS.index(which))
 
 
-def split_key(key: Any) -> tuple[Any, Any, Any]:
-    """(lhs key, rhs key, Hadamard key), split as `quantized_dot_general` splits its key."""
-    if key is None:
-        return None, None, None
-    split = jax.random.split(key, 3)
-    return split[0], split[1], split[2]
-
-
-def swapped(which: str, gradient: int | None) -> bool:
-    """Whether the cotangent sits on the other side than the recipe writes it (dgrad: lhs; wgrad: rhs)."""
-    return (which == "dgrad" and gradient == 1) or (which == "wgrad" and gradient == 0)
-
-
-def _amax_args(gemm: GemmRecipe, which: str, amaxes: dict) -> dict:
-    return {f"{side}_amax": amaxes.get(f"{which}.{side}") for side in SIDES}
-
-
-# -- one GEMM, operands in role order ------------------------------------------------------------------
-
-
-def role_dot(
-    recipe: TrainingRecipe,
-    which: str,
-    a: Any,
-    b: Any,
-    dims: Any,
-    gradient: int | None,
-    key: Any,
-    amaxes: dict,
-    out: Any,
-) -> jax.Array:
-    """``dot_general(a, b, dims)`` as GEMM ``which`` of ``recipe`` (``gradient``: the operand that
-    carries the cotangent), in the layout of ``dot_general(a, b, dims)``."""
-    gemm = recipe.gemm(which)
-    options = dict(key=key, preferred_element_type=out, margin=recipe.margin, **_amax_args(gemm, which, amaxes))
-    if not swapped(which, gradient):
-        return quantized_dot_general(a, b, dims, gemm, **options)
-    (lc, rc), (lb, rb) = dims
-    y = quantized_dot_general(b, a, ((rc, lc), (rb, lb)), gemm, **options)
-    nb, na, nr = len(lb), a.ndim - len(lc) - len(lb), b.ndim - len(rc) - len(rb)
-    return lax.transpose(y, (*range(nb), *range(nb + nr, nb + nr + na), *range(nb, nb + nr)))
-
-
-def role_conv(
-    recipe: TrainingRecipe,
-    which: str,
-    a: Any,
-    b: Any,
-    params: dict,
-    gradient: int | None,
-    key: Any,
-    amaxes: dict,
-    out: Any,
-) -> jax.Array:
-    """``conv_general_dilated(a, b, **params)`` as GEMM ``which``: each operand quantized by its role's
-    quantizer along the dimension the convolution contracts as its input feature (with the Hadamard
-    transform there), then `fpemu.conv_general_dilated` with the GEMM's accumulator."""
-    gemm = recipe.gemm(which)
-    dn = params["dimension_numbers"]
-    dims = ((dn.lhs_spec[1],), (dn.rhs_spec[1],))
-    flip = swapped(which, gradient)
-    quantizers = (gemm.rhs, gemm.lhs) if flip else (gemm.lhs, gemm.rhs)
-    sides = ("rhs", "lhs") if flip else SIDES
-    k_lhs, k_rhs, k_had = split_key(key)
-    keys = (k_rhs, k_lhs) if flip else (k_lhs, k_rhs)
-    xs = [a, b]
-    if gemm.hadamard is not None:
-        xs = [hadamard_along(x.astype(F32), d, gemm.hadamard, k_had) for x, d in zip(xs, dims, strict=True)]
-    scales: list[Any] = [None, None]
-    for i in range(2):
-        q = quantizers[i]
-        if q is not None:
-            amax = amaxes.get(f"{which}.{sides[i]}")
-            k = keys[i] if q.rounding == "stochastic" else None
-            xs[i], scales[i] = quantize_operand_split(
-                xs[i].astype(F32), dims[i], q, key=k, amax=amax, margin=recipe.margin
-            )
-    scaled = scales != [None, None]
-    y = emulated_conv(
-        xs[0], xs[1], params["window_strides"], params["padding"], lhs_dilation=params["lhs_dilation"],
-        rhs_dilation=params["rhs_dilation"], dimension_numbers=dn, feature_group_count=params["feature_group_count"],
-        batch_group_count=params["batch_group_count"], accumulate=gemm.accumulate,
-        accumulate_every=gemm.accumulate_every, preferred_element_type=F32 if scaled else out,
-    )  # fmt: skip
-    return times_tensor_scales(y, *scales).astype(F32 if out is None else out) if scaled else y
-
-
-# -- the custom_vjp of a forward dot -------------------------------------------------------------------
-
-
-def _remaining(n: int, *removed: Sequence[int]) -> list[int]:
-    gone = set(itertools.chain(*removed))
-    return [i for i in range(n) if i not in gone]
-
-
-def _ranges_like(*xs: Sequence[int]) -> list[list[int]]:
-    out, start = [], 0
-    for x in xs:
-        out.append(list(range(start, start + len(x))))
-        start += len(x)
-    return out
-
-
-def transpose_lhs(dims: Any, x_ndim: int, y_ndim: int, swap_ans: bool = False) -> tuple[Any, tuple[int, ...]]:
-    """JAX's transpose of ``dot_general(x, y, dims)`` with respect to ``x``: the dimension numbers of
-    ``dot_general(g, y, ...)`` and the permutation of its result (as in ``jax._src.lax``)."""
-    (xc, yc), (xb, yb) = dims
-    x_kept, y_kept = _remaining(x_ndim, xc, xb), _remaining(y_ndim, yc, yb)
-    if swap_ans:
-        ans_batch, ans_y, _ = _ranges_like(xb, y_kept, x_kept)
-    else:
-        ans_batch, _, ans_y = _ranges_like(xb, x_kept, y_kept)
-    new = ((tuple(ans_y), tuple(y_kept)), (tuple(ans_batch), tuple(yb)))
-    x_contract_sorted_by_y = [int(v) for v in np.take(np.asarray(xc, int), np.argsort(yc))]
-    axes = tuple(int(i) for i in np.argsort([*xb, *x_kept, *x_contract_sorted_by_y]))
-    return new, axes
-
-
-@functools.lru_cache(maxsize=64)
-def current_gradients(recipe: TrainingRecipe) -> TrainingRecipe:
-    """``recipe`` with delayed scaling of the gradient operands (dgrad's lhs, wgrad's rhs) replaced by
-    current (per-tensor) scaling: their amax lives in a backward pass that emulate does not see."""
-
-    def current(q: Quantizer | None) -> Quantizer | None:
-        return dataclasses.replace(q, scaling="tensor") if q is not None and q.scaling == "delayed" else q
-
-    dgrad = dataclasses.replace(recipe.dgrad, lhs=current(recipe.dgrad.lhs))
-    wgrad = dataclasses.replace(recipe.wgrad, rhs=current(recipe.wgrad.rhs))
-    return dataclasses.replace(recipe, dgrad=dgrad, wgrad=wgrad)
-
-
-def forward_with_vjp(recipe: TrainingRecipe, a: Any, b: Any, dims: Any, keys: dict, amaxes: dict, out: Any) -> Any:
-    """The forward GEMM, differentiable as the recipe says: its VJP computes dgrad (``g . W^T``)
-    and wgrad (``x^T . g``) on the operands the forward pass received, as JAX's transpose rule lays
-    them out (so ``jax.grad(emulate(f))`` equals ``emulate(jax.grad(f))`` bit for bit when the
-    cotangents agree). Delayed-scaling gradients are scaled from their current amax there
-    (`current_gradients`)."""
-
-    backward = current_gradients(recipe)
-
-    @jax.custom_vjp
-    def gemm(a, b, keys, amaxes):
-        return role_dot(recipe, "forward", a, b, dims, None, keys["forward"], amaxes, out)
-
-    def fwd(a, b, keys, amaxes):
-        return gemm(a, b, keys, amaxes), (a, b, keys, amaxes)
-
-    def bwd(res, g):
-        a, b, keys, amaxes = res
-        g = computed_once(g)  # read by dgrad and by wgrad: computed once for both
-        (lc, rc), (lb, rb) = dims
-        dims_a, axes_a = transpose_lhs(dims, a.ndim, b.ndim)
-        da = lax.transpose(role_dot(backward, "dgrad", g, b, dims_a, 0, keys["dgrad"], amaxes, out), axes_a)
-        dims_b, axes_b = transpose_lhs(((rc, lc), (rb, lb)), b.ndim, a.ndim, swap_ans=True)
-        db = lax.transpose(role_dot(backward, "wgrad", g, a, dims_b, 0, keys["wgrad"], amaxes, out), axes_b)
-        return da.astype(a.dtype), db.astype(b.dtype), None, None
-
-    gemm.defvjp(fwd, bwd)
-    return gemm(a, b, keys, amaxes)
-
-
-def forward_conv_with_vjp(recipe: TrainingRecipe, eqn: Any, a: Any, b: Any, keys: dict, amaxes: dict, out: Any) -> Any:
-    """The forward convolution ``eqn``, differentiable as the recipe says: its VJP computes the
-    transposed convolutions that JAX's own VJP of ``eqn`` emits (``conv(g, rev(W))``: dgrad;
-    ``conv(x, g)``: wgrad), each by `role_conv` as ``emulate(jax.grad(f))`` computes them, so that
-    ``jax.grad(emulate(f))`` equals it bit for bit when the cotangents agree. Delayed-scaling
-    gradients are scaled from their current amax there (`current_gradients`)."""
-
-    backward = current_gradients(recipe)
-
-    @jax.custom_vjp
-    def gemm(a, b, keys, amaxes):
-        return role_conv(recipe, "forward", a, b, eqn.params, None, keys["forward"], amaxes, out)
-
-    def fwd(a, b, keys, amaxes):
-        return gemm(a, b, keys, amaxes), (a, b, keys, amaxes)
-
-    def bwd(res, g):
-        a, b, keys, amaxes = res
-        g = computed_once(g.astype(eqn.outvars[0].aval.dtype))  # read by dgrad and by wgrad
-        da, db = _conv_transposes(backward, eqn, a, b, g, keys, amaxes)
-        return da.astype(a.dtype), db.astype(b.dtype), None, None
-
-    gemm.defvjp(fwd, bwd)
-    return gemm(a, b, keys, amaxes)
-
-
-def _conv_transposes(
-    recipe: TrainingRecipe, eqn: Any, a: Any, b: Any, g: Any, keys: dict, amaxes: dict
-) -> tuple[Any, Any]:
-    """``(da, db)``: JAX's VJP of the convolution ``eqn`` at ``(a, b)`` applied to ``g``, with each
-    of its convolutions computed by `role_conv`. A convolution reading the cotangent is dgrad when
-    its other operand is computed from the kernel ``b`` (``rev(W)``), wgrad otherwise; the other
-    equations (``rev``, layout changes of grouped convolutions) are bound as they are."""
-    vjp = lambda a, b, g: jax.vjp(lambda a, b: bind(eqn, [a, b])[0], a, b)[1](g)
-    closed = jax.make_jaxpr(vjp)(a, b, g)
-    jaxpr = closed.jaxpr
-    env = dict(zip([*jaxpr.constvars, *jaxpr.invars], [*closed.consts, a, b, g], strict=True))
-    cotangent, kernel = {jaxpr.invars[2]}, {jaxpr.invars[1]}
-    read = lambda v: v.val if isinstance(v, Literal) else env[v]
-    for inner in jaxpr.eqns:
-        ins = [v for v in inner.invars if not isinstance(v, Literal)]
-        carried = [not isinstance(v, Literal) and v in cotangent for v in inner.invars[:2]]
-        if inner.primitive.name == "conv_general_dilated" and sum(carried) == 1:
-            gradient = carried.index(True)
-            which = "dgrad" if inner.invars[1 - gradient] in kernel else "wgrad"
-            x, y = (read(v) for v in inner.invars)
-            dtype = inner.outvars[0].aval.dtype
-            outs = [role_conv(recipe, which, x, y, inner.params, gradient, keys[which], amaxes, dtype).astype(dtype)]
-        else:
-            outs = bind(inner, [read(v) for v in inner.invars])
-        for tainted in (cotangent, kernel):
-            if any(v in tainted for v in ins):
-                tainted.update(inner.outvars)
-        env.update(zip(inner.outvars, outs, strict=True))
-    da, db = (read(v) for v in jaxpr.outvars)
-    return da, db
-
-
 # -- statistics of a quantized operand -----------------------------------------------------------------
-
-
-def operand_elements(x: jax.Array, dims: tuple[int, ...], q: Quantizer, key: Any, amax: Any, margin: int) -> tuple:
-    """(``x / scale``, the element values) of ``x`` quantized by ``q``, in the grouped view that
-    `quantize_operand` quantizes: `scaled_operand`'s scales and element values (the same bits)."""
-    x = x.astype(F32)
-    stochastic = q.rounding == "stochastic"
-    if q.scaling == "none":
-        rk: dict[str, Any] = {"rounding": q.rounding, "key": key if stochastic else None}
-        if stochastic:
-            rk["random_bits"] = q.random_bits
-        return x, element_quantize(x, q.element, saturate=q.saturate, **rk)
-    view, axis, _ = operand_view(x, q, dims)
-    sa = scaled_operand(x, key if stochastic else None, amax, q=q, dims=dims, margin=margin)
-    scale = sa.scale_values()
-    if sa.global_scale is not None:
-        scale = scale * sa.global_scale
-    block = scaled_recipe(q).block_size if q.scaling in ("row", "block") else None  # block_2d: a tile is a group
-    if axis is not None and block is not None and scale.shape[axis] > 1:
-        scale = lax.slice_in_dim(jnp.repeat(scale, block, axis=axis), 0, view.shape[axis], axis=axis)
-    scale = jnp.broadcast_to(scale, view.shape)
-    values = jnp.where(jnp.isnan(scale), jnp.nan, sa.values)
-    return jnp.where(scale == 0, F32(0), view / scale), values
 
 
 def operand_counts(x: jax.Array, dims: tuple[int, ...], q: Quantizer, key: Any, amax: Any, margin: int) -> jax.Array:
@@ -426,7 +168,7 @@ def recipe_dot(ctx: Context, eqn: Any, invals: list, recipe: TrainingRecipe, con
             if operand in amaxes:
                 _record(ctx, entry, operand, x)
         if conv:
-            y = forward_conv_with_vjp(recipe, eqn, a, b, keys, amaxes, out)
+            y = forward_conv_with_vjp(recipe, eqn.params, a, b, keys, amaxes, out)
         else:
             y = forward_with_vjp(recipe, a, b, dims, keys, amaxes, out)
     elif conv:

@@ -27,19 +27,29 @@ every op and the kernel), `fpemu._ops.geometry` maps each op to batches of (M, K
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import jax
 from jax import lax
 from jax.typing import ArrayLike, DTypeLike
 
+from fpemu._args import input_format
 from fpemu._core.modes import ExponentTies, Rounding, Saturation, StochasticVariant
 from fpemu._core.registry import FormatLike
 from fpemu._ops.accumulate import compute_dot, device_operands
 from fpemu._ops.geometry import Geometry, conv_geometry, dot_geometry, matmul_geometry
-from fpemu._ops.matmul_config import MatmulOptions, matmul_call
+from fpemu._ops.matmul_config import MatmulConfig, MatmulOptions, matmul_call, matmul_config
 
-__all__ = ["conv_general_dilated", "dot_general", "matmul"]
+__all__ = [
+    "accumulation_config",
+    "conv_general_dilated",
+    "conv_with_config",
+    "dot_general",
+    "dot_with_config",
+    "matmul",
+]
 
 
 def _run(a: ArrayLike, b: ArrayLike, geometry: Callable[..., Geometry], options: MatmulOptions) -> jax.Array:
@@ -48,6 +58,42 @@ def _run(a: ArrayLike, b: ArrayLike, geometry: Callable[..., Geometry], options:
         *device_operands(call), call.lhs_scale, call.rhs_scale, call.key, call.random, cfg=call.cfg,
         geometry=call.geometry,
     )  # fmt: skip
+
+
+# -- checked-once cores (the training GEMMs: operands already quantized) --------------------------------
+
+
+@functools.lru_cache(maxsize=256)
+def accumulation_config(
+    a_dtype: Any, b_dtype: Any, accumulate: Any, accumulate_every: int | None, preferred_element_type: Any
+) -> MatmulConfig:
+    """The checked config of a dot whose operands are used as they are (no formats, scales or keys),
+    summed in ``accumulate`` every ``accumulate_every`` products: what `dot_general` checks for
+    ``dot_general(a, b, dn, accumulate=..., accumulate_every=..., preferred_element_type=...)``,
+    once per combination."""
+    options = MatmulOptions(
+        accumulate=accumulate, accumulate_every=accumulate_every, preferred_element_type=preferred_element_type
+    )
+    return matmul_config(input_format(a_dtype, "a"), input_format(b_dtype, "b"), options)
+
+
+def dot_with_config(a: jax.Array, b: jax.Array, dimension_numbers: Any, cfg: MatmulConfig) -> jax.Array:
+    """`dot_general` of two JAX arrays under a checked ``cfg`` (`accumulation_config`): the same bits."""
+    geometry = dot_geometry(tuple(a.shape), tuple(b.shape), dimension_numbers)
+    return compute_dot(a, b, None, None, None, None, cfg=cfg, geometry=geometry)
+
+
+def conv_with_config(a: jax.Array, b: jax.Array, params: Mapping[str, Any], cfg: MatmulConfig) -> jax.Array:
+    """`conv_general_dilated` of two JAX arrays under a checked ``cfg`` (`accumulation_config`), with
+    the geometry parameters of a ``conv_general_dilated`` equation (``window_strides``, ``padding``,
+    ``lhs_dilation``, ``rhs_dilation``, ``dimension_numbers``, ``feature_group_count``,
+    ``batch_group_count``): the same bits."""
+    geometry = conv_geometry(
+        tuple(a.shape), tuple(b.shape), params["window_strides"], params["padding"], params["lhs_dilation"],
+        params["rhs_dilation"], params["dimension_numbers"], params["feature_group_count"],
+        params["batch_group_count"],
+    )  # fmt: skip
+    return compute_dot(a, b, None, None, None, None, cfg=cfg, geometry=geometry)
 
 
 # -- public API -------------------------------------------------------------------------------------

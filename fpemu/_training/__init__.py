@@ -6,13 +6,19 @@ recipe to every dot of a training step):
 - `quantizer`: `Quantizer` (how one operand of one GEMM is quantized), `quantize_operand`, `scaled_view`, `amax_of`;
 - `hadamard`: the random Hadamard transform of NVFP4's wgrad;
 - `recipes`: `GemmRecipe`, `TrainingRecipe`, the named recipes (`TRAINING_RECIPES`, `training_recipe`);
-- `dot`: `quantized_dot_general`, a dot with each operand quantized along its own contraction.
+- `gemm_dot`: `quantized_dot_general`, a dot with each operand quantized along its own contraction
+  (and `quantized_dot_core`, its checked-once core);
+- `gemm_conv`: `quantized_conv_general`, its convolution (and `quantized_conv_core`);
+- `gemm_vjp`: the recipe's three GEMMs in role order (`role_dot`, `role_conv`) and the custom VJPs
+  of a forward dot and convolution (forward, dgrad, wgrad), which `fpemu._emulate.gemm` calls;
+- `elements`: the element values of a quantized operand (what statistics count).
 
 docs/training.md documents the recipes and their sources; `fpemu.testing.recipe_reference` is the
 NumPy oracle of `quantized_dot_general`.
 """
 
-from fpemu._training.dot import quantized_dot_general as quantized_dot_general
+from fpemu._training.gemm_conv import quantized_conv_general as quantized_conv_general
+from fpemu._training.gemm_dot import quantized_dot_general as quantized_dot_general
 from fpemu._training.hadamard import hadamard as hadamard
 from fpemu._training.quantizer import SCALINGS as SCALINGS
 from fpemu._training.quantizer import Quantizer as Quantizer
@@ -39,6 +45,7 @@ __all__ = [
     "hadamard",
     "nvfp4_recipe",
     "quantize_operand",
+    "quantized_conv_general",
     "quantized_dot_general",
     "scaled_view",
     "training_recipe",

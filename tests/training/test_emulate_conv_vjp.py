@@ -17,6 +17,7 @@ import pytest
 from jax import lax
 
 from fpemu import Policy, emulate, init_training_state
+from fpemu._training import quantized_conv_general, training_recipe
 from tests.training.test_emulate_training import assert_tree_bits
 
 KEY = jax.random.key(11)
@@ -98,3 +99,12 @@ def test_delayed_scaling_histories_of_a_convolution_under_grad_of_emulate():
     inside, _ = grad_inside(inside_state, w, x, c)
     outside, _ = grad_outside(outside_state, w, x, c)
     assert_tree_bits(outside, inside)
+
+
+@pytest.mark.parametrize("name", ["fp8_current", "mxfp8"])
+def test_quantized_conv_general_is_the_forward_convolution_of_emulate(name):
+    """`fpemu._training.quantized_conv_general` with the recipe's forward GEMM gives the bits of the
+    forward convolution under ``emulate(..., Policy(dot=recipe))`` (the same core)."""
+    expected = emulate(conv, Policy(dot=name, default=None))(X, W)
+    actual = quantized_conv_general(X, W, (2, 1), ((1, 1), (0, 2)), training_recipe(name).forward, dimension_numbers=DN)
+    assert_tree_bits(actual, expected)

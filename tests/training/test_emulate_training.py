@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import fpemu
-import fpemu._emulate.gemm as gemm_module
+import fpemu._training.gemm_vjp as gemm_vjp
 from fpemu._emulate.gemm import gemm_key
 from fpemu._emulate.interpreter import Context
 from fpemu._emulate.policy import Policy
@@ -235,7 +235,7 @@ def test_a_value_two_gemms_read_is_computed_once(monkeypatch, form):
 
     shared, result = build()
     monkeypatch.setattr(Context, "computed_once", lambda self, value: value)  # each GEMM its own
-    monkeypatch.setattr(gemm_module, "computed_once", lambda value: value)
+    monkeypatch.setattr(gemm_vjp, "computed_once", lambda value: value)
     separate, separate_result = build()
     assert (shared, separate) == (1, 2)
     assert_tree_bits(result, separate_result)

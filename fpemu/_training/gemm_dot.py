@@ -1,4 +1,9 @@
-"""`quantized_dot_general`: a dot with each operand quantized by a recipe along its own contraction."""
+"""`quantized_dot_general`: a dot with each operand quantized by a recipe along its own contraction.
+
+`quantized_dot_general` checks its arguments once and calls `quantized_dot_core`, the jitted core that
+internal callers (the GEMMs of `fpemu._training.gemm_vjp`) call directly with checked arguments.
+`fpemu._training.gemm_conv` is its convolution.
+"""
 
 from __future__ import annotations
 
@@ -17,13 +22,13 @@ from fpemu._core.format import Format, fits
 from fpemu._core.registry import get_format
 from fpemu._ops.accumulate import times_tensor_scales
 from fpemu._ops.fusion import computed_once
-from fpemu._ops.matmul import dot_general
+from fpemu._ops.matmul import accumulation_config, dot_with_config
 from fpemu._training.hadamard import hadamard_along, hadamard_signs
 from fpemu._training.layout import contracting_dims_arg
 from fpemu._training.quantizer import Quantizer, _amax_arg, _key_arg, operand_arg, quantize_operand_split
 from fpemu._training.recipes import GemmRecipe
 
-__all__ = ["dimension_numbers_arg", "quantized_dot_general"]
+__all__ = ["bf16_exact", "dimension_numbers_arg", "quantized_dot_core", "quantized_dot_general", "split_key"]
 
 _BF16 = get_format("bf16")
 _DN_FORM = "((lhs_contracting, rhs_contracting), (lhs_batch, rhs_batch))"
@@ -57,7 +62,7 @@ def dimension_numbers_arg(
     return (lc, rc), (lb, rb)
 
 
-def _bf16_exact(q: Quantizer | None) -> bool:
+def bf16_exact(q: Quantizer | None) -> bool:
     """Whether every value `quantize_operand_split` gives for ``q`` is a bfloat16 value (float32-subnormal
     products aside, which XLA:CPU's dot flushes anyway): elements that fit bfloat16 times powers of
     two or a per-tensor scale (taken out), or NVFP4's elements times narrow block scales whose
@@ -168,16 +173,25 @@ def quantized_dot_general(
         raise TypeError(
             f"preferred_element_type must be a float dtype or None, got {preferred_element_type!r}"
         ) from None
-    return _product(a, b, key, *amaxes, dn=((lc, rc), (lb, rb)), gemm=gemm, result=dtype, margin=margin)
+    return quantized_dot_core(a, b, key, *amaxes, dn=((lc, rc), (lb, rb)), gemm=gemm, result=dtype, margin=margin)
+
+
+def split_key(key: Any) -> tuple[Any, Any, Any]:
+    """(lhs key, rhs key, Hadamard key): ``jax.random.split(key, 3)``, or three Nones without a key."""
+    if key is None:
+        return None, None, None
+    split = jax.random.split(key, 3)
+    return split[0], split[1], split[2]
 
 
 @functools.partial(jax.jit, static_argnames=("dn", "gemm", "result", "margin"))
-def _product(a, b, key, lhs_amax, rhs_amax, *, dn: DimensionNumbers, gemm: GemmRecipe, result: Any, margin: int):
+def quantized_dot_core(
+    a, b, key, lhs_amax, rhs_amax, *, dn: DimensionNumbers, gemm: GemmRecipe, result: Any, margin: int
+) -> jax.Array:
+    """`quantized_dot_general` on checked arguments (float32 amaxes of the delayed operands only, a
+    result dtype or None): the checked-once core internal callers use."""
     (lc, rc), _ = dn
-    keys: tuple[Any, Any, Any] = (None, None, None)
-    if key is not None:
-        split = jax.random.split(key, 3)
-        keys = (split[0], split[1], split[2])
+    keys = split_key(key)
     f32 = jnp.float32
     if gemm.lhs is not None:
         a = a.astype(f32)
@@ -207,21 +221,17 @@ def _quantized_product(a, b, key_a, key_b, lhs_amax, rhs_amax, dn, gemm: GemmRec
     if gemm.rhs is not None:
         b, tb = quantize_operand_split(computed_once(b), rc, gemm.rhs, key=key_b, amax=rhs_amax, margin=margin)
     quantized = (a if ta is None else a * ta, b if tb is None else b * tb)
-    if _bf16_exact(gemm.lhs) and _bf16_exact(gemm.rhs):
+    if bf16_exact(gemm.lhs) and bf16_exact(gemm.rhs):
         a, b = a.astype(jnp.bfloat16), b.astype(jnp.bfloat16)
     if gemm.lhs is not None:
         a = computed_once(a)
     if gemm.rhs is not None:
         b = computed_once(b)
     tensor_scaled = ta is not None or tb is not None
-    y = dot_general(
-        a,
-        b,
-        dn,
-        accumulate=cast(Format, gemm.accumulate),
-        accumulate_every=gemm.accumulate_every,
-        preferred_element_type=jnp.float32 if tensor_scaled else result,
+    cfg = accumulation_config(
+        a.dtype, b.dtype, gemm.accumulate, gemm.accumulate_every, jnp.float32 if tensor_scaled else result
     )
+    y = dot_with_config(a, b, dn, cfg)
     if tensor_scaled:
         y = times_tensor_scales(y, ta, tb).astype(jnp.float32 if result is None else result)
     return y, *quantized

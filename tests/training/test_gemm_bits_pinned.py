@@ -1,0 +1,145 @@
+"""The bits of every training recipe's GEMMs and of `fpemu.scaled.matmul`, pinned across refactors.
+
+`tests/data/gemm_bits.npz` holds, for every named training recipe, what a small training step (a
+convolution, two dense layers) gives under ``Policy(dot=recipe)`` -- the loss and gradients of
+``jax.value_and_grad(emulate(loss))`` and of ``emulate(jax.value_and_grad(loss))``, the statistics of
+``with_stats=True``, the new amax histories of a delayed-scaling recipe -- and, for every recipe of
+`fpemu.scaled.matmul`, its product. The arrays were computed by the code before the GEMM core moved
+into `fpemu._training` (issue 30) and are compared bit for bit (the uint views, NaN included).
+
+XLA:CPU's float32 sums may change between JAX releases (a dot's order of additions is XLA's), so
+the arrays are keyed on the JAX version and backend they were made with: elsewhere the test skips,
+naming both. Regenerate with ``python -m tests.training.test_gemm_bits_pinned`` (and say why in the
+commit).
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import fpemu
+from fpemu import Policy, emulate, init_training_state, scaled
+from fpemu._training import TRAINING_RECIPES, training_recipe
+
+DATA = pathlib.Path(__file__).parent.parent / "data" / "gemm_bits.npz"
+KEY = jax.random.key(3)
+DN = ("NHWC", "HWIO", "NHWC")
+
+
+def _normal(seed: int, *shape: int, scale: float = 1.0) -> np.ndarray:
+    return (np.random.default_rng(seed).standard_normal(shape) * scale).astype(np.float32)
+
+
+PARAMS = {"k": _normal(0, 3, 3, 32, 32, scale=0.2), "w1": _normal(1, 128, 48, scale=0.1), "w2": _normal(2, 48, 16)}
+X = _normal(3, 4, 6, 6, 32)
+
+
+def loss(params, x):
+    """A convolution (stride 2), then two dense layers; the second's input is a gelu."""
+    with jax.named_scope("conv"):
+        h = lax.conv_general_dilated(x, params["k"], (2, 2), "VALID", dimension_numbers=DN)
+    h = h.reshape(h.shape[0], -1)
+    with jax.named_scope("dense0"):
+        h = jax.nn.gelu(h @ params["w1"])
+    with jax.named_scope("dense1"):
+        logits = h @ params["w2"]
+    return jnp.mean(jax.nn.logsumexp(logits, axis=-1) - logits[:, 0])
+
+
+def _flat(prefix: str, tree) -> dict[str, np.ndarray]:
+    leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
+    return {prefix + jax.tree_util.keystr(path): np.asarray(leaf) for path, leaf in leaves}
+
+
+def recipe_arrays(name: str) -> dict[str, np.ndarray]:
+    """Every pinned array of the training recipe ``name``."""
+    policy = Policy(dot=name)
+    key = KEY if policy.stochastic else None
+    params = jax.tree_util.tree_map(jnp.asarray, PARAMS)
+    x = jnp.asarray(X)
+    grad = jax.value_and_grad(loss, argnums=(0, 1))
+    out: dict[str, np.ndarray] = {}
+    if training_recipe(name).stateful:
+        state = init_training_state(loss, policy, params, x)
+        step = emulate(loss, policy, key=key, state=True)
+        outside = jax.jit(jax.value_and_grad(lambda p, x: step(state, p, x), argnums=(0, 1), has_aux=True))
+        (value, outside_state), grads = outside(params, x)
+        out |= _flat(f"{name}/outside/", (value, grads)) | _flat(f"{name}/outside_state/", outside_state)
+        state = init_training_state(grad, policy, params, x)
+        inside = jax.jit(emulate(grad, policy, key=key, state=True, with_stats=True))
+        (value, stats), new_state = inside(state, params, x)
+        out |= _flat(f"{name}/inside/", value) | _flat(f"{name}/stats/", stats) | _flat(f"{name}/state/", new_state)
+        return out
+    outside = jax.jit(jax.value_and_grad(emulate(loss, policy, key=key), argnums=(0, 1)))(params, x)
+    inside, stats = jax.jit(emulate(grad, policy, key=key, with_stats=True))(params, x)
+    return _flat(f"{name}/outside/", outside) | _flat(f"{name}/inside/", inside) | _flat(f"{name}/stats/", stats)
+
+
+A = _normal(4, 16, 96)
+B = _normal(5, 96, 24)
+
+
+def matmul_arrays(recipe: str) -> dict[str, np.ndarray]:
+    return {f"scaled.matmul/{recipe}": np.asarray(scaled.matmul(A, B, recipe))}
+
+
+def _version() -> str:
+    return f"jax {jax.__version__} on {jax.default_backend()}"
+
+
+def _pinned() -> dict[str, np.ndarray]:
+    if not DATA.exists():
+        pytest.fail(f"{DATA} is missing: run python -m tests.training.test_gemm_bits_pinned")
+    with np.load(DATA) as data:
+        arrays = dict(data)
+    made = str(arrays.pop("__version__"))
+    if made != _version():
+        pytest.skip(f"the pinned bits were made with {made}; this is {_version()} (XLA's sums may differ)")
+    return arrays
+
+
+def _assert_same_bits(actual: dict[str, np.ndarray], pinned: dict[str, np.ndarray], prefix: str) -> None:
+    expected = {k: v for k, v in pinned.items() if k.startswith(prefix)}
+    assert sorted(actual) == sorted(expected)
+    for k, a in actual.items():
+        e = expected[k]
+        assert a.dtype == e.dtype and a.shape == e.shape, (k, a.dtype, a.shape, e.dtype, e.shape)
+        bits = f"u{a.dtype.itemsize}" if a.dtype.kind == "f" else a.dtype
+        assert np.array_equal(a.view(bits), e.view(bits)), k
+
+
+# Every recipe compiles a training step twice (about 30 s each on two cores): three run by default,
+# the rest with -m slow.
+FAST = ("fp8_current", "fp8_delayed", "mxfp8")
+
+
+@pytest.mark.parametrize(
+    "name", [n if n in FAST else pytest.param(n, marks=pytest.mark.slow) for n in TRAINING_RECIPES]
+)
+def test_training_recipe_bits_are_pinned(name):
+    _assert_same_bits(recipe_arrays(name), _pinned(), f"{name}/")
+
+
+@pytest.mark.parametrize("recipe", scaled.MATMUL_RECIPES)
+def test_scaled_matmul_bits_are_pinned(recipe):
+    _assert_same_bits(matmul_arrays(recipe), _pinned(), f"scaled.matmul/{recipe}")
+
+
+def _write() -> None:
+    arrays: dict[str, np.ndarray] = {"__version__": np.asarray(_version())}
+    for name in TRAINING_RECIPES:
+        arrays |= recipe_arrays(name)
+    for recipe in scaled.MATMUL_RECIPES:
+        arrays |= matmul_arrays(recipe)
+    np.savez_compressed(DATA, **arrays)
+    print(f"{DATA}: {len(arrays) - 1} arrays, {_version()}, fpemu {fpemu.__version__}")
+
+
+if __name__ == "__main__":
+    _write()
