@@ -576,7 +576,7 @@ def plot_matmul_error(
             row.minorticks_off()
             row.set_xlim(ks[0] / 2**0.6, ks[-1] * 2**0.6)
             row.grid(alpha=0.3)
-    fig.legend(handles=handles, loc="outside right upper", title="recipe", fontsize="small")
+    fig.legend(handles=handles, loc="outside right center", title="recipe", fontsize="small")
     shape = f"drawn data: M = N = {outer}" if outer is not None else "drawn data: M = N = K"
     fig.suptitle(f"QSNR of quantized matmuls C = A B against the float64 product ({shape}; higher is better)")
     header = ("recipe", "distribution", "m", "k", "n", "qsnr_db", "relative_error", "max_abs_error")

@@ -408,6 +408,8 @@ def assert_titles_inside(fig):
     for text in titles(fig):
         box = text.get_window_extent(renderer)
         assert 0 <= box.x0 and box.x1 <= width and 0 <= box.y0 and box.y1 <= height, (text.get_text(), box, width)
+        for legend in fig.legends:  # and no legend drawn over a title
+            assert not box.overlaps(legend.get_window_extent(renderer)), (text.get_text(), legend)
 
 
 def test_single_panel_rounding_error_title_fits(tmp_path, figures):
@@ -445,6 +447,8 @@ def test_matmul_error_rows_show_honest_ranges(tmp_path, fake_accuracy, figures):
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
     assert legend == ["bf16", "mxfp4 (blocks of 32)"]
     assert_titles_inside(fig)
+    _plot.plot_matmul_error(["bf16", "mxfp4"], [16], tmp_path / "one.png", outer=8, distributions=["gaussian"])
+    assert_titles_inside(figures["one.png"])  # one narrow panel: the legend beside it clear of the title
 
 
 def bench_rows(sizes, matmul_sizes):
