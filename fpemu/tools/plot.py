@@ -597,13 +597,13 @@ def _field(row: Any, key: str, default: Any = None) -> Any:
 
 BENCH_METRICS = {
     "ns_per_element": "median ns per element",
-    "ratio_to_fpemu": "time per element / the baseline's (named in the title)",
+    "ratio_to_fpemu": "time per element / the baseline's",
     "ratio_to_copy": "time per element / the NumPy copy's",
     "gb_per_s": "effective GB/s (input + output bytes / median time)",
 }
 #: The axis label of ``ns_per_element`` on matmul rows, whose elements are multiply-adds.
 MATMUL_NS_LABEL = "median ns per multiply-add"
-_KIND_LINES = {"fpemu": "-", "peer": "--", "reference": ":"}
+_KIND_LINES: dict[str, Any] = {"fpemu": "-", "peer": "--", "reference": ":"}
 
 
 def bench_case(name: str) -> tuple[str, int | None]:
@@ -721,6 +721,7 @@ def plot_bench(
                      f"{rows_text} compared with baseline {baseline}", fontsize="medium")  # fmt: skip
         ax.grid(axis=value_axis, alpha=0.3, which="both")
     kinds = [k for _, k, *_ in table]
+    handles: list[Any]
     if lines:
         handles = [Line2D([], [], color="0.3", linestyle=s, label=k) for k, s in _KIND_LINES.items() if k in kinds]
     else:
