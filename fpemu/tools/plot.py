@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import csv
 import math
+import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,7 @@ ROUNDING_ERROR_FORMATS = ("fp32", "tf32", "bf16", "fp16", "e4m3fn", "e5m2", "e3m
 #: The inner dimensions K and the outer ones (M = N) of ``matmul-error``.
 DEFAULT_MATMUL_SIZES = (32, 128, 512, 2048)
 DEFAULT_OUTER = 128
+MIN_QSNR_SPAN = 20.0  # dB: the least y range of a row of matmul-error
 MAX_VALUES_CODES = 1 << 20  # plot_values draws every value: formats with at most this many positive codes
 _DPI = 120
 _KIND_COLORS = {"fpemu": "C0", "peer": "C1", "reference": "C7"}
@@ -120,9 +122,28 @@ def write_table(path: str | Path, header: Sequence[str], rows: Iterable[Sequence
     return path
 
 
+def _fit_titles(fig) -> None:
+    """Wrap the figure's title and every axes title onto more lines until each lies inside the canvas."""
+    texts = [t for t in [fig._suptitle, *(ax.title for ax in fig.axes)] if t is not None and t.get_text()]
+    for _ in range(4):
+        fig.canvas.draw()  # lays the figure out: the titles' places are final
+        renderer, width = fig.canvas.get_renderer(), fig.bbox.width
+        wide = [(t, t.get_window_extent(renderer)) for t in texts]
+        wide = [(t, box) for t, box in wide if box.x0 < 0 or box.x1 > width]
+        if not wide:
+            return
+        for text, box in wide:
+            center = (box.x0 + box.x1) / 2
+            room = 2 * min(center, width - center) * 0.95  # the title is centred on its axes
+            longest = max(len(line) for line in text.get_text().split("\n"))
+            chars = min(longest - 1, int(longest * room / max(box.width, 1.0)))
+            text.set_text(textwrap.fill(" ".join(text.get_text().split()), max(chars, 16)))
+
+
 def _save(fig, path: str | Path, header: Sequence[str], rows: Iterable[Sequence[Any]]) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    _fit_titles(fig)
     fig.savefig(path, format="png", dpi=_DPI)
     write_table(table_path(path), header, rows)
     return path
@@ -133,6 +154,20 @@ def _formats(formats: Iterable[Any]) -> list[fpemu.Format]:
     if not fmts:
         raise ValueError("no formats given")
     return fmts
+
+
+def recipe_label(name: str) -> str:
+    """A recipe's name and how it scales: ``(per tensor)``, ``(blocks of N)``; a plain format's name as it is.
+
+    Example:
+      >>> [recipe_label(r) for r in ("fp8_e4m3", "nvfp4", "bf16")]
+      ['fp8_e4m3 (per tensor)', 'nvfp4 (blocks of 16)', 'bf16']
+    """
+    try:
+        recipe = fpemu.scaled.get_recipe(name)
+    except fpemu.scaled.UnknownRecipeError:  # fp32, bf16, fp16: a cast, no scale
+        return name
+    return f"{name} ({'per tensor' if recipe.block_size is None else f'blocks of {recipe.block_size}'})"
 
 
 def recipe_style(name: str, index: int = 0) -> tuple[str, str]:
@@ -262,7 +297,8 @@ def plot_rounding_error(
     """The largest relative rounding error ``|q(x) - x| / |x|`` in each binade against ``|x|``, log2 axes.
 
     One panel per family (`fpemu.tools.rounding.family`: 9 to 64 bits, 8 bits, 6 bits and fewer),
-    each with its own axes, so that bf16's range does not squeeze the narrow formats. Each format is
+    each with its own x axis, so that bf16's range does not squeeze the narrow formats, and one y
+    axis shared by all, so that the panels' errors compare at a glance. Each format is
     one colour and marker; each rounding mode one line style. A step spans its binade; the dotted
     horizontal line of a format's colour is its unit roundoff ``u = eps / 2``, the bound of
     round-to-nearest in the normal range. Left of the normal range the error doubles per binade, up to
@@ -283,7 +319,7 @@ def plot_rounding_error(
     modes = list(dict.fromkeys(modes))
     families = [f for f in rounding.FAMILIES if any(rounding.family(fmt) == f for fmt in fmts)]
     fig = _figure(5.2 * len(families), 5.4 + 0.2 * len(modes))
-    axes = fig.subplots(1, len(families), squeeze=False)[0]
+    axes = fig.subplots(1, len(families), squeeze=False, sharey=True)[0]  # one error scale: the panels compared
     for ax, fam in zip(axes, families):
         members = [fmt for fmt in fmts if rounding.family(fmt) == fam]
         handles = []
@@ -421,7 +457,7 @@ def plot_qsnr(
         ax.bar_label(bars, labels=[f"{by_recipe[n]:.1f}" for n in names], fontsize="x-small", padding=2,
                      rotation=90 if len(table) > 2 else 0)  # fmt: skip
         rows += [(label, name, by_recipe[name]) for name in names]
-    ax.set_xticks(positions, labels=names, rotation=30, ha="right")
+    ax.set_xticks(positions, labels=[recipe_label(n) for n in names], rotation=30, ha="right")
     ax.set_ylabel("QSNR (dB), higher is better")
     about = [f"{'x'.join(map(str, shape))} values per distribution, seed {seed}"] if any(
         name in datasets.DISTRIBUTIONS for name in table) else []  # fmt: skip
@@ -435,6 +471,22 @@ def plot_qsnr(
 
 
 # -- matmul error ------------------------------------------------------------------------------------
+
+
+def qsnr_limits(values: Iterable[float]) -> tuple[float, float]:
+    """The y range of a row of `plot_matmul_error`: from 0 dB (an error as large as the signal; lower if a
+    value is) to above the highest value, in whole tens of dB, at least `MIN_QSNR_SPAN` dB: a row of
+    nearly equal values is drawn flat, not zoomed into a slope.
+
+    Example:
+      >>> qsnr_limits([52.5, 55.0]), qsnr_limits([-3.0, 140.2])
+      ((0.0, 60.0), (-10.0, 150.0))
+    """
+    values = list(values)
+    low, high = min(0.0, *values), max(values)
+    bottom = 0.0 if low == 0 else 10.0 * math.floor((low - 2) / 10)
+    top = 10.0 * math.ceil((high + max(2.0, 0.05 * (high - bottom))) / 10)
+    return bottom, max(top, bottom + MIN_QSNR_SPAN)
 
 
 def plot_matmul_error(
@@ -495,19 +547,22 @@ def plot_matmul_error(
             color, marker = recipe_style(name, index)
             face = "none" if index % 2 else color  # alternate hollow and filled markers
             dodge = 2.0 ** (_DODGE * (j - (len(group) - 1) / 2) / max(1, (len(group) - 1) / 2))
-            label = name
+            suffix = ""
             for p, panel in enumerate(panels):
                 points = sorted((r.size, r.qsnr_db) for r in results if r.recipe == name and r.distribution == panel)
                 drawn = [(k * dodge, q) for k, q in points if math.isfinite(q)]
                 if len(drawn) < len(points):
-                    label = name + (" (exact)" if any(q > 0 and math.isinf(q) for _, q in points) else " (overflow)")
+                    suffix = " (exact)" if any(q > 0 and math.isinf(q) for _, q in points) else " (overflow)"
                 if drawn:
                     axes[g][p].plot(*zip(*drawn), color=color, marker=marker, markersize=6, linewidth=1.3,
                                     markerfacecolor=face, markeredgewidth=1.3)  # fmt: skip
             handles.append(Line2D([], [], color=color, marker=marker, markerfacecolor=face, markeredgewidth=1.3,
-                                  label=label))  # fmt: skip
+                                  label=recipe_label(name) + suffix))  # fmt: skip
         which = "16- and 32-bit recipes" if group[0] in WIDE_RECIPES else "8-bit and narrower recipes"
         axes[g][0].set_ylabel(f"QSNR (dB)\n{which}")
+        shown = [r.qsnr_db for r in results if r.recipe in group and math.isfinite(r.qsnr_db)]
+        if shown:
+            axes[g][0].set_ylim(*qsnr_limits(shown))
     for p, panel in enumerate(panels):
         ks = sorted({r.size for r in results if r.distribution == panel})
         title = _data_label(panel)
@@ -521,7 +576,7 @@ def plot_matmul_error(
             row.minorticks_off()
             row.set_xlim(ks[0] / 2**0.6, ks[-1] * 2**0.6)
             row.grid(alpha=0.3)
-    fig.legend(handles=handles, loc="outside right upper", title="recipe", fontsize="small")
+    fig.legend(handles=handles, loc="outside right center", title="recipe", fontsize="small")
     shape = f"drawn data: M = N = {outer}" if outer is not None else "drawn data: M = N = K"
     fig.suptitle(f"QSNR of quantized matmuls C = A B against the float64 product ({shape}; higher is better)")
     header = ("recipe", "distribution", "m", "k", "n", "qsnr_db", "relative_error", "max_abs_error")
@@ -533,27 +588,54 @@ def plot_matmul_error(
 # -- bench chart ---------------------------------------------------------------------------------------
 
 
-def _field(row: Any, key: str) -> Any:
-    return row[key] if isinstance(row, Mapping) else getattr(row, key)
+def _field(row: Any, key: str, default: Any = None) -> Any:
+    value = row.get(key, default) if isinstance(row, Mapping) else getattr(row, key, default)
+    if value is None:
+        raise ValueError(f"a bench row has no {key!r}: {row!r}")
+    return value
 
 
 BENCH_METRICS = {
-    "ns_per_element": "median ns per element (log axis; per multiply-add for matmul rows)",
-    "ratio_to_fpemu": "time per element / the row's fpemu baseline (log axis)",
-    "ratio_to_copy": "time per element / NumPy copy (log axis)",
+    "ns_per_element": "median ns per element",
+    "ratio_to_fpemu": "time per element / the baseline's",
+    "ratio_to_copy": "time per element / the NumPy copy's",
     "gb_per_s": "effective GB/s (input + output bytes / median time)",
 }
+#: The axis label of ``ns_per_element`` on matmul rows, whose elements are multiply-adds.
+MATMUL_NS_LABEL = "median ns per multiply-add"
+_KIND_LINES: dict[str, Any] = {"fpemu": "-", "peer": "--", "reference": ":"}
+
+
+def bench_case(name: str) -> tuple[str, int | None]:
+    """A bench row's name split into the case and the size after ``@`` (None: the run had one size).
+
+    Example:
+      >>> bench_case("e4m3fn/fpemu-nearest_even@65536"), bench_case("matmul/fp32")
+      (('e4m3fn/fpemu-nearest_even', 65536), ('matmul/fp32', None))
+    """
+    case, at, size = name.partition("@")
+    return case, int(size) if at else None
+
+
+def _size_label(n: int) -> str:
+    return f"2^{n.bit_length() - 1}" if n > 1 and n & (n - 1) == 0 else f"{n:,}"
 
 
 def plot_bench(
     rows: Sequence[Any], path: str | Path = "bench.png", *, metric: str = "ns_per_element", title: str | None = None
 ) -> Path:
-    """Horizontal bars of one metric for every ``fpemu bench`` row, coloured by kind.
+    """One metric of ``fpemu bench`` rows, a panel per baseline: the rows compared with one fpemu row.
 
-    The CSV has one row per bar: ``name, kind, <metric>``.
+    Every panel is titled with its baseline (``ratio_to_fpemu`` divides by it) and each axis has one
+    unit: the matmul rows' elements are multiply-adds, so they get panels of their own, and panels of
+    one unit share their value axis. With one size per row the panels hold horizontal bars coloured
+    by kind; with several (``--sizes``, ``--matmul-sizes``) the size is the x axis (log2) and each
+    case is a line (solid: fpemu, dashed: a peer, dotted: a reference). The CSV has one row per bar
+    or point: ``name, kind, baseline, <metric>``.
 
     Args:
-      rows: `fpemu.tools.bench.BenchRow` objects, or their JSON dicts (``"rows"`` of ``--json`` output).
+      rows: `fpemu.tools.bench.BenchRow` objects, or their JSON dicts (``"rows"`` of ``--json`` output;
+        without ``baseline`` and ``group``, a row's group, the part of its name before ``/``, is both).
       path: the PNG to write.
       metric: a key of `BENCH_METRICS`.
       title: the figure title (a default names the metric).
@@ -565,26 +647,85 @@ def plot_bench(
     if not rows:
         raise ValueError("no bench rows to plot")
     require_matplotlib()
+    from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    names = [_field(r, "name") for r in rows]
-    values = [float(_field(r, metric)) for r in rows]
-    kinds = [_field(r, "kind") for r in rows]
-    fig = _figure(10, 1.5 + 0.24 * len(rows))
-    ax = fig.subplots()
-    positions = np.arange(len(rows))[::-1]
-    bars = ax.barh(positions, values, color=[_KIND_COLORS.get(k, "C3") for k in kinds])
-    ax.bar_label(bars, labels=[f"{v:.3g}" for v in values], fontsize="x-small", padding=2)
-    ax.set_yticks(positions, labels=names, fontsize="small")
-    ax.set_ylim(-0.7, len(rows) - 0.3)
-    if metric != "gb_per_s":
-        ax.set_xscale("log")
-    if metric.startswith("ratio"):
-        ax.axvline(1.0, color="black", linewidth=0.8)
-    ax.margins(x=0.15)
-    ax.set_xlabel(BENCH_METRICS[metric])
-    ax.legend(handles=[Patch(color=c, label=k) for k, c in _KIND_COLORS.items() if k in kinds],
-              loc="lower right", fontsize="small")  # fmt: skip
-    ax.set_title(title or f"fpemu bench: {metric}")
-    ax.grid(axis="x", alpha=0.3, which="both")
-    return _save(fig, path, ("name", "kind", metric), zip(names, kinds, values))
+    table = []
+    for r in rows:
+        name = _field(r, "name")
+        group = _field(r, "group", name.partition("/")[0])
+        baseline = bench_case(_field(r, "baseline", group))[0]
+        table.append((name, _field(r, "kind"), baseline, float(_field(r, metric)), group == "matmul"))
+    panels = list(dict.fromkeys((baseline, matmul) for _, _, baseline, _, matmul in table))
+    sizes = {bench_case(name)[1] for name, *_ in table}
+    lines = len(sizes) > 1
+    ratio = metric.startswith("ratio")
+
+    def unit(matmul: bool) -> str:
+        return MATMUL_NS_LABEL if matmul and metric == "ns_per_element" else BENCH_METRICS[metric]
+
+    def members(panel: tuple[str, bool]) -> list[tuple[str, str, str, float, bool]]:
+        return [row for row in table if (row[2], row[4]) == panel]
+
+    if lines:
+        ncols = min(2, len(panels))
+        nrows = -(-len(panels) // ncols)
+        fig = _figure(6.2 * ncols + 0.4, 4.6 * nrows + 0.8)
+        grid = fig.subplots(nrows, ncols, squeeze=False)
+        axes = list(grid.flat)
+        for ax in axes[len(panels) :]:
+            ax.remove()
+    else:
+        fig = _figure(10, 1.6 + 0.26 * len(table) + 0.55 * len(panels))
+        axes = list(fig.subplots(len(panels), 1, squeeze=False, height_ratios=[len(members(p)) + 1.2 for p in panels])
+                    [:, 0])  # fmt: skip
+    first_of_unit: dict[str, Any] = {}
+    styles: dict[str, int] = {}
+    for ax, panel in zip(axes, panels):
+        baseline, matmul = panel
+        mine = members(panel)
+        label = unit(matmul)
+        value_axis = "y" if lines else "x"
+        shared = first_of_unit.setdefault(label, ax)  # panels of one unit share their value axis
+        if shared is not ax:
+            (ax.sharey if lines else ax.sharex)(shared)
+        if lines:
+            for case in dict.fromkeys(bench_case(name)[0] for name, *_ in mine):
+                i = styles.setdefault(case.partition("/")[2] or case, len(styles))  # a row: one style in every panel
+                points = sorted((bench_case(n)[1], v, k) for n, k, _, v, _ in mine if bench_case(n)[0] == case)
+                ax.plot([p[0] for p in points], [p[1] for p in points], color=SERIES_COLORS[i % len(SERIES_COLORS)],
+                        marker=_EXTRA_MARKERS[i % 12], linestyle=_KIND_LINES.get(points[0][2], "-."),
+                        label=case.partition("/")[2] or case)  # fmt: skip
+            drawn = sorted({bench_case(name)[1] or 0 for name, *_ in mine})
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(drawn, labels=[_size_label(n) for n in drawn])
+            ax.minorticks_off()
+            ax.set_xlabel("n of the n x n x n matmul (log2 axis)" if matmul else "elements per call (log2 axis)")
+            ax.set_ylabel(label)
+            ax.legend(fontsize="x-small", loc="upper center", bbox_to_anchor=(0.5, -0.2), ncols=2, frameon=False)
+        else:
+            positions = np.arange(len(mine))[::-1]
+            values = [v for _, _, _, v, _ in mine]
+            bars = ax.barh(positions, values, color=[_KIND_COLORS.get(k, "C3") for _, k, *_ in mine])
+            ax.bar_label(bars, labels=[f"{v:.3g}" for v in values], fontsize="x-small", padding=2)
+            ax.set_yticks(positions, labels=[name for name, *_ in mine], fontsize="small")
+            ax.set_ylim(-0.7, len(mine) - 0.3)
+            ax.margins(x=0.15)
+            ax.set_xlabel(label)
+        if metric != "gb_per_s":
+            ax.set_yscale("log") if lines else ax.set_xscale("log")
+        if ratio:
+            (ax.axhline if lines else ax.axvline)(1.0, color="black", linewidth=0.8)
+        rows_text = "matmul rows" if matmul else "rows"
+        ax.set_title(f"{rows_text} / baseline {baseline}" if metric == "ratio_to_fpemu" else
+                     f"{rows_text} compared with baseline {baseline}", fontsize="medium")  # fmt: skip
+        ax.grid(axis=value_axis, alpha=0.3, which="both")
+    kinds = [k for _, k, *_ in table]
+    handles: list[Any]
+    if lines:
+        handles = [Line2D([], [], color="0.3", linestyle=s, label=k) for k, s in _KIND_LINES.items() if k in kinds]
+    else:
+        handles = [Patch(color=c, label=k) for k, c in _KIND_COLORS.items() if k in kinds]
+    fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), fontsize="small", title="kind")
+    fig.suptitle(title or f"fpemu bench: {metric}")
+    return _save(fig, path, ("name", "kind", "baseline", metric), [row[:4] for row in table])

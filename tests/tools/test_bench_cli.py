@@ -205,9 +205,10 @@ def test_charts_render(quick):
         assert f"wrote {quick.out / 'plots' / name}" in quick.stdout
         with open(quick.out / "plots" / name, encoding="utf-8") as f:
             table = [line.split(",") for line in f.read().splitlines()]
-        assert table[0] == ["name", "kind", metric]  # the numbers of the chart: the JSON's, exactly
-        assert [(n, k, float(v)) for n, k, v in table[1:]] == [(r["name"], r["kind"], r[metric])
-                                                                for r in quick.data["rows"]]  # fmt: skip
+        assert table[0] == ["name", "kind", "baseline", metric]  # the numbers of the chart: the JSON's, exactly
+        assert [(n, k, b, float(v)) for n, k, b, v in table[1:]] == [
+            (r["name"], r["kind"], r["baseline"], r[metric]) for r in quick.data["rows"]
+        ]
 
 
 # -- choosing formats, recipes, modes and sizes ------------------------------------------------------------

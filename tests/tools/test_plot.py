@@ -8,6 +8,7 @@ import dataclasses
 import math
 import sys
 import types
+from pathlib import Path
 
 import jax.numpy as jnp
 import numpy as np
@@ -268,8 +269,9 @@ def test_plot_bench_from_json_dicts(tmp_path):
         path = _plot.plot_bench(rows, tmp_path / f"{metric}.png", metric=metric)
         assert_png_has_content(path, colors=("C0", "C1", "C7"))
         written = read_csv(tmp_path / f"{metric}.csv")
-        assert [(r["name"], r["kind"], float(r[metric])) for r in written] == [
-            (r["name"], r["kind"], r[metric]) for r in rows
+        assert [(r["name"], r["kind"], r["baseline"], float(r[metric])) for r in written] == [
+            (r["name"], r["kind"], r["name"].partition("/")[0], r[metric])
+            for r in rows  # no baseline: the group
         ]
     with pytest.raises(ValueError, match="choose from: ns_per_element"):
         _plot.plot_bench(rows, tmp_path / "x.png", metric="speed")
@@ -376,3 +378,130 @@ def test_missing_matplotlib(monkeypatch, tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("fpemu plot: error:") and "pip install 'fpemu[plot]'" in err
     assert not (tmp_path / "values.png").exists()
+
+
+# -- what the figures show: read back from the matplotlib objects ------------------------------------------
+
+
+@pytest.fixture
+def figures(monkeypatch):
+    """The matplotlib Figure of every PNG written, by file name, as it was saved."""
+    drawn = {}
+    save = _plot._save
+
+    def recording(fig, path, header, rows):
+        out = save(fig, path, header, rows)
+        drawn[Path(path).name] = fig
+        return out
+
+    monkeypatch.setattr(_plot, "_save", recording)
+    return drawn
+
+
+def titles(fig) -> list:
+    return [t for t in [fig._suptitle, *(ax.title for ax in fig.axes)] if t is not None and t.get_text()]
+
+
+def assert_titles_inside(fig):
+    fig.canvas.draw()
+    renderer, width, height = fig.canvas.get_renderer(), fig.bbox.width, fig.bbox.height
+    for text in titles(fig):
+        box = text.get_window_extent(renderer)
+        assert 0 <= box.x0 and box.x1 <= width and 0 <= box.y0 and box.y1 <= height, (text.get_text(), box, width)
+        for legend in fig.legends:  # and no legend drawn over a title
+            assert not box.overlaps(legend.get_window_extent(renderer)), (text.get_text(), legend)
+
+
+def test_single_panel_rounding_error_title_fits(tmp_path, figures):
+    """One family: a narrow figure whose long title was clipped on both sides; now wrapped inside the canvas."""
+    _plot.plot_rounding_error(["e4m3fn"], tmp_path / "err.png", samples_per_binade=20)
+    fig = figures["err.png"]
+    assert len(fig.axes) == 1
+    assert_titles_inside(fig)
+    assert "\n" in fig._suptitle.get_text()  # wrapped, not shrunk away
+
+
+def test_rounding_error_panels_share_their_y_axis(tmp_path, figures):
+    _plot.plot_rounding_error(["bf16", "e4m3fn", "e2m1fn"], tmp_path / "err.png", samples_per_binade=20)
+    fig = figures["err.png"]
+    assert len(fig.axes) == 3
+    assert len({ax.get_ylim() for ax in fig.axes}) == 1
+    assert_titles_inside(fig)
+
+
+def test_qsnr_names_how_each_recipe_scales(tmp_path, figures):
+    _plot.plot_qsnr(["fp8_e4m3", "fp8_e5m2", "mxfp4", "nvfp4"], tmp_path / "qsnr.png", shape=(4, 64),
+                    distributions=["gaussian"])  # fmt: skip
+    labels = [t.get_text() for t in figures["qsnr.png"].axes[0].get_xticklabels()]
+    assert labels == ["fp8_e4m3 (per tensor)", "fp8_e5m2 (per tensor)", "mxfp4 (blocks of 32)", "nvfp4 (blocks of 16)"]
+    assert_titles_inside(figures["qsnr.png"])
+    assert [r["recipe"] for r in read_csv(tmp_path / "qsnr.csv")] == ["fp8_e4m3", "fp8_e5m2", "mxfp4", "nvfp4"]
+
+
+def test_matmul_error_rows_show_honest_ranges(tmp_path, fake_accuracy, figures):
+    """A row of one recipe (bf16: 54 to 60 dB here) is drawn from 0 dB, not zoomed into its own few dB."""
+    _plot.plot_matmul_error(["bf16", "mxfp4"], [16, 64], tmp_path / "mm.png", outer=8)
+    fig = figures["mm.png"]
+    wide, narrow = fig.axes[0], fig.axes[len(fig.axes) // 2]
+    assert wide.get_ylim() == (0.0, 70.0) and narrow.get_ylim() == (0.0, 30.0)
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert legend == ["bf16", "mxfp4 (blocks of 32)"]
+    assert_titles_inside(fig)
+    _plot.plot_matmul_error(["bf16", "mxfp4"], [16], tmp_path / "one.png", outer=8, distributions=["gaussian"])
+    assert_titles_inside(figures["one.png"])  # one narrow panel: the legend beside it clear of the title
+
+
+def bench_rows(sizes, matmul_sizes):
+    """JSON rows of ``fpemu bench``: two formats, a scaled recipe compared with its element format, matmuls."""
+    cases = [("reference", "numpy_copy", "reference", "e4m3fn"), ("e4m3fn", "fpemu-nearest_even", "fpemu", "e4m3fn"),
+             ("e4m3fn", "ml_dtypes_roundtrip", "peer", "e4m3fn"), ("e2m1fn", "fpemu-nearest_even", "fpemu", "e2m1fn"),
+             ("mxfp4", "scaled-qdq", "fpemu", "e2m1fn")]  # fmt: skip
+    rows = []
+    for n in sizes:
+        at = f"@{n}" if len(sizes) > 1 else ""
+        rows += [dict(name=f"{g}/{r}{at}", group=g, kind=k, baseline=f"{b}/fpemu-nearest_even{at}",
+                      ns_per_element=1.0 + i + 1e-6 * n, ratio_to_fpemu=0.5 + i) for i, (g, r, k, b) in enumerate(cases)]  # fmt: skip
+    for n in matmul_sizes:
+        at = f"@{n}" if len(matmul_sizes) > 1 else ""
+        rows += [dict(name=f"matmul/{r}{at}", group="matmul", kind=k, baseline=f"matmul/fpemu-e4m3fn{at}",
+                      ns_per_element=0.1 * (i + 1), ratio_to_fpemu=0.5 * (i + 1))
+                 for i, (r, k) in enumerate([("fp32", "peer"), ("fpemu-e4m3fn", "fpemu")])]  # fmt: skip
+    return rows
+
+
+def test_bench_chart_has_one_unit_per_axis_and_names_every_baseline(tmp_path, figures):
+    rows = bench_rows([4096], [64])
+    for metric in ("ns_per_element", "ratio_to_fpemu"):
+        _plot.plot_bench(rows, tmp_path / f"{metric}.png", metric=metric)
+        fig = figures[f"{metric}.png"]
+        assert len(fig.axes) == 3  # a panel per baseline
+        for ax in fig.axes:
+            names = [t.get_text() for t in ax.get_yticklabels()]
+            matmul = [n.startswith("matmul/") for n in names]
+            assert all(matmul) or not any(matmul), names  # never elements and multiply-adds on one axis
+            if metric == "ns_per_element":
+                unit = "multiply-add" if all(matmul) else "per element"
+                assert unit in ax.get_xlabel()
+        title_text = " ".join(ax.get_title() for ax in fig.axes)
+        for baseline in ("e4m3fn/fpemu-nearest_even", "e2m1fn/fpemu-nearest_even", "matmul/fpemu-e4m3fn"):
+            assert baseline in title_text
+        assert fig.axes[0].get_xlim() == fig.axes[1].get_xlim()  # the elementwise panels compared on one axis
+        assert_titles_inside(fig)
+    assert [r["baseline"] for r in read_csv(tmp_path / "ratio_to_fpemu.csv")][-1] == "matmul/fpemu-e4m3fn"
+
+
+def test_bench_chart_puts_sizes_on_an_axis(tmp_path, figures):
+    """With several sizes, x is the size and each case one line: no size hidden in a label."""
+    rows = bench_rows([4096, 65536], [64, 128])
+    _plot.plot_bench(rows, tmp_path / "bench.png")
+    fig = figures["bench.png"]
+    assert len(fig.axes) == 3
+    for ax in fig.axes:
+        ticks = [t.get_text() for t in ax.get_xticklabels()]
+        assert ticks in (["2^12", "2^16"], ["2^6", "2^7"])
+        legend = [t.get_text() for t in ax.get_legend().get_texts()]
+        assert legend and not any("@" in t for t in legend)
+        assert all(len(line.get_xdata()) == 2 for line in ax.get_lines() if line.get_label() in legend)
+    assert fig.axes[0].get_ylim() == fig.axes[1].get_ylim() != fig.axes[2].get_ylim()
+    assert "multiply-add" in fig.axes[2].get_ylabel() and "per element" in fig.axes[0].get_ylabel()
+    assert len(read_csv(tmp_path / "bench.csv")) == len(rows)
