@@ -9,7 +9,9 @@ It adds:
   (the command line wins); with neither, a run under CI (the ``CI`` environment variable set, as
   every CI service does) loads ``ci``, as hypothesis itself does. Otherwise nothing is loaded: the
   plugin does not change the settings of projects that do not choose a profile. An unknown
-  profile name is a usage error that lists the profiles.
+  profile name is a usage error that lists the profiles. The profiles leave out hypothesis'
+  ``explain`` phase: its report lists the lines that ran only in failing examples, which for a
+  failed fpemu assertion are fpemu's own lines that format the failure table, not the cause.
 - the option ``--fpemu-exhaustive`` and the marker ``fpemu_exhaustive``: tests with the marker
   (exhaustive float32 sweeps take minutes to hours) are skipped unless the option is given.
 
@@ -39,11 +41,12 @@ PROFILES: dict[str, dict[str, Any]] = {
 def register_profiles() -> bool:
     """Register the ``ci``/``dev``/``thorough`` hypothesis profiles; False if hypothesis is absent."""
     try:
-        from hypothesis import HealthCheck, settings
+        from hypothesis import HealthCheck, Phase, settings
     except ImportError:
         return False
+    phases = [phase for phase in Phase if phase is not Phase.explain]
     for name, options in PROFILES.items():
-        settings.register_profile(name, suppress_health_check=[HealthCheck.too_slow], **options)
+        settings.register_profile(name, suppress_health_check=[HealthCheck.too_slow], phases=phases, **options)
     return True
 
 

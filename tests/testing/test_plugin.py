@@ -193,7 +193,7 @@ import fpemu.testing as ft
 import fpemu.testing.scaled_reference
 
 def test_close():
-    ft.assert_close(np.float32([1.0, 2.0]), np.float32([1.0, 2.5]), "bf16", ulps=0)
+    ft.assert_close(np.float32([1.0, 2.0]), np.float32([1.0, 2.5]), fmt="bf16", ulps=0)
 
 def test_bits():
     ft.assert_bit_exact(np.float32([1.0, -0.0]), np.float32([1.0, 0.0]))
@@ -217,3 +217,35 @@ def test_a_failing_assertion_shows_the_callers_line_not_fpemus_source(pytester):
         assert f"def {name}(" not in out, name
     assert "fpemu/testing/" not in out.replace("\\\\", "/")
     result.stdout.fnmatch_lines(["*ft.assert_close(np.float32*", "E *AssertionError*"])
+    assert "TypeError" not in out and out.count("First mismatches") >= 2  # each failed on its values
+
+
+FAILING_PROPERTY = """
+import numpy as np
+from hypothesis import given, settings, strategies as st
+import fpemu.testing as ft
+
+@settings(derandomize=True, database=None)
+@given(st.floats(1.0, 2.0))
+def test_property(v):
+    ft.assert_close(np.float32([v]), np.float32([v * 1.5 if v > 1.5 else v]), fmt="bf16", ulps=0)
+"""
+
+
+def test_profiles_leave_out_the_explain_phase(pytester, monkeypatch):
+    """Hypothesis' explanation of a failed fpemu assertion listed fpemu's failure-formatting lines (without
+    a profile it still does: hypothesis' defaults); fpemu's profiles leave the explain phase out."""
+    from hypothesis import Phase
+
+    for name in plugin.PROFILES:
+        assert Phase.explain not in settings.get_profile(name).phases
+        assert Phase.shrink in settings.get_profile(name).phases
+    pytester.makepyfile(FAILING_PROPERTY)
+    default = pytester.runpytest_subprocess("-p", "no:cacheprovider")  # hypothesis as it comes, no profile
+    default.assert_outcomes(failed=1)
+    assert "Explanation:" in default.stdout.str() and "_assertions.py" in default.stdout.str()
+    monkeypatch.setenv(plugin.ENV_PROFILE, "ci")
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert "First mismatches" in out and "Explanation:" not in out and "_assertions.py" not in out
