@@ -112,7 +112,11 @@ def _raise_out_of_range(high: Any, *, fmt: Format, name: str, signed_width: int)
         high -= 1 << signed_width  # the negative code itself
     error = _code_range_error(min(high, 0), max(high, 0), fmt, name)
     if error is not None:
-        raise error
+        raise type(error)(
+            f"{error} (fpemu.pack under jax.jit: checked when the computation ran, so JAX reports this as a "
+            f"JaxRuntimeError; clip the codes with jnp.clip(codes, 0, {fmt.num_codes - 1}) or encode them with "
+            "fpemu.encode first, or call pack on concrete codes to get this error at the call)"
+        )
 
 
 def _check_traced_range(codes: jax.Array, fmt: Format, name: str) -> None:

@@ -250,8 +250,10 @@ def test_pack_under_jit_raises_at_run_time_for_out_of_range_codes(codes, fmt, go
     message = rf"codes must lie in \[0, {n}\) for {fmt}, got {got}"
     with pytest.raises(ValueError, match=message):
         fpemu.pack(codes, fmt)
-    with pytest.raises(jax.errors.JaxRuntimeError, match=message):
+    with pytest.raises(jax.errors.JaxRuntimeError, match=message) as info:
         jax.block_until_ready(jax.jit(lambda c: fpemu.pack(c, fmt))(codes))
+    # the run-time message says what happened and how to fix it (it was only the bare range before)
+    assert f"jnp.clip(codes, 0, {n - 1})" in str(info.value) and "fpemu.pack under jax.jit" in str(info.value)
 
 
 def test_pack_under_jit_of_vmap_raises_for_a_bad_row():
