@@ -17,12 +17,13 @@ from fpemu._core.modes import ROUNDING_MODES, Rounding
 from fpemu._core.registry import FormatLike, UnknownFormatError, formats, get_format, p3109_format, register_format
 from fpemu._core.registry import aliases as format_aliases
 from fpemu._emulate.nonfinite import NonfiniteReport, find_nonfinite
-from fpemu._emulate.policy import DotPolicy, Policy
+from fpemu._emulate.policy import Policy
 from fpemu._emulate.precision import PrecisionWarning
 from fpemu._emulate.stats import summary as stats_summary
 from fpemu._emulate.training_state import gemm_roles, init_training_state
 from fpemu._emulate.transform import emulate
 from fpemu._ops.codec import decode, encode, pack, unpack
+from fpemu._ops.dot_policy import DotPolicy
 from fpemu._ops.matmul import conv_general_dilated, dot_general, matmul
 from fpemu._ops.quantize import quantize, stochastic_bits
 from fpemu._training.gemm_dot import quantized_dot_general

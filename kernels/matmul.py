@@ -57,6 +57,7 @@ from fpemu._ops.accumulate import (
     rounded_operands,
 )
 from fpemu._ops.backends import COMPILED_PLATFORM, interpret_mode
+from fpemu._ops.dot_policy import DotPolicy
 from fpemu._ops.geometry import MatmulGeometry, matmul_geometry
 from fpemu._ops.matmul import matmul
 from fpemu._ops.matmul_config import (
@@ -316,6 +317,7 @@ def matmul_kernel(
     lhs_scale: ArrayLike | None = None,
     rhs_scale: ArrayLike | None = None,
     preferred_element_type: DTypeLike | None = None,
+    policy: DotPolicy | None = None,
     block_sizes: BlockSizes | None = None,
     interpret: bool | None = None,
 ) -> jax.Array:
@@ -347,6 +349,7 @@ def matmul_kernel(
       lhs, rhs, accumulate, out, accumulate_every, rounding, accumulate_rounding, saturate,
         stochastic_variant, exponent_ties, key, random, lhs_scale, rhs_scale,
         preferred_element_type: as for `fpemu.matmul`.
+        policy: a `fpemu.DotPolicy`, as for `fpemu.matmul`.
       block_sizes: a `BlockSizes`; default `BlockSizes.default` for the platform, shrunk to the
         problem's size.
       interpret: run in Pallas interpret mode (default: on CPU, where nothing else can run it).
@@ -377,7 +380,7 @@ def matmul_kernel(
         lhs=lhs, rhs=rhs, accumulate=accumulate, out=out, accumulate_every=accumulate_every, rounding=rounding,
         accumulate_rounding=accumulate_rounding, saturate=saturate,
         stochastic_variant=stochastic_variant, exponent_ties=exponent_ties, key=key, random=random,
-        lhs_scale=lhs_scale, rhs_scale=rhs_scale, preferred_element_type=preferred_element_type,
+        lhs_scale=lhs_scale, rhs_scale=rhs_scale, preferred_element_type=preferred_element_type, policy=policy,
     )  # fmt: skip
     call = matmul_call(a, b, _kernel_shapes, options)
     cfg = call.cfg

@@ -4,7 +4,7 @@ Modules, lowest first (each imports only the ones above it in this list):
 
 - `registry`: the primitive names of each kind (from the catalogue, `fpemu._jax.primitives`), the
   rule table. JAX's internals and version differences come from `fpemu._jax.compat`.
-- `policy`: `Policy` and `DotPolicy`.
+- `policy`: `Policy` (its dots' `DotPolicy` is the ops layer's, `fpemu._ops.dot_policy`).
 - `stats`: the range statistics of one rounding, and their summary table.
 - `rounding`: one array rounded to a policy's format; the keys of rounding sites.
 - `interpreter`: the context a rule sees, and the loop over a jaxpr's equations.

@@ -1,6 +1,8 @@
-"""`Policy` and `DotPolicy`: what `fpemu.emulate` rounds, to which format, and how.
+"""`Policy`: what `fpemu.emulate` rounds, to which format, and how.
 
-Both are frozen, keyword-only, hashable dataclasses (usable as ``jax.jit`` static arguments).
+Its ``dot``/``conv`` fields take a `DotPolicy` (the ops layer's record of a dot, `fpemu._ops.dot_policy`)
+or a training recipe. Both are frozen, keyword-only, hashable dataclasses (usable as ``jax.jit``
+static arguments).
 Every field is validated and normalised here, in ``__post_init__``: format names become
 `fpemu.Format` objects (so ``"bf16"`` and ``"bfloat16"`` give equal policies), mappings become
 sorted tuples of pairs, a training recipe's name (``Policy(dot="mxfp8")``) becomes its
@@ -32,7 +34,7 @@ from fpemu._core.format import Format
 from fpemu._core.modes import ExponentTies, Rounding, Saturation, StochasticVariant
 from fpemu._core.registry import FormatLike, UnknownFormatError, get_format
 from fpemu._emulate.registry import ROUNDED_PRIMITIVES
-from fpemu._ops.tensor_core import ACCUMULATOR_MODELS
+from fpemu._ops.dot_policy import DotPolicy, format_name
 from fpemu._training.recipes import GEMMS, TRAINING_RECIPES, TrainingRecipe, training_recipe
 
 
@@ -135,62 +137,9 @@ def _round_inputs_field(value: Any) -> RoundInputs:
     raise TypeError(f"Policy.round_inputs must be {_ROUND_INPUTS_CHOICES}; got {type(value).__name__} {value!r}")
 
 
-def _name(fmt: Any) -> str:
-    """How a repr shows a normalised format field (a `Format`, None, or an accumulator model's name)."""
-    return "None" if fmt is None else repr(fmt if isinstance(fmt, str) else fmt.name)
-
-
 # Format fields are typed as what users may pass (`FormatLike`); __post_init__ normalises them to
 # `Format` (or None), and readers cast to the normalised type. ``Policy.overrides`` becomes:
 _Overrides = tuple[tuple[str, Format | None], ...]
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class DotPolicy:
-    """How `fpemu.emulate` computes ``dot_general`` (or ``conv_general_dilated``) primitives.
-
-    The primitive is computed by `fpemu.dot_general` / `fpemu.conv_general_dilated`: operands
-    rounded to ``lhs`` / ``rhs``, exact products, a running sum in ``accumulate`` (rounded after
-    every ``accumulate_every`` products along the contraction when set), the result rounded to
-    ``out``. ``None`` for ``lhs``/``rhs`` leaves that operand as it is; ``out=None`` rounds the
-    result like any other primitive result (the `Policy`'s override for the primitive, else its
-    ``default``). The operands' and output's rounding mode and saturation come from the `Policy`;
-    the running sum is rounded in ``accumulate_rounding`` (None: nearest_even).
-
-    Example:
-      >>> import fpemu
-      >>> fpemu.DotPolicy(lhs="e4m3fn", rhs="float8_e5m2").rhs.name
-      'e5m2'
-      >>> fpemu.DotPolicy(lhs="e4m3fn") == fpemu.DotPolicy(lhs="float8_e4m3fn")
-      True
-    """
-
-    lhs: FormatLike | None = None  # format of the left operand (None: as it is)
-    rhs: FormatLike | None = None  # format of the right operand (None: as it is)
-    accumulate: FormatLike = "fp32"  # format of the running sum, or an accumulator model ("hopper_fp8")
-    out: FormatLike | None = None  # format of the result (None: the Policy's format for the primitive)
-    accumulate_every: int | None = None  # round the running sum every this many products (None: only at the end)
-    accumulate_rounding: Rounding | None = None  # rounding of the running sum (None: nearest_even)
-
-    def __post_init__(self) -> None:
-        for field in ("lhs", "rhs", "out"):
-            object.__setattr__(self, field, _format_field(getattr(self, field), f"DotPolicy.{field}"))
-        if not (isinstance(self.accumulate, str) and self.accumulate in ACCUMULATOR_MODELS):  # a model stays its name
-            accumulate = _format_field(self.accumulate, "DotPolicy.accumulate", optional=False)
-            object.__setattr__(self, "accumulate", accumulate)
-        every = self.accumulate_every
-        if every is not None and (not isinstance(every, (int, np.integer)) or isinstance(every, bool) or every < 1):
-            raise ValueError(f"DotPolicy.accumulate_every must be None or a positive int, got {every!r}")
-        object.__setattr__(self, "accumulate_every", None if every is None else int(every))
-        if self.accumulate_rounding is not None:
-            rounding_arg(self.accumulate_rounding, "DotPolicy.accumulate_rounding")
-
-    def __repr__(self) -> str:
-        return (
-            f"DotPolicy(lhs={_name(self.lhs)}, rhs={_name(self.rhs)}, accumulate={_name(self.accumulate)}, "
-            f"out={_name(self.out)}, accumulate_every={self.accumulate_every}, "
-            f"accumulate_rounding={self.accumulate_rounding!r})"
-        )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -374,9 +323,9 @@ class Policy:
 
     def __repr__(self) -> str:
         pairs = cast(_Overrides, self.overrides)
-        overrides = "{" + ", ".join(f"{name!r}: {_name(fmt)}" for name, fmt in pairs) + "}"
+        overrides = "{" + ", ".join(f"{name!r}: {format_name(fmt)}" for name, fmt in pairs) + "}"
         return (
-            f"Policy(default={_name(self.default)}, overrides={overrides}, dot={self.dot!r}, conv={self.conv!r}, "
+            f"Policy(default={format_name(self.default)}, overrides={overrides}, dot={self.dot!r}, conv={self.conv!r}, "
             f"rounding={self.rounding!r}, saturate={self.saturate!r}, subnormals={self.subnormals}, "
             f"random_bits={self.random_bits}, stochastic_variant={self.stochastic_variant!r}, "
             f"exponent_ties={self.exponent_ties!r}, exclude={self.exclude!r}, round_inputs={self.round_inputs}, "

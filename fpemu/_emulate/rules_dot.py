@@ -22,9 +22,9 @@ from fpemu._core.format import Format, fits
 from fpemu._core.registry import get_format
 from fpemu._emulate.gemm import recipe_dot
 from fpemu._emulate.interpreter import Context
-from fpemu._emulate.policy import DotPolicy
 from fpemu._emulate.registry import register
 from fpemu._emulate.rounding import is_float, is_identity
+from fpemu._ops.dot_policy import DotPolicy
 from fpemu._ops.matmul import conv_general_dilated as emulated_conv
 from fpemu._ops.matmul import dot_general as emulated_dot
 from fpemu._ops.matmul_config import MatmulOptions, chunk_key_words, key_streams, matmul_config, random_streams

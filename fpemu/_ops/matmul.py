@@ -39,6 +39,7 @@ from fpemu._args import input_format
 from fpemu._core.modes import ExponentTies, Rounding, Saturation, StochasticVariant
 from fpemu._core.registry import FormatLike
 from fpemu._ops.accumulate import compute_dot, device_operands
+from fpemu._ops.dot_policy import DotPolicy
 from fpemu._ops.geometry import Geometry, conv_geometry, dot_geometry, matmul_geometry
 from fpemu._ops.matmul_config import MatmulConfig, MatmulOptions, matmul_call, matmul_config
 
@@ -119,6 +120,7 @@ def dot_general(
     lhs_scale: ArrayLike | None = None,
     rhs_scale: ArrayLike | None = None,
     preferred_element_type: DTypeLike | None = None,
+    policy: DotPolicy | None = None,
 ) -> jax.Array:
     """`lax.dot_general` with rounded operands, exact products and an emulated accumulator.
 
@@ -176,6 +178,10 @@ def dot_general(
         is rounded, and the product of the scales multiplies the accumulated sum (an exact zero
         sum stays zero where that product overflows to inf).
       preferred_element_type: the result dtype (float16, bfloat16, float32, float64) or None.
+      policy: the dot's numerics as one `fpemu.DotPolicy` (the record `fpemu.emulate` takes as
+        ``Policy(dot=...)``), instead of ``lhs``, ``rhs``, ``accumulate``, ``out``,
+        ``accumulate_every`` and ``accumulate_rounding``; those keywords left at their defaults give
+        way to it, and one set to another value with it is a ValueError.
 
     Returns:
       An array of shape ``batch + lhs free + rhs free``.
@@ -183,7 +189,7 @@ def dot_general(
     Raises:
       TypeError: integer/bool/complex operands, a non-key ``key``, a non-bool ``saturate``, a
         non-int ``accumulate_every``, a non-float ``preferred_element_type``, a malformed
-        ``dimension_numbers``.
+        ``dimension_numbers``, a ``policy`` that is not a `fpemu.DotPolicy`.
       ValueError: dimensions that do not match or repeat, unknown formats or modes (the message
         names the argument), formats W cannot hold, ``accumulate_every < 1``, stochastic rounding
         without a key or a key without it, an array of several keys, non-scalar scales; ``random``
@@ -199,12 +205,15 @@ def dot_general(
       >>> ones = jnp.ones((1, 4096), jnp.float32)
       >>> fpemu.dot_general(ones, ones.T, (((1,), (0,)), ((), ())), accumulate="bf16").tolist()  # stagnates at 256
       [[256.0]]
+      >>> bf16_sum = fpemu.DotPolicy(accumulate="bf16")  # the same numerics as one record
+      >>> fpemu.dot_general(ones, ones.T, (((1,), (0,)), ((), ())), policy=bf16_sum).tolist()
+      [[256.0]]
     """
     options = MatmulOptions(
         lhs=lhs, rhs=rhs, accumulate=accumulate, out=out, accumulate_every=accumulate_every, rounding=rounding,
         accumulate_rounding=accumulate_rounding, saturate=saturate,
         stochastic_variant=stochastic_variant, exponent_ties=exponent_ties, key=key, random=random,
-        lhs_scale=lhs_scale, rhs_scale=rhs_scale, preferred_element_type=preferred_element_type,
+        lhs_scale=lhs_scale, rhs_scale=rhs_scale, preferred_element_type=preferred_element_type, policy=policy,
     )  # fmt: skip
     return _run(a, b, lambda sa, sb: dot_geometry(sa, sb, dimension_numbers), options)
 
@@ -228,6 +237,7 @@ def matmul(
     lhs_scale: ArrayLike | None = None,
     rhs_scale: ArrayLike | None = None,
     preferred_element_type: DTypeLike | None = None,
+    policy: DotPolicy | None = None,
 ) -> jax.Array:
     """`jnp.matmul` with rounded operands, exact products and an emulated accumulator.
 
@@ -252,7 +262,7 @@ def matmul(
         lhs=lhs, rhs=rhs, accumulate=accumulate, out=out, accumulate_every=accumulate_every, rounding=rounding,
         accumulate_rounding=accumulate_rounding, saturate=saturate,
         stochastic_variant=stochastic_variant, exponent_ties=exponent_ties, key=key, random=random,
-        lhs_scale=lhs_scale, rhs_scale=rhs_scale, preferred_element_type=preferred_element_type,
+        lhs_scale=lhs_scale, rhs_scale=rhs_scale, preferred_element_type=preferred_element_type, policy=policy,
     )  # fmt: skip
     return _run(a, b, matmul_geometry, options)
 
@@ -284,6 +294,7 @@ def conv_general_dilated(
     lhs_scale: ArrayLike | None = None,
     rhs_scale: ArrayLike | None = None,
     preferred_element_type: DTypeLike | None = None,
+    policy: DotPolicy | None = None,
 ) -> jax.Array:
     """`lax.conv_general_dilated` with rounded operands, exact products and an emulated accumulator.
 
@@ -307,7 +318,7 @@ def conv_general_dilated(
         lhs=lhs, rhs=rhs, accumulate=accumulate, out=out, accumulate_every=accumulate_every, rounding=rounding,
         accumulate_rounding=accumulate_rounding, saturate=saturate,
         stochastic_variant=stochastic_variant, exponent_ties=exponent_ties, key=key, random=random,
-        lhs_scale=lhs_scale, rhs_scale=rhs_scale, preferred_element_type=preferred_element_type,
+        lhs_scale=lhs_scale, rhs_scale=rhs_scale, preferred_element_type=preferred_element_type, policy=policy,
     )  # fmt: skip
 
     def geometry(lhs_shape, rhs_shape):

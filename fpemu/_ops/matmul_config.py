@@ -30,6 +30,7 @@ from fpemu import _args
 from fpemu._core.format import Format, fits
 from fpemu._core.modes import ExponentTies, Rounding, Saturation, StochasticVariant
 from fpemu._core.registry import FormatLike, UnknownFormatError, get_format
+from fpemu._ops.dot_policy import DOT_POLICY_FIELDS, DotPolicy
 from fpemu._ops.geometry import Geometry
 from fpemu._ops.tensor_core import ACCUMULATOR_MODELS, TensorCore, tensor_core
 
@@ -46,6 +47,7 @@ __all__ = [
     "matmul_call",
     "matmul_config",
     "random_streams",
+    "with_policy",
 ]
 
 # The streams of the one `key` argument: jax.random.split(key, 4) in this order.
@@ -73,6 +75,31 @@ class MatmulOptions:
     lhs_scale: ArrayLike | None = None
     rhs_scale: ArrayLike | None = None
     preferred_element_type: DTypeLike | None = None
+    # The dot's numerics as one record, instead of lhs= ... accumulate_rounding= (`with_policy`).
+    policy: DotPolicy | None = None
+
+
+def with_policy(options: MatmulOptions) -> MatmulOptions:
+    """``options`` with ``policy``'s fields in place of the keywords it holds (`DOT_POLICY_FIELDS`).
+
+    Raises:
+      TypeError: ``policy`` is not a `DotPolicy`.
+      ValueError: ``policy`` and one of the keywords it holds are both given (naming the keyword).
+    """
+    policy = options.policy
+    if policy is None:
+        return options
+    if not isinstance(policy, DotPolicy):
+        raise TypeError(f"policy must be a fpemu.DotPolicy or None, got {type(policy).__name__} {policy!r}")
+    defaults = {field.name: field.default for field in dataclasses.fields(MatmulOptions)}
+    # a keyword at its default gives way to the policy (the signatures cannot tell it from one not passed)
+    both = [name for name in DOT_POLICY_FIELDS if getattr(options, name) != defaults[name]]
+    if both:
+        raise ValueError(
+            f"pass the dot's numerics either as policy= or as keywords, not both: got policy={policy!r} and "
+            + ", ".join(f"{name}={getattr(options, name)!r}" for name in both)
+        )
+    return dataclasses.replace(options, policy=None, **{name: getattr(policy, name) for name in DOT_POLICY_FIELDS})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -300,8 +327,10 @@ class MatmulCall:
 def matmul_call(
     a: Any, b: Any, geometry: Callable[[Sequence[int], Sequence[int]], Geometry], options: MatmulOptions
 ) -> MatmulCall:
-    """Check one call, in this order: the operands, their shapes (``geometry(a_shape, b_shape)``
-    returns the op's geometry or raises), the options, the scales."""
+    """Check one call, in this order: the policy against the keywords (`with_policy`), the operands,
+    their shapes (``geometry(a_shape, b_shape)`` returns the op's geometry or raises), the options,
+    the scales."""
+    options = with_policy(options)
     a, a_fmt = _operand(a, "a")
     b, b_fmt = _operand(b, "b")
     shapes = geometry(tuple(np.shape(a)), tuple(np.shape(b)))

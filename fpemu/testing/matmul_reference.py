@@ -14,6 +14,7 @@ from jax.typing import ArrayLike, DTypeLike
 from fpemu._core.modes import ExponentTies, Rounding, Saturation, StochasticVariant
 from fpemu._core.registry import FormatLike, get_format
 from fpemu._engine import rng
+from fpemu._ops.dot_policy import DotPolicy
 from fpemu._ops.geometry import DotGeometry, dot_geometry
 from fpemu._ops.matmul_config import (
     KEY_ACC,
@@ -107,6 +108,7 @@ def dot_general_reference(
     lhs_scale: ArrayLike | None = None,
     rhs_scale: ArrayLike | None = None,
     preferred_element_type: DTypeLike | None = None,
+    policy: DotPolicy | None = None,
 ) -> np.ndarray:
     """The slow, sequential, exact oracle for `fpemu.dot_general`: every output element, step by step.
 
@@ -135,7 +137,7 @@ def dot_general_reference(
         lhs=lhs, rhs=rhs, accumulate=accumulate, out=out, accumulate_every=accumulate_every, rounding=rounding,
         accumulate_rounding=accumulate_rounding, saturate=saturate,
         stochastic_variant=stochastic_variant, exponent_ties=exponent_ties, key=key, random=random,
-        lhs_scale=lhs_scale, rhs_scale=rhs_scale, preferred_element_type=preferred_element_type,
+        lhs_scale=lhs_scale, rhs_scale=rhs_scale, preferred_element_type=preferred_element_type, policy=policy,
     )  # fmt: skip
     call = matmul_call(a, b, lambda sa, sb: dot_geometry(sa, sb, dimension_numbers), options)
     cfg, g = call.cfg, call.geometry

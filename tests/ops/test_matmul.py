@@ -14,7 +14,7 @@ from jax import lax
 
 import fpemu
 from fpemu import ROUNDING_MODES
-from fpemu.testing import dot_general_reference
+from fpemu.testing import assert_bit_exact, dot_general_reference
 
 MM = (((1,), (0,)), ((), ()))  # dimension numbers of a 2-D matmul
 DETERMINISTIC = tuple(m for m in ROUNDING_MODES if m != "stochastic")
@@ -703,3 +703,48 @@ def test_conv_operands_are_positional():
     with pytest.raises(TypeError):
         fpemu.conv_general_dilated(lhs=np.ones((1, 1, 3), np.float32), rhs=np.ones((1, 1, 2), np.float32),
                                    window_strides=(1,), padding="VALID")  # fmt: skip
+
+
+# -- DotPolicy: the dot's numerics as one record (policy=) ------------------------------------------------
+
+POLICY = fpemu.DotPolicy(lhs="e4m3fn", rhs="e5m2", accumulate="bf16", out="bf16", accumulate_every=4)
+POLICY_KEYWORDS = dict(lhs="e4m3fn", rhs="e5m2", accumulate="bf16", out="bf16", accumulate_every=4)
+
+
+def _policy_operands():
+    rng = np.random.default_rng(21)
+    return rng.normal(size=(3, 16)).astype(np.float32), rng.normal(size=(16, 5)).astype(np.float32)
+
+
+def test_policy_is_the_keyword_options_as_one_record():
+    """Every entry point computes the same bits from ``policy=DotPolicy(...)`` as from the keywords it holds."""
+    from fpemu.kernels import matmul_kernel
+
+    a, b = _policy_operands()
+    dn = (((1,), (0,)), ((), ()))
+    conv_a, conv_b = a.reshape(3, 16, 1), b.T.reshape(5, 16, 1)  # NCW, OIW: a 1-wide convolution is the dot
+    calls = {
+        "matmul": lambda **kw: fpemu.matmul(a, b, **kw),
+        "dot_general": lambda **kw: fpemu.dot_general(a, b, dn, **kw),
+        "conv": lambda **kw: fpemu.conv_general_dilated(conv_a, conv_b, (1,), "VALID", **kw),
+        "matmul_kernel": lambda **kw: matmul_kernel(a, b, interpret=True, **kw),
+        "dot_general_reference": lambda **kw: dot_general_reference(a, b, dn, **kw),
+    }
+    for name, call in calls.items():
+        assert_bit_exact(call(policy=POLICY), call(**POLICY_KEYWORDS), err_msg=name)
+    assert not np.array_equal(np.asarray(calls["matmul"](policy=POLICY)), a @ b)  # the policy did round
+    # the options a policy does not hold still come from the keywords
+    keyed = fpemu.matmul(a, b, policy=POLICY, rounding="toward_zero", saturate=True)
+    assert_bit_exact(keyed, fpemu.matmul(a, b, rounding="toward_zero", saturate=True, **POLICY_KEYWORDS))
+
+
+def test_policy_and_a_keyword_it_holds_are_refused_together():
+    a, b = _policy_operands()
+    with pytest.raises(ValueError, match=r"either as policy= or as keywords, not both: .* lhs='e5m2'"):
+        fpemu.matmul(a, b, policy=POLICY, lhs="e5m2")
+    with pytest.raises(ValueError, match=r"not both: .* accumulate_every=8"):
+        fpemu.dot_general(a, b, (((1,), (0,)), ((), ())), policy=POLICY, accumulate_every=8)
+    with pytest.raises(TypeError, match="policy must be a fpemu.DotPolicy or None, got str"):
+        fpemu.matmul(a, b, policy="bf16")
+    with pytest.raises(TypeError, match="got Policy"):
+        fpemu.matmul(a, b, policy=fpemu.Policy(default="bf16"))
