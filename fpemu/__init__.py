@@ -27,20 +27,32 @@ from fpemu._ops.dot_policy import DotPolicy
 from fpemu._ops.matmul import conv_general_dilated, dot_general, matmul
 from fpemu._ops.quantize import quantize, stochastic_bits
 from fpemu._training.gemm_dot import quantized_dot_general
+from fpemu._training.params import LeafReport, QuantizeReport, quantize_params
 from fpemu._training.quantizer import Quantizer
-from fpemu._training.recipes import TRAINING_RECIPES, GemmRecipe, TrainingRecipe, nvfp4_recipe, training_recipe
+from fpemu._training.recipes import (
+    INFERENCE_RECIPES,
+    TRAINING_RECIPES,
+    GemmRecipe,
+    TrainingRecipe,
+    inference_recipe,
+    nvfp4_recipe,
+    training_recipe,
+)
 
 __all__ = [
     "DEFAULT_RANDOM_BITS",
+    "INFERENCE_RECIPES",
     "ROUNDING_MODES",
     "TRAINING_RECIPES",
     "DotPolicy",
     "Format",
     "FormatLike",
     "GemmRecipe",
+    "LeafReport",
     "NonfiniteReport",
     "Policy",
     "PrecisionWarning",
+    "QuantizeReport",
     "Quantizer",
     "Rounding",
     "TrainingRecipe",
@@ -55,6 +67,7 @@ __all__ = [
     "formats",
     "gemm_roles",
     "get_format",
+    "inference_recipe",
     "init_training_state",
     "kernels",
     "matmul",
@@ -62,6 +75,7 @@ __all__ = [
     "p3109_format",
     "pack",
     "quantize",
+    "quantize_params",
     "quantized_dot_general",
     "register_format",
     "scaled",

@@ -228,7 +228,7 @@ class _Analysis:
 
     def role(self, eqn: Any, path: Path, transposed: bool) -> GemmRole | None:
         if not transposed:
-            return GemmRole("forward", None, "outside the backward pass")
+            return GemmRole("forward", None, "outside the backward pass (lhs: the activation x, rhs: the weight W)")
         operands = eqn.invars[:2]
         carrying = [
             i

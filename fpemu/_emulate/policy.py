@@ -35,7 +35,10 @@ from fpemu._core.modes import ExponentTies, Rounding, Saturation, StochasticVari
 from fpemu._core.registry import FormatLike, UnknownFormatError, get_format
 from fpemu._emulate.registry import ROUNDED_PRIMITIVES
 from fpemu._ops.dot_policy import DotPolicy, format_name
-from fpemu._training.recipes import GEMMS, TRAINING_RECIPES, TrainingRecipe, training_recipe
+from fpemu._training.recipes import GEMMS, INFERENCE_RECIPES, TRAINING_RECIPES, TrainingRecipe, recipe_by_name
+
+_ALL_RECIPES = TRAINING_RECIPES + INFERENCE_RECIPES
+_RECIPE_LIST = f"training recipes: {', '.join(TRAINING_RECIPES)}; inference recipes: {', '.join(INFERENCE_RECIPES)}"
 
 
 def _format_field(value: Any, field: str, *, optional: bool = True) -> Format | None:
@@ -47,11 +50,11 @@ def _format_field(value: Any, field: str, *, optional: bool = True) -> Format | 
     try:
         return format_arg(value, field if value is None else f"{field}={value!r}")
     except UnknownFormatError as err:
-        if isinstance(value, str) and value in TRAINING_RECIPES:
+        if isinstance(value, str) and value in _ALL_RECIPES:
+            kind = "a training" if value in TRAINING_RECIPES else "an inference"
             raise UnknownFormatError(
-                f"{field}={value!r}: {value!r} is a training recipe, not an element format: it quantizes both "
-                f"operands of every GEMM, forward and backward, with scales. Use fpemu.Policy(dot={value!r}) "
-                f"(training recipes: {', '.join(TRAINING_RECIPES)})"
+                f"{field}={value!r}: {value!r} is {kind} recipe, not an element format: it quantizes the operands "
+                f"of GEMMs with scales. Use fpemu.Policy(dot={value!r}) ({_RECIPE_LIST})"
             ) from None
         raise err from None
 
@@ -62,17 +65,17 @@ def _dot_field(value: Any, field: str) -> DotPolicy | TrainingRecipe | None:
     if value is None or isinstance(value, (DotPolicy, TrainingRecipe)):
         return value
     choices = (
-        f"Policy.{field} must be a fpemu.DotPolicy, a training recipe (one of {', '.join(TRAINING_RECIPES)}, or a "
-        "fpemu.TrainingRecipe) or None"
+        f"Policy.{field} must be a fpemu.DotPolicy, a recipe name ({_RECIPE_LIST}), a fpemu.TrainingRecipe or None"
     )
     if isinstance(value, str):
-        if value in TRAINING_RECIPES:
-            return training_recipe(value)
+        recipe = recipe_by_name(value)
+        if recipe is not None:
+            return recipe
         try:
             fmt = get_format(value)
         except (UnknownFormatError, TypeError):
             key = value.strip().lower()
-            close = [key] if key in TRAINING_RECIPES else difflib.get_close_matches(key, TRAINING_RECIPES, n=3)
+            close = [key] if key in _ALL_RECIPES else difflib.get_close_matches(key, _ALL_RECIPES, n=3)
             hint = f"did you mean {' or '.join(map(repr, close))}? " if close else ""
             if not close and key != value:
                 try:
@@ -80,11 +83,10 @@ def _dot_field(value: Any, field: str) -> DotPolicy | TrainingRecipe | None:
                     hint = f"did you mean fpemu.DotPolicy(lhs={name!r}, rhs={name!r})? "
                 except (UnknownFormatError, TypeError):
                     pass
-            exact = "training recipe names are exact and lower case; " if key in TRAINING_RECIPES else ""
+            exact = "recipe names are exact and lower case; " if key in _ALL_RECIPES else ""
             raise ValueError(
-                f"Policy.{field}={value!r} is not a training recipe: {exact}{hint}training recipes: "
-                f"{', '.join(TRAINING_RECIPES)} (or a fpemu.TrainingRecipe, or fpemu.DotPolicy(lhs=..., rhs=...) "
-                "to round the operands to element formats such as 'e4m3fn')"
+                f"Policy.{field}={value!r} is not a recipe: {exact}{hint}{_RECIPE_LIST} (or a fpemu.TrainingRecipe, "
+                "or fpemu.DotPolicy(lhs=..., rhs=...) to round the operands to element formats such as 'e4m3fn')"
             ) from None
         raise TypeError(
             f"{choices}, got the format {fmt.name!r}: to round both operands to it, use "
@@ -155,7 +157,8 @@ class Policy:
     A plain format (``"bf16"``, a dtype or a `Format`) given to `fpemu.emulate` means
     ``Policy(default=fmt)``. ``dot`` and ``conv`` also take a training recipe (a name of
     ``TRAINING_RECIPES`` or a `TrainingRecipe`): every forward, dgrad and wgrad GEMM of the traced
-    training step is then quantized as the recipe says (docs/training.md). ``round_inputs`` names
+    training step is then quantized as the recipe says (docs/training.md); an inference recipe (a name
+    of ``INFERENCE_RECIPES``) quantizes the forward GEMMs only (docs/inference.md). ``round_inputs`` names
     the arguments rounded on entry: True, False, argument numbers, a pytree mask of the positional
     arguments, or ``predicate(path, leaf)``.
 
@@ -351,10 +354,10 @@ def as_policy(policy: Policy | FormatLike) -> Policy:
         return policy
     if isinstance(policy, DotPolicy):
         raise TypeError("emulate needs a fpemu.Policy; wrap the DotPolicy: fpemu.Policy(dot=fpemu.DotPolicy(...))")
-    if isinstance(policy, TrainingRecipe) or (isinstance(policy, str) and policy in TRAINING_RECIPES):
+    if isinstance(policy, TrainingRecipe) or (isinstance(policy, str) and policy in _ALL_RECIPES):
         name = policy.name if isinstance(policy, TrainingRecipe) else policy
         raise TypeError(
-            f"{name!r} is a training recipe: it applies to dots, so give it as fpemu.Policy(dot={name!r}) "
+            f"{name!r} is a recipe: it applies to dots, so give it as fpemu.Policy(dot={name!r}) "
             f"(with default='bf16' for a bf16 model around FP8 GEMMs)"
         )
     if policy is None:

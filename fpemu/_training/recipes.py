@@ -31,10 +31,13 @@ from fpemu._training.quantizer import Quantizer, Scaling
 __all__ = [
     "AMAX_COMPUTE_ALGOS",
     "GEMMS",
+    "INFERENCE_RECIPES",
     "TRAINING_RECIPES",
     "GemmRecipe",
     "TrainingRecipe",
+    "inference_recipe",
     "nvfp4_recipe",
+    "recipe_by_name",
     "training_recipe",
 ]
 
@@ -318,9 +321,50 @@ def _builtins() -> dict[str, TrainingRecipe]:
     return {r.name: r for r in recipes}
 
 
+def _inference(name: str, w: Quantizer, x: Quantizer | None, source: str) -> TrainingRecipe:
+    """A forward-only recipe: the weight (the forward GEMM's rhs) quantized by ``w``, the activation
+    by ``x`` (None: left as it is); dgrad and wgrad left in high precision."""
+    high = GemmRecipe(lhs=None, rhs=None)
+    return TrainingRecipe(name=name, forward=GemmRecipe(lhs=x, rhs=w), dgrad=high, wgrad=high, source=source)
+
+
+def _inference_builtins() -> dict[str, TrainingRecipe]:
+    channel = Quantizer(format=E4M3, scaling="row")  # one float32 scale amax / 448 per output channel / token
+    mx8 = Quantizer(format=E4M3, scaling="block", block_size=32, scale_format=E8M0, scale_rule="ocp")
+    mx4 = dataclasses.replace(mx8, format="e2m1fn")
+    nv4 = Quantizer(format="e2m1fn", scaling="block", block_size=16, scale_format=E4M3, tensor_scale=True)
+    ocp, nvidia = "OCP MX v1.0", "NVIDIA NVFP4 (TensorRT Model Optimizer, llm-compressor NVFP4)"
+    recipes = [
+        _inference(
+            "fp8_weights",
+            channel,
+            None,
+            "FP8 weight-only (W8A16) with channel-wise float32 scales: vLLM's FP8 Marlin path, llm-compressor",
+        ),
+        _inference("mxfp8_weights", mx8, None, f"{ocp} (MXFP8 E4M3 weights)"),
+        _inference("mxfp4_weights", mx4, None, f"{ocp} (MXFP4 E2M1 weights; gpt-oss ships its MoE weights so)"),
+        _inference("nvfp4_weights", nv4, None, f"{nvidia}, weights only (W4A16)"),
+        _inference(
+            "fp8_w8a8",
+            channel,
+            channel,
+            "vLLM FP8 W8A8 / llm-compressor FP8_DYNAMIC: channel-wise weight scales, dynamic per-token activation "
+            "scales",
+        ),
+        _inference("mxfp8_w8a8", mx8, mx8, f"{ocp} (MXFP8 weights and activations)"),
+        _inference(
+            "nvfp4_w4a4", nv4, nv4, f"{nvidia}, weights and activations (W4A4; activation tensor scale dynamic)"
+        ),
+    ]
+    return {r.name: r for r in recipes}
+
+
 _RECIPES = _builtins()
+_INFERENCE = _inference_builtins()
 #: The names of the built-in training recipes (`training_recipe`).
 TRAINING_RECIPES: tuple[str, ...] = tuple(_RECIPES)
+#: The names of the built-in inference recipes (`inference_recipe`): forward-only, weights the forward rhs.
+INFERENCE_RECIPES: tuple[str, ...] = tuple(_INFERENCE)
 
 
 def training_recipe(name: str | TrainingRecipe) -> TrainingRecipe:
@@ -341,6 +385,11 @@ def training_recipe(name: str | TrainingRecipe) -> TrainingRecipe:
         return name
     if not isinstance(name, str):
         raise TypeError(f"recipe must be a training recipe name or a TrainingRecipe, got {type(name).__name__}")
+    if name in _INFERENCE:
+        raise ValueError(
+            f"{name!r} is an inference recipe, not a training recipe: fpemu.inference_recipe({name!r}) "
+            f"(training recipes: {', '.join(TRAINING_RECIPES)})"
+        )
     key = name.strip().lower()
     if name not in _RECIPES and key in _RECIPES:
         raise ValueError(
@@ -348,3 +397,47 @@ def training_recipe(name: str | TrainingRecipe) -> TrainingRecipe:
             f"(training recipes: {', '.join(TRAINING_RECIPES)})"
         )
     return _RECIPES[choice_arg(name, TRAINING_RECIPES, "training recipe")]
+
+
+def inference_recipe(name: str | TrainingRecipe) -> TrainingRecipe:
+    """A named inference recipe (`INFERENCE_RECIPES`, exact lower-case names), or a `TrainingRecipe` as it is.
+
+    An inference recipe is a `TrainingRecipe` whose forward GEMM ``y = x . W`` quantizes the weight
+    ``W`` (its rhs) and, for the ``*_w8a8``/``*_w4a4`` recipes, the activation ``x`` (its lhs); its
+    dgrad and wgrad GEMMs quantize nothing (gradients stay in high precision). docs/inference.md
+    tables them with their sources.
+
+    Raises:
+      ValueError: for an unknown name, naming the closest and listing both sets of recipes.
+      TypeError: for anything that is neither a name nor a `TrainingRecipe`.
+
+    Example:
+      >>> INFERENCE_RECIPES
+      ('fp8_weights', 'mxfp8_weights', 'mxfp4_weights', 'nvfp4_weights', 'fp8_w8a8', 'mxfp8_w8a8', 'nvfp4_w4a4')
+      >>> r = inference_recipe("fp8_w8a8")
+      >>> r.forward.lhs.scaling, r.forward.rhs.scaling, r.dgrad.lhs, r.wgrad.rhs
+      ('row', 'row', None, None)
+      >>> inference_recipe("mxfp4_weights").forward.lhs is None
+      True
+    """
+    if isinstance(name, TrainingRecipe):
+        return name
+    if not isinstance(name, str):
+        raise TypeError(f"recipe must be an inference recipe name or a TrainingRecipe, got {type(name).__name__}")
+    if name in _RECIPES:
+        raise ValueError(
+            f"{name!r} is a training recipe, not an inference recipe: fpemu.training_recipe({name!r}) "
+            f"(inference recipes: {', '.join(INFERENCE_RECIPES)})"
+        )
+    key = name.strip().lower()
+    if name not in _INFERENCE and key in _INFERENCE:
+        raise ValueError(
+            f"unknown inference recipe {name!r}: names are exact and lower case; did you mean {key!r}? "
+            f"(inference recipes: {', '.join(INFERENCE_RECIPES)})"
+        )
+    return _INFERENCE[choice_arg(name, INFERENCE_RECIPES, "inference recipe")]
+
+
+def recipe_by_name(name: str) -> TrainingRecipe | None:
+    """The training or inference recipe called ``name`` (exactly), or None."""
+    return _RECIPES.get(name) or _INFERENCE.get(name)
