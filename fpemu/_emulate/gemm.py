@@ -18,6 +18,7 @@ equation to its role and calls the core in `fpemu._training` (`fpemu._training.g
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -153,6 +154,9 @@ def recipe_dot(ctx: Context, eqn: Any, invals: list, recipe: TrainingRecipe, con
     a, b = ctx.computed_once(a), ctx.computed_once(b)  # one buffer for every GEMM that reads them
     role = entry.role
     which = role.gemm
+    if which == "forward" and role.weight == 0:  # an inference recipe's weight on the left (Policy.weights)
+        forward = recipe.forward
+        recipe = dataclasses.replace(recipe, forward=dataclasses.replace(forward, lhs=forward.rhs, rhs=forward.lhs))
     out = eqn.outvars[0].aval.dtype
     keys = {w: gemm_key(ctx.state.key, entry.ordinal, w) if gemm_needs_key(recipe, w) else None for w in GEMMS}
     amaxes = _histories(ctx, recipe, history_keys(entry, recipe))

@@ -70,11 +70,14 @@ class GemmRole:
     ``gemm``: ``"forward"`` (``y = x . W``), ``"dgrad"`` (``dx = g . W^T``) or ``"wgrad"``
     (``dW = x^T . g``). ``gradient``: the operand (0 left, 1 right) that carries the cotangent, None
     for forward dots. ``reason``: how the role was decided, for `fpemu.gemm_roles` and error messages.
+    ``weight``: a forward dot's weight operand for an inference recipe (1: the right one, the
+    convention; 0: the left one, when only it comes from the arguments `Policy.weights` selects).
     """
 
     gemm: Gemm
     gradient: int | None
     reason: str
+    weight: int = 1  # a forward dot's weight operand (inference recipes): 1 the right, 0 the left
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -145,8 +148,9 @@ def _is_float(atom: Any) -> bool:
 
 
 class _Analysis:
-    def __init__(self, closed: ClosedJaxpr) -> None:
+    def __init__(self, closed: ClosedJaxpr, weights: tuple[int, ...] | None = None) -> None:
         self.closed = closed
+        self.weights = weights  # the jaxpr's inputs that hold weights (Policy.weights), None: the convention
         self.uf = _UnionFind()
         self.forward_lhs: list[Node] = []
         self.forward_rhs: list[Node] = []
@@ -228,7 +232,7 @@ class _Analysis:
 
     def role(self, eqn: Any, path: Path, transposed: bool) -> GemmRole | None:
         if not transposed:
-            return GemmRole("forward", None, "outside the backward pass (lhs: the activation x, rhs: the weight W)")
+            return self.forward_role(eqn, path)
         operands = eqn.invars[:2]
         carrying = [
             i
@@ -248,6 +252,28 @@ class _Analysis:
         if residual in self.argument_roots:
             return GemmRole("dgrad", g, "fallback: the residual is an argument of the function (a weight)")
         return GemmRole("wgrad", g, "fallback: the residual is computed, not an argument (an activation)")
+
+    def forward_role(self, eqn: Any, path: Path) -> GemmRole:
+        """A forward dot, and which operand is its weight: with `Policy.weights`, the one operand that comes
+        (through layout operations and calls) from a selected argument or a closed-over constant; else, or
+        when both or neither do, the right one (``y = x . W``)."""
+        reason = "outside the backward pass (lhs: the activation x, rhs: the weight W)"
+        if self.weights is None:
+            return GemmRole("forward", None, reason)
+        from_weights = [
+            i
+            for i, a in enumerate(eqn.invars[:2])
+            if not isinstance(a, JaxLiteral) and self.uf.find((path, a)) in self.weight_roots
+        ]
+        if from_weights == [0]:
+            return GemmRole(
+                "forward", None, "outside the backward pass (lhs: the weight W, from Policy.weights; rhs: the "
+                "activation x)", weight=0,
+            )  # fmt: skip
+        if from_weights == [1]:
+            return GemmRole("forward", None, "outside the backward pass (rhs: the weight W, from Policy.weights)")
+        which = "both operands" if from_weights else "neither operand"
+        return GemmRole("forward", None, f"{reason}: {which} from Policy.weights, so the convention")
 
     def pair(self) -> list[Entry]:
         """Names and ordinals: each forward dot outside ``transpose`` in program order; each backward
@@ -306,6 +332,8 @@ class _Analysis:
         self.forward_lhs_roots = {find(n) for n in self.forward_lhs}
         self.forward_rhs_roots = {find(n) for n in self.forward_rhs}
         self.argument_roots = {find(((), v)) for v in [*jaxpr.invars, *jaxpr.constvars]}
+        selected = [jaxpr.invars[i] for i in self.weights or ()]
+        self.weight_roots = {find(((), v)) for v in [*selected, *jaxpr.constvars]}
         read_forward = self.read_forward_roots = {find(n) for n in self.read_forward}
         read_backward = self.read_backward_roots = {find(n) for n in self.read_backward}
         for v in jaxpr.invars:  # a cotangent given as an argument (jax.vjp): read by the backward pass only
@@ -333,8 +361,9 @@ class GemmRoles:
 UNPAIRED = 1 << 20  # ordinals of backward dots without a forward dot start here
 
 
-def classify(closed: ClosedJaxpr) -> GemmRoles:
-    """The `GemmRole` of every ``dot_general`` and ``conv_general_dilated`` of ``closed``.
+def classify(closed: ClosedJaxpr, weights: tuple[int, ...] | None = None) -> GemmRoles:
+    """The `GemmRole` of every ``dot_general`` and ``conv_general_dilated`` of ``closed`` (``weights``:
+    the positions of the inputs that hold weights, `Policy.weights`; None: the right operand's rule).
 
     Example:
       >>> import jax, jax.numpy as jnp
@@ -344,7 +373,7 @@ def classify(closed: ClosedJaxpr) -> GemmRoles:
       >>> [(e.role.gemm, e.role.gradient) for e in classify(closed).entries]
       [('forward', None), ('wgrad', 0)]
     """
-    return GemmRoles(_Analysis(closed).run(), closed)
+    return GemmRoles(_Analysis(closed, weights).run(), closed)
 
 
 def kept(stack: tuple, keep_scopes: tuple[str, ...]) -> bool:

@@ -25,9 +25,10 @@ def _is_array(leaf: Any) -> bool:
     return isinstance(leaf, (jax.Array, np.ndarray, np.generic))
 
 
-def input_flags(round_inputs: Any, args: tuple, kwargs: dict) -> list[bool]:
+def input_flags(round_inputs: Any, args: tuple, kwargs: dict, field: str = "Policy.round_inputs") -> list[bool]:
     """One flag per leaf of ``(args, kwargs)`` (``jax.tree_util`` order): whether ``Policy.round_inputs``
-    selects it. Argument numbers and masks name positional arguments only."""
+    (or another selection of arguments of the same kinds, ``field``: ``Policy.weights``) selects it.
+    Argument numbers and masks name positional arguments only."""
     leaves = jax.tree_util.tree_leaves((args, kwargs))
     if isinstance(round_inputs, bool):
         return [round_inputs] * len(leaves)
@@ -35,7 +36,7 @@ def input_flags(round_inputs: Any, args: tuple, kwargs: dict) -> list[bool]:
         bad = [i for i in round_inputs if i >= len(args)]
         if bad:
             raise ValueError(
-                f"Policy.round_inputs names positional argument(s) {bad}, but the function was called with "
+                f"{field} names positional argument(s) {bad}, but the function was called with "
                 f"{len(args)} positional argument(s)"
             )
         per_arg = [[i in round_inputs] * len(jax.tree_util.tree_leaves(a)) for i, a in enumerate(args)]
@@ -46,7 +47,7 @@ def input_flags(round_inputs: Any, args: tuple, kwargs: dict) -> list[bool]:
             subtrees = round_inputs.treedef.flatten_up_to(tuple(args) if isinstance(mask, tuple) else args)
         except (ValueError, TypeError) as err:
             raise ValueError(
-                f"Policy.round_inputs={mask!r} must be a prefix of the positional arguments (a tuple with one entry "
+                f"{field}={mask!r} must be a prefix of the positional arguments (a tuple with one entry "
                 f"per argument, or per leaf of it): {err}"
             ) from None
         flags = [
@@ -61,7 +62,7 @@ def input_flags(round_inputs: Any, args: tuple, kwargs: dict) -> list[bool]:
         verdict = predicate(path, leaf)
         if not isinstance(verdict, (bool, np.bool_)):
             raise TypeError(
-                f"Policy.round_inputs predicate must return a bool for each argument leaf, got {verdict!r} for "
+                f"{field} predicate must return a bool for each argument leaf, got {verdict!r} for "
                 f"{jax.tree_util.keystr(path)}"
             )
         flags.append(bool(verdict))

@@ -116,7 +116,7 @@ _ROUND_INPUTS_CHOICES = (
 )
 
 
-def _round_inputs_field(value: Any) -> RoundInputs:
+def _round_inputs_field(value: Any, field: str = "Policy.round_inputs") -> RoundInputs:
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
     if isinstance(value, InputMask) or callable(value):
@@ -132,11 +132,11 @@ def _round_inputs_field(value: Any) -> RoundInputs:
         and all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) for v in value)
     ):
         if any(v < 0 for v in value):
-            raise ValueError(f"Policy.round_inputs: argument numbers must be >= 0, got {tuple(value)!r}")
+            raise ValueError(f"{field}: argument numbers must be >= 0, got {tuple(value)!r}")
         return tuple(sorted({int(v) for v in value}))
     if isinstance(value, (tuple, list, dict)) and leaves and all(isinstance(v, (bool, np.bool_)) for v in leaves):
         return InputMask(treedef, tuple(bool(v) for v in leaves))
-    raise TypeError(f"Policy.round_inputs must be {_ROUND_INPUTS_CHOICES}; got {type(value).__name__} {value!r}")
+    raise TypeError(f"{field} must be {_ROUND_INPUTS_CHOICES}; got {type(value).__name__} {value!r}")
 
 
 # Format fields are typed as what users may pass (`FormatLike`); __post_init__ normalises them to
@@ -205,6 +205,9 @@ class Policy:
     # round the function's floating-point arguments to `default` on entry: True, False, argument numbers,
     # a pytree mask of the positional arguments or a predicate(path, leaf)
     round_inputs: RoundInputs | Any = True
+    # which arguments hold the weights of an inference recipe's forward GEMMs (docs/inference.md): None (the
+    # right operand is the weight), or argument numbers, a pytree mask or a predicate, as round_inputs
+    weights: RoundInputs | Any = None
     passthrough_unknown: bool = False  # a primitive without a rule: bind it and round its results (else raise)
 
     def __post_init__(self) -> None:
@@ -214,6 +217,15 @@ class Policy:
             object.__setattr__(self, field, _dot_field(getattr(self, field), field))
         rounding_arg(self.rounding, "Policy.rounding")
         object.__setattr__(self, "round_inputs", _round_inputs_field(self.round_inputs))
+        if self.weights is not None:
+            object.__setattr__(self, "weights", _round_inputs_field(self.weights, "Policy.weights"))
+            recipes = [r for r in (self.dot, self.conv) if isinstance(r, TrainingRecipe)]
+            if not any(r.name in INFERENCE_RECIPES for r in recipes):
+                raise ValueError(
+                    "Policy.weights selects the arguments that hold the weights of an inference recipe's forward "
+                    f"GEMMs (docs/inference.md), but dot={self.dot!r} and conv={self.conv!r} are not inference "
+                    f"recipes (inference recipes: {', '.join(INFERENCE_RECIPES)})"
+                )
         object.__setattr__(self, "saturate", saturate_arg(self.saturate, "Policy.saturate"))
         for field in ("subnormals", "passthrough_unknown"):
             object.__setattr__(self, field, bool_arg(getattr(self, field), f"Policy.{field}"))
@@ -332,7 +344,7 @@ class Policy:
             f"rounding={self.rounding!r}, saturate={self.saturate!r}, subnormals={self.subnormals}, "
             f"random_bits={self.random_bits}, stochastic_variant={self.stochastic_variant!r}, "
             f"exponent_ties={self.exponent_ties!r}, exclude={self.exclude!r}, round_inputs={self.round_inputs}, "
-            f"passthrough_unknown={self.passthrough_unknown})"
+            f"weights={self.weights}, passthrough_unknown={self.passthrough_unknown})"
         )
 
 

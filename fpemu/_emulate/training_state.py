@@ -22,11 +22,11 @@ from fpemu._core.registry import FormatLike
 from fpemu._emulate import stats as _stats
 from fpemu._emulate.gemm import history_keys, quantized
 from fpemu._emulate.gemm_roles import GemmRoles, classify
-from fpemu._emulate.inputs import trace
+from fpemu._emulate.inputs import input_flags, trace
 from fpemu._emulate.policy import Policy, as_policy
-from fpemu._training.recipes import TrainingRecipe
+from fpemu._training.recipes import INFERENCE_RECIPES, TrainingRecipe
 
-__all__ = ["advance", "check_state", "classify_for", "gemm_roles", "init_training_state"]
+__all__ = ["advance", "check_state", "classify_for", "gemm_roles", "init_training_state", "weight_inputs"]
 
 
 # -- roles and histories -----------------------------------------------------------------------------------
@@ -50,11 +50,21 @@ def _histories_needed(roles: GemmRoles, policy: Policy) -> dict[str, int]:
     return out
 
 
-def classify_for(closed: Any, policy: Policy) -> GemmRoles:
-    """The roles of ``closed``'s dots under ``policy`` (the pre-pass of `fpemu.emulate`). Every
-    dot's histories can be kept, in loops and on meshes too: nothing to check beyond the roles."""
+def weight_inputs(selection: Any, args: tuple, kwargs: dict, dynamic: list[int]) -> tuple[int, ...] | None:
+    """The positions among the traced inputs (``dynamic``: their leaf indices) of the arguments that
+    ``selection`` (`Policy.weights`: None, argument numbers, a mask or a predicate) names."""
+    if selection is None:
+        return None
+    flags = input_flags(selection, args, kwargs, "Policy.weights")
+    return tuple(j for j, leaf in enumerate(dynamic) if flags[leaf])
+
+
+def classify_for(closed: Any, policy: Policy, weights: tuple[int, ...] | None = None) -> GemmRoles:
+    """The roles of ``closed``'s dots under ``policy`` (the pre-pass of `fpemu.emulate`; ``weights``:
+    `weight_inputs`). Every dot's histories can be kept, in loops and on meshes too: nothing to check
+    beyond the roles."""
     del policy
-    return classify(closed)
+    return classify(closed, weights)
 
 
 def init_training_state(fn: Callable, policy: Policy | FormatLike, *args: Any, **kwargs: Any) -> dict:
@@ -136,8 +146,11 @@ def advance(histories: dict, found: dict) -> dict:
 # -- the roles, for people ------------------------------------------------------------------------------
 
 
-def gemm_roles(fn: Callable, *args: Any, **kwargs: Any) -> list[tuple[str, str | None, str]]:
-    """How `fpemu.emulate` classifies each dot of ``fn`` under a training recipe, in program order.
+def gemm_roles(fn: Callable, *args: Any, weights: Any = None, **kwargs: Any) -> list[tuple[str, str | None, str]]:
+    """How `fpemu.emulate` classifies each dot of ``fn`` under a training or inference recipe, in program order.
+
+    ``weights`` is `Policy.weights` (which arguments hold an inference recipe's weights): a forward
+    dot's reason then says which operand is the weight (docs/inference.md).
 
     Each entry is ``(name, gemm, reason)``: ``name`` is the forward dot the GEMM belongs to (the
     dgrad and wgrad of a layer carry its forward dot's name; statistics and histories use it),
@@ -155,12 +168,15 @@ def gemm_roles(fn: Callable, *args: Any, **kwargs: Any) -> list[tuple[str, str |
       layer/dot_general wgrad
       layer/dot_general dgrad
     """
-    closed, _, _, _ = trace(fn, args, kwargs)
+    closed, _, dynamic, _ = trace(fn, args, kwargs)
+    if weights is not None:
+        from_policy = Policy(dot=INFERENCE_RECIPES[0], weights=weights).weights  # checked as Policy checks it
+        weights = weight_inputs(from_policy, args, kwargs, dynamic)
     return [
         (
             e.name,
             None if e.role is None else e.role.gemm,
             "both operands carry cotangents" if e.role is None else e.role.reason,
         )
-        for e in classify(closed).entries
+        for e in classify(closed, weights).entries
     ]

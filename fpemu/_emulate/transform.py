@@ -26,7 +26,7 @@ from fpemu._emulate import stats as _stats
 from fpemu._emulate.inputs import input_flags, trace
 from fpemu._emulate.interpreter import Context, State, Training, interpret
 from fpemu._emulate.policy import Policy, as_policy, recipe_needs_key
-from fpemu._emulate.training_state import advance, check_state, classify_for
+from fpemu._emulate.training_state import advance, check_state, classify_for, weight_inputs
 from fpemu._emulate.watch import Watch
 from fpemu._engine.rng import seeds_from_key
 from fpemu._training.recipes import TrainingRecipe
@@ -178,7 +178,8 @@ def emulated_function(fn: Callable, options: EmulateOptions, watch: Watch | None
         root = None if key is None else seeds_from_key(key)  # uint32[2]; sites fold into it
         training = None
         if policy.has_recipe:
-            training = Training(classify_for(closed, policy), histories)
+            weights = weight_inputs(policy.weights, args, kwargs, dynamic)
+            training = Training(classify_for(closed, policy, weights), histories)
         channel = with_stats or histories is not None
         state = State(
             policy, root, {} if channel else None, counting=with_stats, training=training, random=random, watch=watch

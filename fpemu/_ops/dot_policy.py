@@ -33,8 +33,9 @@ def _format_field(value: Any, field: str, *, optional: bool = True) -> Format | 
     except UnknownFormatError as err:
         if isinstance(value, str):
             raise UnknownFormatError(
-                f"{err}. A DotPolicy's fields are element formats; if {value!r} is a training recipe (scaled "
-                f"operands in every GEMM, fpemu.TRAINING_RECIPES), use fpemu.Policy(dot={value!r})"
+                f"{err}. A DotPolicy's fields are element formats; if {value!r} is a training or inference recipe "
+                f"(scaled operands in the GEMMs: fpemu.TRAINING_RECIPES, fpemu.INFERENCE_RECIPES), use "
+                f"fpemu.Policy(dot={value!r})"
             ) from None
         raise err from None
 

@@ -14,6 +14,7 @@ import pytest
 
 import fpemu
 from fpemu import scaled
+from fpemu.testing import assert_bit_exact
 
 EXAMPLE = pathlib.Path(__file__).parent.parent.parent / "examples" / "inference_digits.py"
 WEIGHT_ONLY = ("fp8_weights", "mxfp8_weights", "mxfp4_weights", "nvfp4_weights")
@@ -97,6 +98,50 @@ def test_gradients_are_untouched_and_gemm_roles_names_the_weight():
         np.testing.assert_allclose(np.asarray(g), np.asarray(ref), rtol=1e-6, atol=1e-6)
     (name, gemm, reason), *_ = fpemu.gemm_roles(loss, w, x)
     assert gemm == "forward" and "rhs: the weight W" in reason
+
+
+def _w_at_x():
+    rng = np.random.default_rng(7)
+    w = jnp.asarray(rng.normal(size=(8, 32)).astype(np.float32))  # (out, in): a model written y = W @ x
+    x = jnp.asarray(rng.normal(size=(32, 4)).astype(np.float32))  # (in, batch)
+    return w, x
+
+
+def test_policy_weights_finds_the_weight_on_the_left():
+    """``Policy.weights`` names the arguments that hold weights: in ``W @ x`` the left operand comes from
+    one, so it is quantized as the weight (per output channel, i.e. per row) and ``x`` per token."""
+    w, x = _w_at_x()
+    apply = lambda w, x: w @ x
+    got = fpemu.emulate(apply, fpemu.Policy(dot="fp8_w8a8", weights=0))(w, x)
+    wq = scaled.quantize_dequantize(w, "fp8_e4m3", axis=1)  # one scale per row: each output channel
+    xq = scaled.quantize_dequantize(x, "fp8_e4m3", axis=0)  # one scale per column: each token
+    assert_bit_exact(got, wq @ xq)
+    weight_only = fpemu.emulate(apply, fpemu.Policy(dot="fp8_weights", weights=(0,)))(w, x)
+    assert_bit_exact(weight_only, wq @ x)
+    # without it, the convention: the right operand is the weight (x here, quantized per its columns)
+    assert_bit_exact(fpemu.emulate(apply, fpemu.Policy(dot="fp8_weights"))(w, x), w @ xq)
+    [(_, gemm, reason)] = fpemu.gemm_roles(apply, w, x, weights=0)
+    assert gemm == "forward" and "lhs: the weight W, from Policy.weights" in reason
+    [(_, _, reason)] = fpemu.gemm_roles(apply, w, x)
+    assert "rhs: the weight W" in reason
+
+
+def test_closed_over_parameters_are_weights_and_ambiguity_falls_back_to_the_convention():
+    w, x = _w_at_x()
+    closed = fpemu.emulate(lambda x: w @ x, fpemu.Policy(dot="fp8_weights", weights=()))(x)
+    assert_bit_exact(closed, scaled.quantize_dequantize(w, "fp8_e4m3", axis=1) @ x)
+    [(_, _, reason)] = fpemu.gemm_roles(lambda w, x: w @ x, w, x, weights=True)  # both are selected
+    assert reason.endswith("both operands from Policy.weights, so the convention")
+
+
+def test_policy_weights_bad_values_name_the_field():
+    with pytest.raises(ValueError, match=r"Policy.weights selects .* not inference recipes .* fp8_weights"):
+        fpemu.Policy(dot="mxfp8", weights=0)
+    with pytest.raises(TypeError, match="Policy.weights must be True"):
+        fpemu.Policy(dot="fp8_weights", weights="params")
+    w, x = _w_at_x()
+    with pytest.raises(ValueError, match=r"Policy.weights names positional argument\(s\) \[5\]"):
+        fpemu.emulate(lambda w, x: w @ x, fpemu.Policy(dot="fp8_weights", weights=5))(w, x)
 
 
 def test_recipe_names_are_checked_and_both_sets_listed():
