@@ -18,8 +18,16 @@ from fpemu._emulate import stats as _stats
 from fpemu._emulate.interpreter import Context
 from fpemu._emulate.registry import register
 from fpemu._emulate.rounding import fold_key
-from fpemu._jax.compat import jaxpr_as_fun, manual_axes, mark_varying, open_jaxpr
-from fpemu._jax.interpret import checkpoint_like, cond_parts, scan_like, scan_parts, while_parts
+from fpemu._jax.compat import jaxpr_as_fun, mark_varying, open_jaxpr
+from fpemu._jax.interpret import (
+    checkpoint_like,
+    cond_parts,
+    manual_axis_names,
+    scan_like,
+    scan_parts,
+    shard_map_like,
+    while_parts,
+)
 
 
 def _staged(fn: Callable, *args: Any) -> tuple[Callable, Any]:
@@ -154,11 +162,9 @@ def shard_map(ctx: Context, eqn: Any, invals: list) -> list:
     by maximum (``pmax``): a delayed-scaling history records the largest amax of all devices, as
     Transformer Engine all-reduces amax over the data-parallel group, and every device reads the
     same (replicated) history, so every device uses the same scale."""
-    p = eqn.params
-    jaxpr, consts = open_jaxpr(p["jaxpr"])
+    jaxpr, consts = open_jaxpr(eqn.params["jaxpr"])
     fn = ctx.subfunction(jaxpr)
-    manual = manual_axes(p)
-    axes = tuple(name for name in p["mesh"].axis_names if name in manual)
+    axes = manual_axis_names(eqn.params)
     key = ctx.site_key()
     has_key = key is not None
 
@@ -169,15 +175,7 @@ def shard_map(ctx: Context, eqn: Any, invals: list) -> list:
         outs, stats = fn(key, consts, *args)
         return outs, {site: _stats.all_reduce(site, mark_varying(vector, axes), axes) for site, vector in stats.items()}
 
-    P = jax.sharding.PartitionSpec
-    mapped = jax.shard_map(
-        body,
-        mesh=p["mesh"],
-        in_specs=(*([P()] if has_key else []), *p["in_specs"]),
-        out_specs=(list(p["out_specs"]), P()),
-        axis_names=manual,
-        check_vma=p["check_vma"],
-    )
+    mapped = shard_map_like(eqn.params, body, replicated_in=int(has_key), replicated_out=True)
     outs, stats = mapped(*([key] if has_key else []), *invals)
     ctx.merge_stats(stats)
     return list(outs)

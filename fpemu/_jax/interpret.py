@@ -11,7 +11,8 @@ does not: that part is here, once, so that a change of JAX's jaxprs is made in o
 - The bodies of a primitive and its operands split by role: `scan_parts`, `while_parts`,
   `cond_parts`; a call's body is `compat.call_body`, any jaxpr parameter `compat.open_jaxpr`.
 - The combinators rebuilt with the equation's own parameters: `scan_like`, `checkpoint_like`,
-  `JitCache` (``jax.jit`` around a transformed body, cached per jaxpr and configuration).
+  `JitCache` (``jax.jit`` around a transformed body, cached per jaxpr and configuration),
+  `shard_map_like` (with `manual_axis_names`).
 - `float0_zeros`: the tangent or cotangent of integer operands.
 
 Version-dependent facts (where a body lives in ``params``, ``scan``'s operand counts) come from
@@ -28,7 +29,7 @@ import jax
 import numpy as np
 from jax import lax
 
-from fpemu._jax.compat import DropVar, Jaxpr, Literal, open_jaxpr, scan_counts
+from fpemu._jax.compat import DropVar, Jaxpr, Literal, manual_axes, open_jaxpr, scan_counts
 
 __all__ = [
     "Body",
@@ -39,8 +40,10 @@ __all__ = [
     "cond_parts",
     "evaluate",
     "float0_zeros",
+    "manual_axis_names",
     "scan_like",
     "scan_parts",
+    "shard_map_like",
     "while_parts",
 ]
 
@@ -171,6 +174,30 @@ class JitCache:
             fn.__name__ = fn.__qualname__ = str(params.get("name", "jit"))
             jitted = cached[config] = jax.jit(fn, inline=bool(params.get("inline", False)))
         return jitted
+
+
+def manual_axis_names(params: dict) -> tuple[str, ...]:
+    """The mesh axes a ``shard_map`` equation makes manual, in the mesh's order (`compat.manual_axes`)."""
+    manual = manual_axes(params)
+    return tuple(name for name in params["mesh"].axis_names if name in manual)
+
+
+def shard_map_like(params: dict, fn: Callable, *, replicated_in: int = 0, replicated_out: bool = False) -> Callable:
+    """``jax.shard_map(fn)`` with a ``shard_map`` equation's mesh, specs, manual axes and ``check_vma``.
+
+    ``fn`` takes ``replicated_in`` leading arguments replicated over the mesh (a key...), then the
+    equation's operands; with ``replicated_out`` it returns ``(outputs, extra)``, ``extra`` a pytree
+    replicated over the mesh (statistics reduced over the manual axes...), else the outputs."""
+    spec = jax.sharding.PartitionSpec
+    out_specs = list(params["out_specs"])
+    return jax.shard_map(
+        fn,
+        mesh=params["mesh"],
+        in_specs=(*[spec()] * replicated_in, *params["in_specs"]),
+        out_specs=(out_specs, spec()) if replicated_out else out_specs,
+        axis_names=manual_axes(params),
+        check_vma=params["check_vma"],
+    )
 
 
 def float0_zeros(tree: Any) -> Any:
