@@ -35,8 +35,8 @@ from fpemu._emulate.registry import RULES
 from fpemu._emulate.rounding import counts, fold_key, is_inexact, round_literal_on_host, round_to_format
 from fpemu._emulate.watch import Watch
 from fpemu._jax import compat
-from fpemu._jax.compat import Jaxpr, Literal, open_jaxpr
-from fpemu._jax.interpret import evaluate
+from fpemu._jax.compat import Jaxpr, Literal
+from fpemu._jax.interpret import body_of, evaluate
 from fpemu._ops.fusion import computed_once
 
 _DEFAULT = object()  # "the policy's format for the current primitive"
@@ -306,7 +306,7 @@ class Context:
         if name == "jit" and self.state.training is not None:
             # under a training recipe, nested jit bodies are interpreted in place: each call site keeps
             # its own dot roles and reads the histories of this trace (a cached jit would not)
-            jaxpr, consts = open_jaxpr(eqn.params["jaxpr"])
+            jaxpr, consts = body_of(eqn)
             return view.interpret(jaxpr, consts, invals)
         entry = RULES.get(name)
         if entry is not None:

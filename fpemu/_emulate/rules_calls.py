@@ -4,7 +4,8 @@
 
 The body of each is emulated through the context (`Context.interpret` in place, or
 `Context.subfunction` as a function for ``jax.jit`` / ``jax.custom_jvp`` / ``jax.custom_vjp`` to
-trace); derivatives stay the original rule's, evaluated at the rounded inputs.
+trace); derivatives stay the original rule's, evaluated at the rounded inputs. The bodies are opened,
+and the nested jit cached, by the interpreter core shared with `fpemu.scalify` (`fpemu._jax.interpret`).
 """
 
 from __future__ import annotations
@@ -16,14 +17,14 @@ import jax
 
 from fpemu._emulate.interpreter import Context
 from fpemu._emulate.registry import register
-from fpemu._jax.compat import call_body, open_jaxpr, stack_key
-from fpemu._jax.interpret import JitCache, float0_zeros
+from fpemu._jax.compat import stack_key
+from fpemu._jax.interpret import JitCache, body_of, float0_zeros
 
 
 @register("call", "closed_call", "eval_jaxpr", "composite", kind="inline")
 def inline(ctx: Context, eqn: Any, invals: list) -> list:
     """Interpret the body in place."""
-    jaxpr, consts = call_body(eqn.params)
+    jaxpr, consts = body_of(eqn)
     return ctx.interpret(jaxpr, consts, invals)
 
 
@@ -41,7 +42,7 @@ def nested_jit(ctx: Context, eqn: Any, invals: list) -> list:
     config = (ctx.policy, ctx.stats_enabled, key is None, stack_key(ctx.stack), inline_flag)
 
     def make() -> Callable:
-        jaxpr, consts = open_jaxpr(eqn.params["jaxpr"])
+        jaxpr, consts = body_of(eqn)
         body = ctx.subfunction(jaxpr)
 
         def call(key, *args):
@@ -87,7 +88,7 @@ def custom_jvp_call(ctx: Context, eqn: Any, invals: list) -> list:
     """A ``jax.custom_jvp`` whose primal is the emulated function and whose tangent is the original
     rule's tangent, evaluated at the (rounded) primal inputs: so ``jax.grad(emulate(f))`` keeps f's
     custom derivatives (relu, gelu, logsumexp...) and its primal values are the emulated ones."""
-    jaxpr, consts = open_jaxpr(eqn.params["call_jaxpr"])
+    jaxpr, consts = body_of(eqn)
     fn = ctx.subfunction(jaxpr)
     return _emulated_primal_original_tangent(ctx, eqn, invals, lambda key, *args: fn(key, consts, *args))
 
@@ -113,7 +114,7 @@ def custom_linear_solve(ctx: Context, eqn: Any, invals: list) -> list:
 def custom_vjp_call(ctx: Context, eqn: Any, invals: list) -> list:
     """A ``jax.custom_vjp`` whose primal is the emulated function and whose backward pass is the
     original rule (its forward re-run, unemulated, on the rounded inputs to get its residuals)."""
-    jaxpr, consts = open_jaxpr(eqn.params["call_jaxpr"])
+    jaxpr, consts = body_of(eqn)
     fn = ctx.subfunction(jaxpr)
     key = ctx.site_key()
 

@@ -2,7 +2,9 @@
 
 Each is rebuilt with the public combinator around the emulated body (`Context.subfunction`), with
 the statistics carried out of the combinator and a key per branch, iteration or device for
-stochastic rounding. docs/emulate.md has the table.
+stochastic rounding. docs/emulate.md has the table. Where each primitive keeps its bodies, how its
+operands split and how its combinator takes the equation's parameters is the interpreter core
+`fpemu._jax.interpret`, shared with `fpemu.scalify`; what is here is emulate's part.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ from fpemu._emulate import stats as _stats
 from fpemu._emulate.interpreter import Context
 from fpemu._emulate.registry import register
 from fpemu._emulate.rounding import fold_key
-from fpemu._jax.compat import jaxpr_as_fun, mark_varying, open_jaxpr
+from fpemu._jax.compat import jaxpr_as_fun, mark_varying
 from fpemu._jax.interpret import (
+    body_of,
     checkpoint_like,
     cond_parts,
     manual_axis_names,
@@ -143,7 +146,7 @@ def scan(ctx: Context, eqn: Any, invals: list) -> list:
 @register("remat2", kind="control")
 def remat(ctx: Context, eqn: Any, invals: list) -> list:
     """``jax.checkpoint`` (same ``prevent_cse`` and ``policy``) around the emulated body."""
-    jaxpr, consts = open_jaxpr(eqn.params["jaxpr"])
+    jaxpr, consts = body_of(eqn)
     fn = ctx.subfunction(jaxpr)
     key = ctx.site_key()
     wrapped = checkpoint_like(eqn.params, lambda key, *args: fn(key, consts, *args))
@@ -162,7 +165,7 @@ def shard_map(ctx: Context, eqn: Any, invals: list) -> list:
     by maximum (``pmax``): a delayed-scaling history records the largest amax of all devices, as
     Transformer Engine all-reduces amax over the data-parallel group, and every device reads the
     same (replicated) history, so every device uses the same scale."""
-    jaxpr, consts = open_jaxpr(eqn.params["jaxpr"])
+    jaxpr, consts = body_of(eqn)
     fn = ctx.subfunction(jaxpr)
     axes = manual_axis_names(eqn.params)
     key = ctx.site_key()

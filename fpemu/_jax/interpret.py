@@ -8,8 +8,9 @@ does not: that part is here, once, so that a change of JAX's jaxprs is made in o
 
 - `evaluate`: the equation loop. The transform gives how a literal is read and how one equation is
   applied; constants and arguments arrive as the transform's values.
-- The bodies of a primitive and its operands split by role: `scan_parts`, `while_parts`,
-  `cond_parts`; a call's body is `compat.call_body`, any jaxpr parameter `compat.open_jaxpr`.
+- The bodies of a primitive and its operands split by role: `body_of` (the primitives with one
+  body: calls, ``jit``, ``remat2``, ``shard_map``, custom derivatives), `scan_parts`,
+  `while_parts`, `cond_parts`.
 - The combinators rebuilt with the equation's own parameters: `scan_like`, `checkpoint_like`,
   `JitCache` (``jax.jit`` around a transformed body, cached per jaxpr and configuration),
   `shard_map_like` (with `manual_axis_names`).
@@ -29,13 +30,14 @@ import jax
 import numpy as np
 from jax import lax
 
-from fpemu._jax.compat import DropVar, Jaxpr, Literal, manual_axes, open_jaxpr, scan_counts
+from fpemu._jax.compat import DropVar, Jaxpr, Literal, call_body, manual_axes, open_jaxpr, scan_counts
 
 __all__ = [
     "Body",
     "JitCache",
     "ScanParts",
     "WhileParts",
+    "body_of",
     "checkpoint_like",
     "cond_parts",
     "evaluate",
@@ -109,6 +111,24 @@ class WhileParts(NamedTuple):
     body: Body
     body_consts: list
     init: list
+
+
+# where the primitives with one body keep it (the inlined calls: `compat.call_body`)
+_BODY_PARAM = {
+    "jit": "jaxpr",
+    "remat2": "jaxpr",
+    "shard_map": "jaxpr",
+    "custom_jvp_call": "call_jaxpr",
+    "custom_vjp_call": "call_jaxpr",
+}
+
+
+def body_of(eqn: Any) -> Body:
+    """The body of an equation with one: ``jit``, ``remat2``, ``shard_map``, ``custom_jvp_call``,
+    ``custom_vjp_call``, and the calls interpreted in place (``call``, ``closed_call``,
+    ``eval_jaxpr``, ``composite``: `compat.call_body`)."""
+    param = _BODY_PARAM.get(eqn.primitive.name)
+    return Body(*(open_jaxpr(eqn.params[param]) if param is not None else call_body(eqn.params)))
 
 
 def scan_parts(params: dict, invals: Sequence) -> ScanParts:

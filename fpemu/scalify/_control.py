@@ -1,7 +1,9 @@
 """Rules of `scalify` for equations that hold jaxprs: nested ``jit``, inlined calls, ``scan``,
 ``while``, ``cond``, ``checkpoint``, ``custom_jvp``/``custom_vjp`` (derivative rules kept) and
-debug callbacks. Each rebuilds the public combinator around a scalified body. Also the equations
-that place data (``device_put``, ``reshard``, ``layout_constraint``) and the ``shard_map`` fallback."""
+debug callbacks. Each rebuilds the public combinator around a scalified body; the bodies are opened,
+the operands split and the combinators take the equation's parameters through the interpreter core
+shared with `fpemu.emulate` (`fpemu._jax.interpret`). Also the equations that place data
+(``device_put``, ``reshard``, ``layout_constraint``) and the ``shard_map`` fallback."""
 
 from __future__ import annotations
 
@@ -13,9 +15,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from fpemu._jax.compat import bind, call_body, open_jaxpr
+from fpemu._jax.compat import bind
 from fpemu._jax.interpret import (
     JitCache,
+    body_of,
     checkpoint_like,
     cond_parts,
     float0_zeros,
@@ -48,7 +51,7 @@ def _plain(eqn, invals: list[Tracked]) -> list[Tracked] | None:
 @register_jaxpr_rule("call", "closed_call", "eval_jaxpr", "composite", kind="inline")
 def inline_call(eqn, invals: list[Tracked]) -> list[Tracked]:
     """The body interpreted in place."""
-    jaxpr, consts = call_body(eqn.params)
+    jaxpr, consts = body_of(eqn)
     return interpret(jaxpr, [track(c) for c in consts], invals)
 
 
@@ -63,16 +66,16 @@ def nested_jit(eqn, invals: list[Tracked]) -> list[Tracked]:
     plain = _plain(eqn, invals)
     if plain is not None:
         return plain
-    closed = eqn.params["jaxpr"]
+    jaxpr, consts = body_of(eqn)
     config = get_scalify_config()
     if config.rounding_mode == Pow2RoundMode.STOCHASTIC:
-        return interpret(closed.jaxpr, [track(c) for c in closed.consts], invals)
+        return interpret(jaxpr, [track(c) for c in consts], invals)
     flags = tuple((t.scalar, t.zero) for t in invals)
 
     def make() -> Callable:
         def body(values):
             args = [track(v, s, z if z else None) for v, (s, z) in zip(values, flags)]
-            outs = interpret(closed.jaxpr, [track(c) for c in closed.consts], args)
+            outs = interpret(jaxpr, [track(c) for c in consts], args)
             return [t.value for t in outs]
 
         return body
@@ -236,7 +239,7 @@ def remat(eqn, invals: list[Tracked]) -> list[Tracked]:
     plain = _plain(eqn, invals)
     if plain is not None:
         return plain
-    jaxpr, consts = open_jaxpr(eqn.params["jaxpr"])
+    jaxpr, consts = body_of(eqn)
     fn = checkpoint_like(eqn.params, lambda *args: interpret_values(jaxpr, consts, list(args)))
     return [track(v) for v in fn(*_values(invals))]
 
@@ -279,7 +282,7 @@ def custom_jvp_call(eqn, invals: list[Tracked]) -> list[Tracked]:
     plain = _plain(eqn, invals)
     if plain is not None:
         return plain
-    jaxpr, consts = open_jaxpr(eqn.params["call_jaxpr"])
+    jaxpr, consts = body_of(eqn)
     values = _values(invals)
     floats = _float_positions(values)
 
@@ -331,7 +334,7 @@ def custom_vjp_call(eqn, invals: list[Tracked]) -> list[Tracked]:
     plain = _plain(eqn, invals)
     if plain is not None:
         return plain
-    jaxpr, consts = open_jaxpr(eqn.params["call_jaxpr"])
+    jaxpr, consts = body_of(eqn)
     values = _values(invals)
     floats = _float_positions(values)
 
