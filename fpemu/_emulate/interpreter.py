@@ -35,7 +35,8 @@ from fpemu._emulate.registry import RULES
 from fpemu._emulate.rounding import counts, fold_key, is_inexact, round_literal_on_host, round_to_format
 from fpemu._emulate.watch import Watch
 from fpemu._jax import compat
-from fpemu._jax.compat import DropVar, Jaxpr, Literal, open_jaxpr
+from fpemu._jax.compat import Jaxpr, Literal
+from fpemu._jax.interpret import body_of, evaluate
 from fpemu._ops.fusion import computed_once
 
 _DEFAULT = object()  # "the policy's format for the current primitive"
@@ -305,7 +306,7 @@ class Context:
         if name == "jit" and self.state.training is not None:
             # under a training recipe, nested jit bodies are interpreted in place: each call site keeps
             # its own dot roles and reads the histories of this trace (a cached jit would not)
-            jaxpr, consts = open_jaxpr(eqn.params["jaxpr"])
+            jaxpr, consts = body_of(eqn)
             return view.interpret(jaxpr, consts, invals)
         entry = RULES.get(name)
         if entry is not None:
@@ -339,21 +340,17 @@ def _dtype_of(x: Any) -> Any:
 
 
 def interpret(ctx: Context, jaxpr: Jaxpr, consts: list, args: list) -> list:
-    """Evaluate ``jaxpr`` on ``args`` with every equation handled by its rule."""
-    env: dict = {}
+    """Evaluate ``jaxpr`` on ``args`` with every equation handled by its rule (the loop is the shared
+    `fpemu._jax.interpret.evaluate`): closed-over constants are rounded as ``"constants"``, literals
+    as `Context.literal` (an excluded equation's literals are left alone too), and each equation runs
+    under its named scopes and context, watched by `fpemu.find_nonfinite`."""
 
-    def read(var, eqn: Any = None, excluded: bool = False):
-        if isinstance(var, Literal):  # an excluded equation's literals are left alone too
-            return var.val if excluded else ctx.literal(var, eqn)
-        return env[var]
+    def literal(var: Literal, eqn: Any) -> Any:
+        if eqn is not None and ctx.policy.exclude and ctx.view(eqn).excluded(eqn.primitive.name):
+            return var.val
+        return ctx.literal(var, eqn)
 
-    for var, value in zip(jaxpr.constvars, consts):
-        env[var] = ctx.constant(value, "constants")
-    for var, value in zip(jaxpr.invars, args, strict=True):
-        env[var] = value
-    for eqn in jaxpr.eqns:
-        excluded = bool(ctx.policy.exclude) and ctx.view(eqn).excluded(eqn.primitive.name)
-        invals = [read(var, eqn, excluded) for var in eqn.invars]
+    def equation(eqn: Any, invals: list) -> list:
         with compat.equation_scopes(eqn):
             outvals = ctx.apply(eqn, invals)
             if ctx.state.watch is not None and not compat.has_sub_jaxprs(eqn):
@@ -362,7 +359,7 @@ def interpret(ctx: Context, jaxpr: Jaxpr, consts: list, args: list) -> list:
                 ctx.state.watch.check(
                     eqn, invals, outvals, site_name(view.stack, eqn.primitive.name), "-" if fmt is None else fmt.name
                 )
-        for var, value in zip(eqn.outvars, outvals, strict=True):
-            if not isinstance(var, DropVar):
-                env[var] = value
-    return [read(var) for var in jaxpr.outvars]
+        return outvals
+
+    consts = [ctx.constant(value, "constants") for _, value in zip(jaxpr.constvars, consts)]
+    return evaluate(jaxpr, consts, args, literal=literal, equation=equation)

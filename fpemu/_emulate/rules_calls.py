@@ -4,32 +4,31 @@
 
 The body of each is emulated through the context (`Context.interpret` in place, or
 `Context.subfunction` as a function for ``jax.jit`` / ``jax.custom_jvp`` / ``jax.custom_vjp`` to
-trace); derivatives stay the original rule's, evaluated at the rounded inputs.
+trace); derivatives stay the original rule's, evaluated at the rounded inputs. The bodies are opened,
+and the nested jit cached, by the interpreter core shared with `fpemu.scalify` (`fpemu._jax.interpret`).
 """
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable
 from typing import Any
 
 import jax
-import numpy as np
 
 from fpemu._emulate.interpreter import Context
 from fpemu._emulate.registry import register
-from fpemu._jax.compat import call_body, stack_key
+from fpemu._jax.compat import stack_key
+from fpemu._jax.interpret import JitCache, body_of, float0_zeros
 
 
 @register("call", "closed_call", "eval_jaxpr", "composite", kind="inline")
 def inline(ctx: Context, eqn: Any, invals: list) -> list:
     """Interpret the body in place."""
-    jaxpr, consts = call_body(eqn.params)
+    jaxpr, consts = body_of(eqn)
     return ctx.interpret(jaxpr, consts, invals)
 
 
-# ClosedJaxpr of a nested jit (JAX reuses the object while its trace is cached) -> {configuration: jitted}
-_JIT_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_JITTED = JitCache()
 
 
 @register("jit", kind="call")
@@ -38,31 +37,25 @@ def nested_jit(ctx: Context, eqn: Any, invals: list) -> list:
     boundaries: eagerly, nested jit functions still run compiled, as they do in ``fn``. The jitted
     body is cached per jaxpr and configuration. Shardings and donation of the inner jit's arguments
     are not re-imposed."""
-    closed = eqn.params["jaxpr"]
-    inline_flag = bool(eqn.params.get("inline", False))
     key = ctx.site_key()
+    inline_flag = bool(eqn.params.get("inline", False))
     config = (ctx.policy, ctx.stats_enabled, key is None, stack_key(ctx.stack), inline_flag)
-    cached = _JIT_CACHE.setdefault(closed, {})
-    jitted = cached.get(config)
-    if jitted is None:
-        body = ctx.subfunction(closed.jaxpr)
-        consts = list(closed.consts)
+
+    def make() -> Callable:
+        jaxpr, consts = body_of(eqn)
+        body = ctx.subfunction(jaxpr)
 
         def call(key, *args):
             return body(key, consts, *args)
 
-        call.__name__ = call.__qualname__ = str(eqn.params.get("name", "jit"))
-        jitted = cached[config] = jax.jit(call, inline=inline_flag)
-    outs, stats = jitted(key, *invals)
+        return call
+
+    outs, stats = _JITTED.get(eqn.params, config, make)(key, *invals)
     ctx.merge_stats(stats)
     return list(outs)
 
 
 # -- custom derivatives --------------------------------------------------------------------------------
-
-
-def _float0_zeros(tree: Any) -> Any:
-    return jax.tree_util.tree_map(lambda v: np.zeros(np.shape(v), jax.dtypes.float0), tree)
 
 
 def _emulated_primal_original_tangent(ctx: Context, eqn: Any, invals: list, primal: Callable) -> list:
@@ -83,7 +76,7 @@ def _emulated_primal_original_tangent(ctx: Context, eqn: Any, invals: list, prim
         _, *arg_tangents = tangents
         outs, stats = emulated(key, *args)
         _, out_tangents = jax.jvp(original, tuple(args), tuple(arg_tangents))
-        return (outs, stats), (list(out_tangents), _float0_zeros(stats))
+        return (outs, stats), (list(out_tangents), float0_zeros(stats))
 
     outs, stats = emulated(key, *invals)
     ctx.merge_stats(stats)
@@ -95,9 +88,8 @@ def custom_jvp_call(ctx: Context, eqn: Any, invals: list) -> list:
     """A ``jax.custom_jvp`` whose primal is the emulated function and whose tangent is the original
     rule's tangent, evaluated at the (rounded) primal inputs: so ``jax.grad(emulate(f))`` keeps f's
     custom derivatives (relu, gelu, logsumexp...) and its primal values are the emulated ones."""
-    closed = eqn.params["call_jaxpr"]
-    fn = ctx.subfunction(closed.jaxpr)
-    consts = list(closed.consts)
+    jaxpr, consts = body_of(eqn)
+    fn = ctx.subfunction(jaxpr)
     return _emulated_primal_original_tangent(ctx, eqn, invals, lambda key, *args: fn(key, consts, *args))
 
 
@@ -122,9 +114,8 @@ def custom_linear_solve(ctx: Context, eqn: Any, invals: list) -> list:
 def custom_vjp_call(ctx: Context, eqn: Any, invals: list) -> list:
     """A ``jax.custom_vjp`` whose primal is the emulated function and whose backward pass is the
     original rule (its forward re-run, unemulated, on the rounded inputs to get its residuals)."""
-    closed = eqn.params["call_jaxpr"]
-    fn = ctx.subfunction(closed.jaxpr)
-    consts = list(closed.consts)
+    jaxpr, consts = body_of(eqn)
+    fn = ctx.subfunction(jaxpr)
     key = ctx.site_key()
 
     def original(*args):

@@ -2,7 +2,9 @@
 
 Each is rebuilt with the public combinator around the emulated body (`Context.subfunction`), with
 the statistics carried out of the combinator and a key per branch, iteration or device for
-stochastic rounding. docs/emulate.md has the table.
+stochastic rounding. docs/emulate.md has the table. Where each primitive keeps its bodies, how its
+operands split and how its combinator takes the equation's parameters is the interpreter core
+`fpemu._jax.interpret`, shared with `fpemu.scalify`; what is here is emulate's part.
 """
 
 from __future__ import annotations
@@ -18,7 +20,17 @@ from fpemu._emulate import stats as _stats
 from fpemu._emulate.interpreter import Context
 from fpemu._emulate.registry import register
 from fpemu._emulate.rounding import fold_key
-from fpemu._jax.compat import jaxpr_as_fun, manual_axes, mark_varying, open_jaxpr, scan_counts
+from fpemu._jax.compat import jaxpr_as_fun, mark_varying
+from fpemu._jax.interpret import (
+    body_of,
+    checkpoint_like,
+    cond_parts,
+    manual_axis_names,
+    scan_like,
+    scan_parts,
+    shard_map_like,
+    while_parts,
+)
 
 
 def _staged(fn: Callable, *args: Any) -> tuple[Callable, Any]:
@@ -41,14 +53,12 @@ def _pad(stats: dict, sites: list[str]) -> dict:
 @register("cond", kind="control")
 def cond(ctx: Context, eqn: Any, invals: list) -> list:
     """``lax.switch`` over the emulated branches; the statistics of the branch taken are counted."""
-    index, *ops = invals
-    branches = eqn.params["branches"]
+    branches, index, ops = cond_parts(eqn.params, invals)
     key = ctx.site_key()
     staged, sites = [], []
     for branch in branches:
-        consts = list(branch.consts)
-        replay, shapes = _staged(ctx.subfunction(branch.jaxpr), key, consts, *ops)
-        staged.append((replay, consts))
+        replay, shapes = _staged(ctx.subfunction(branch.jaxpr), key, branch.consts, *ops)
+        staged.append((replay, branch.consts))
         sites += [site for site in shapes[1] if site not in sites]
 
     def make(replay, consts):
@@ -68,16 +78,11 @@ def while_loop(ctx: Context, eqn: Any, invals: list) -> list:
     """``lax.while_loop`` over the emulated condition and body. With statistics (or stochastic
     rounding) the loop also carries an iteration counter; with statistics the condition is evaluated
     at the end of each body step and its predicate carried, so that the condition's counts are kept."""
-    p = eqn.params
-    cond_consts = invals[: p["cond_nconsts"]]
-    body_consts = invals[p["cond_nconsts"] : p["cond_nconsts"] + p["body_nconsts"]]
-    init = invals[p["cond_nconsts"] + p["body_nconsts"] :]
-    cond_jaxpr, body_jaxpr = p["cond_jaxpr"], p["body_jaxpr"]
-    cond_sub, body_sub = ctx.subfunction(cond_jaxpr.jaxpr), ctx.subfunction(body_jaxpr.jaxpr)
+    cond_body, cond_all, body_body, body_all, init = while_parts(eqn.params, invals)
+    cond_sub, body_sub = ctx.subfunction(cond_body.jaxpr), ctx.subfunction(body_body.jaxpr)
     # the closed jaxprs' own consts feed their constvars; the operand consts are leading arguments
-    cond_fn = lambda key, consts, *carry: cond_sub(key, cond_jaxpr.consts, *consts, *carry)
-    body_fn = lambda key, consts, *carry: body_sub(key, body_jaxpr.consts, *consts, *carry)
-    cond_all, body_all = list(cond_consts), list(body_consts)
+    cond_fn = lambda key, consts, *carry: cond_sub(key, cond_body.consts, *consts, *carry)
+    body_fn = lambda key, consts, *carry: body_sub(key, body_body.consts, *consts, *carry)
     key = ctx.site_key()
     cond_key = lambda i: fold_key(key, 0, i)
     body_key = lambda i: fold_key(key, 1, i)
@@ -93,7 +98,7 @@ def while_loop(ctx: Context, eqn: Any, invals: list) -> list:
             i, carry = state
             return i + 1, body_fn(body_key(i), body_all, *carry)[0]
 
-        return list(lax.while_loop(cond_plain, body_plain, (zero, list(init)))[1])
+        return list(lax.while_loop(cond_plain, body_plain, (zero, init))[1])
 
     cond_replay, cond_shapes = _staged(cond_fn, cond_key(zero), cond_all, *init)
     body_replay, body_shapes = _staged(body_fn, body_key(zero), body_all, *init)
@@ -121,13 +126,11 @@ def scan(ctx: Context, eqn: Any, invals: list) -> list:
     amax, the amax a delayed-scaling history records) are reduced by maximum, so a dot in the body
     records one amax per step: the largest of its iterations (Transformer Engine's one amax per
     module and step)."""
-    p = eqn.params
-    n_consts, n_carry = scan_counts(p)
-    consts, init, xs = invals[:n_consts], invals[n_consts : n_consts + n_carry], invals[n_consts + n_carry :]
-    jaxpr, body_consts = open_jaxpr(p["jaxpr"])
+    (jaxpr, body_consts), consts, init, xs = scan_parts(eqn.params, invals)
+    n_carry = len(init)
     body_fn = ctx.subfunction(jaxpr)
     key = ctx.site_key()
-    length = p["length"]
+    length = eqn.params["length"]
 
     def step(carry, x):
         i, x = x
@@ -135,9 +138,7 @@ def scan(ctx: Context, eqn: Any, invals: list) -> list:
         return outs[:n_carry], (outs[n_carry:], stats)
 
     index = jnp.arange(length, dtype=jnp.int32) if key is not None else None
-    carry, (ys, stats) = lax.scan(
-        step, list(init), (index, list(xs)), length=length, reverse=p["reverse"], unroll=p["unroll"]
-    )
+    carry, (ys, stats) = scan_like(eqn.params, step, init, (index, xs))
     ctx.merge_stats({site: _stats.reduce_stacked(site, vector) for site, vector in stats.items()})
     return [*carry, *ys]
 
@@ -145,12 +146,10 @@ def scan(ctx: Context, eqn: Any, invals: list) -> list:
 @register("remat2", kind="control")
 def remat(ctx: Context, eqn: Any, invals: list) -> list:
     """``jax.checkpoint`` (same ``prevent_cse`` and ``policy``) around the emulated body."""
-    jaxpr, consts = open_jaxpr(eqn.params["jaxpr"])
+    jaxpr, consts = body_of(eqn)
     fn = ctx.subfunction(jaxpr)
     key = ctx.site_key()
-    wrapped = jax.checkpoint(
-        lambda key, *args: fn(key, consts, *args), prevent_cse=eqn.params["prevent_cse"], policy=eqn.params["policy"]
-    )
+    wrapped = checkpoint_like(eqn.params, lambda key, *args: fn(key, consts, *args))
     outs, stats = wrapped(key, *invals)
     ctx.merge_stats(stats)
     return list(outs)
@@ -166,11 +165,9 @@ def shard_map(ctx: Context, eqn: Any, invals: list) -> list:
     by maximum (``pmax``): a delayed-scaling history records the largest amax of all devices, as
     Transformer Engine all-reduces amax over the data-parallel group, and every device reads the
     same (replicated) history, so every device uses the same scale."""
-    p = eqn.params
-    jaxpr, consts = open_jaxpr(p["jaxpr"])
+    jaxpr, consts = body_of(eqn)
     fn = ctx.subfunction(jaxpr)
-    manual = manual_axes(p)
-    axes = tuple(name for name in p["mesh"].axis_names if name in manual)
+    axes = manual_axis_names(eqn.params)
     key = ctx.site_key()
     has_key = key is not None
 
@@ -181,15 +178,7 @@ def shard_map(ctx: Context, eqn: Any, invals: list) -> list:
         outs, stats = fn(key, consts, *args)
         return outs, {site: _stats.all_reduce(site, mark_varying(vector, axes), axes) for site, vector in stats.items()}
 
-    P = jax.sharding.PartitionSpec
-    mapped = jax.shard_map(
-        body,
-        mesh=p["mesh"],
-        in_specs=(*([P()] if has_key else []), *p["in_specs"]),
-        out_specs=(list(p["out_specs"]), P()),
-        axis_names=manual,
-        check_vma=p["check_vma"],
-    )
+    mapped = shard_map_like(eqn.params, body, replicated_in=int(has_key), replicated_out=True)
     outs, stats = mapped(*([key] if has_key else []), *invals)
     ctx.merge_stats(stats)
     return list(outs)

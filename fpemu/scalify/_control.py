@@ -1,11 +1,12 @@
 """Rules of `scalify` for equations that hold jaxprs: nested ``jit``, inlined calls, ``scan``,
 ``while``, ``cond``, ``checkpoint``, ``custom_jvp``/``custom_vjp`` (derivative rules kept) and
-debug callbacks. Each rebuilds the public combinator around a scalified body. Also the equations
-that place data (``device_put``, ``reshard``, ``layout_constraint``) and the ``shard_map`` fallback."""
+debug callbacks. Each rebuilds the public combinator around a scalified body; the bodies are opened,
+the operands split and the combinators take the equation's parameters through the interpreter core
+shared with `fpemu.emulate` (`fpemu._jax.interpret`). Also the equations that place data
+(``device_put``, ``reshard``, ``layout_constraint``) and the ``shard_map`` fallback."""
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -14,7 +15,17 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from fpemu._jax.compat import bind, call_body, open_jaxpr, scan_counts
+from fpemu._jax.compat import bind
+from fpemu._jax.interpret import (
+    JitCache,
+    body_of,
+    checkpoint_like,
+    cond_parts,
+    float0_zeros,
+    scan_like,
+    scan_parts,
+    while_parts,
+)
 from fpemu.scalify._array import ScaledArray
 from fpemu.scalify._config import get_scalify_config
 from fpemu.scalify._helpers import is_float, rescaled, safe_div, unscale
@@ -40,11 +51,11 @@ def _plain(eqn, invals: list[Tracked]) -> list[Tracked] | None:
 @register_jaxpr_rule("call", "closed_call", "eval_jaxpr", "composite", kind="inline")
 def inline_call(eqn, invals: list[Tracked]) -> list[Tracked]:
     """The body interpreted in place."""
-    jaxpr, consts = call_body(eqn.params)
+    jaxpr, consts = body_of(eqn)
     return interpret(jaxpr, [track(c) for c in consts], invals)
 
 
-_JIT_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_JITTED = JitCache()
 
 
 @register_jaxpr_rule("jit", kind="call")
@@ -55,23 +66,21 @@ def nested_jit(eqn, invals: list[Tracked]) -> list[Tracked]:
     plain = _plain(eqn, invals)
     if plain is not None:
         return plain
-    closed = eqn.params["jaxpr"]
+    jaxpr, consts = body_of(eqn)
     config = get_scalify_config()
     if config.rounding_mode == Pow2RoundMode.STOCHASTIC:
-        return interpret(closed.jaxpr, [track(c) for c in closed.consts], invals)
+        return interpret(jaxpr, [track(c) for c in consts], invals)
     flags = tuple((t.scalar, t.zero) for t in invals)
-    cache = _JIT_CACHE.setdefault(closed, {})
-    jitted = cache.get((flags, config))
-    if jitted is None:
 
+    def make() -> Callable:
         def body(values):
             args = [track(v, s, z if z else None) for v, (s, z) in zip(values, flags)]
-            outs = interpret(closed.jaxpr, [track(c) for c in closed.consts], args)
+            outs = interpret(jaxpr, [track(c) for c in consts], args)
             return [t.value for t in outs]
 
-        body.__name__ = body.__qualname__ = str(eqn.params.get("name", "jit"))
-        jitted = cache[(flags, config)] = jax.jit(body, inline=bool(eqn.params.get("inline", False)))
-    return [track(v) for v in jitted(_values(invals))]
+        return body
+
+    return [track(v) for v in _JITTED.get(eqn.params, (flags, config), make)(_values(invals))]
 
 
 # -- making branch and loop outputs agree -------------------------------------------------------------
@@ -156,11 +165,8 @@ def scan(eqn, invals: list[Tracked]) -> list[Tracked]:
     plain = _plain(eqn, invals)
     if plain is not None:
         return plain
-    p = eqn.params
-    n_consts, n_carry = scan_counts(p)
-    values = _values(invals)
-    consts, init, xs = values[:n_consts], values[n_consts : n_consts + n_carry], values[n_consts + n_carry :]
-    jaxpr, body_consts = open_jaxpr(p["jaxpr"])
+    (jaxpr, body_consts), consts, init, xs = scan_parts(eqn.params, _values(invals))
+    n_carry = len(init)
     xs_data, xs_scales = zip(*map(_unstack, xs)) if xs else ((), ())
 
     def body(carry, x):
@@ -176,7 +182,7 @@ def scan(eqn, invals: list[Tracked]) -> list[Tracked]:
         new, ys = body(carry, x)
         return [_conform(v, s) for v, s in zip(new, like)], ys
 
-    carry, ys = lax.scan(step, list(init), list(xs_data), length=p["length"], reverse=p["reverse"], unroll=p["unroll"])
+    carry, ys = scan_like(eqn.params, step, list(init), list(xs_data))
     return [track(v) for v in [*carry, *_stack_outputs(ys)]]
 
 
@@ -186,12 +192,9 @@ def while_loop(eqn, invals: list[Tracked]) -> list[Tracked]:
     plain = _plain(eqn, invals)
     if plain is not None:
         return plain
-    p = eqn.params
-    values = _values(invals)
-    nc, nb = p["cond_nconsts"], p["body_nconsts"]
-    cond_consts, body_consts, init = values[:nc], values[nc : nc + nb], values[nc + nb :]
-    cond_jaxpr, cond_closed = open_jaxpr(p["cond_jaxpr"])
-    body_jaxpr, body_closed = open_jaxpr(p["body_jaxpr"])
+    (cond_jaxpr, cond_closed), cond_consts, (body_jaxpr, body_closed), body_consts, init = while_parts(
+        eqn.params, _values(invals)
+    )
 
     def body(carry):
         return interpret_values(body_jaxpr, body_closed, [*body_consts, *carry])
@@ -215,8 +218,7 @@ def cond(eqn, invals: list[Tracked]) -> list[Tracked]:
     plain = _plain(eqn, invals)
     if plain is not None:
         return plain
-    index, *ops = _values(invals)
-    branches = [open_jaxpr(b) for b in eqn.params["branches"]]
+    branches, index, ops = cond_parts(eqn.params, _values(invals))
 
     def make(jaxpr, consts):
         return lambda *args: interpret_values(jaxpr, consts, list(args))
@@ -237,12 +239,8 @@ def remat(eqn, invals: list[Tracked]) -> list[Tracked]:
     plain = _plain(eqn, invals)
     if plain is not None:
         return plain
-    jaxpr, consts = open_jaxpr(eqn.params["jaxpr"])
-    fn = jax.checkpoint(
-        lambda *args: interpret_values(jaxpr, consts, list(args)),
-        prevent_cse=eqn.params["prevent_cse"],
-        policy=eqn.params["policy"],
-    )
+    jaxpr, consts = body_of(eqn)
+    fn = checkpoint_like(eqn.params, lambda *args: interpret_values(jaxpr, consts, list(args)))
     return [track(v) for v in fn(*_values(invals))]
 
 
@@ -284,7 +282,7 @@ def custom_jvp_call(eqn, invals: list[Tracked]) -> list[Tracked]:
     plain = _plain(eqn, invals)
     if plain is not None:
         return plain
-    jaxpr, consts = open_jaxpr(eqn.params["call_jaxpr"])
+    jaxpr, consts = body_of(eqn)
     values = _values(invals)
     floats = _float_positions(values)
 
@@ -336,7 +334,7 @@ def custom_vjp_call(eqn, invals: list[Tracked]) -> list[Tracked]:
     plain = _plain(eqn, invals)
     if plain is not None:
         return plain
-    jaxpr, consts = open_jaxpr(eqn.params["call_jaxpr"])
+    jaxpr, consts = body_of(eqn)
     values = _values(invals)
     floats = _float_positions(values)
 
@@ -362,10 +360,7 @@ def custom_vjp_call(eqn, invals: list[Tracked]) -> list[Tracked]:
         out = [None] * len(primals)
         for i, ct in zip(floats, cts):
             out[i] = _cotangent_in(primals[i], ct)
-        return tuple(
-            o if o is not None else jax.tree_util.tree_map(lambda v: np.zeros(np.shape(v), jax.dtypes.float0), p)
-            for o, p in zip(out, primals)
-        )
+        return tuple(o if o is not None else float0_zeros(p) for o, p in zip(out, primals))
 
     scalified.defvjp(fwd, bwd)
     return [track(v) for v in scalified(*values)]

@@ -21,7 +21,8 @@ import numpy as np
 
 from fpemu._args import key_arg
 from fpemu._engine.rng import seeds_from_key
-from fpemu._jax.compat import DropVar, Jaxpr, Literal, bind
+from fpemu._jax.compat import Jaxpr, Literal, bind
+from fpemu._jax.interpret import evaluate
 from fpemu.scalify._array import ScaledArray, is_scaled_leaf, is_static_zero, make_scaled_scalar
 from fpemu.scalify._config import get_scalify_config
 from fpemu.scalify._helpers import is_float, rescaled, scale_dtype_of
@@ -144,22 +145,8 @@ def apply(eqn, invals: list[Tracked]) -> list[Tracked]:
 
 
 def interpret(jaxpr: Jaxpr, consts: list[Tracked], args: list[Tracked]) -> list[Tracked]:
-    """Evaluate ``jaxpr`` on tracked values."""
-    env: dict = {}
-
-    def read(var) -> Tracked:
-        return _literal(var) if isinstance(var, Literal) else env[var]
-
-    for var, value in zip(jaxpr.constvars, consts, strict=True):
-        env[var] = value
-    for var, value in zip(jaxpr.invars, args, strict=True):
-        env[var] = value
-    for eqn in jaxpr.eqns:
-        outs = apply(eqn, [read(v) for v in eqn.invars])
-        for var, value in zip(eqn.outvars, outs, strict=True):
-            if not isinstance(var, DropVar):
-                env[var] = value
-    return [read(var) for var in jaxpr.outvars]
+    """Evaluate ``jaxpr`` on tracked values (the loop is the shared `fpemu._jax.interpret.evaluate`)."""
+    return evaluate(jaxpr, consts, args, literal=lambda var, eqn: _literal(var), equation=apply)
 
 
 def interpret_values(jaxpr: Jaxpr, consts: list, args: list) -> list:
