@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -174,25 +174,40 @@ def forward_with_vjp(recipe: TrainingRecipe, a: Any, b: Any, dims: Any, keys: di
 
     backward = current_gradients(recipe)
 
-    @jax.custom_vjp
-    def gemm(a, b, keys, amaxes):
+    def forward(a, b, keys, amaxes):
         return role_dot(recipe, "forward", a, b, dims, None, keys["forward"], amaxes, out)
 
-    def fwd(a, b, keys, amaxes):
-        return gemm(a, b, keys, amaxes), (a, b, keys, amaxes)
-
-    def bwd(res, g):
-        a, b, keys, amaxes = res
+    def gradients(a, b, g, keys, amaxes):
         g = computed_once(g)  # read by dgrad and by wgrad: computed once for both
         (lc, rc), (lb, rb) = dims
         dims_a, axes_a = transpose_lhs(dims, a.ndim, b.ndim)
         da = lax.transpose(role_dot(backward, "dgrad", g, b, dims_a, 0, keys["dgrad"], amaxes, out), axes_a)
         dims_b, axes_b = transpose_lhs(((rc, lc), (rb, lb)), b.ndim, a.ndim, swap_ans=True)
         db = lax.transpose(role_dot(backward, "wgrad", g, a, dims_b, 0, keys["wgrad"], amaxes, out), axes_b)
+        return da, db
+
+    return _with_gradients(forward, gradients)(a, b, keys, amaxes)
+
+
+def _with_gradients(forward: Callable, gradients: Callable) -> Callable:
+    """``forward(a, b, keys, amaxes)`` as a `jax.custom_vjp` whose backward pass is
+    ``gradients(a, b, g, keys, amaxes) -> (da, db)`` on the operands the forward pass received (cast
+    back to their dtypes; the keys and amaxes get no cotangent)."""
+
+    @jax.custom_vjp
+    def gemm(a, b, keys, amaxes):
+        return forward(a, b, keys, amaxes)
+
+    def fwd(a, b, keys, amaxes):
+        return gemm(a, b, keys, amaxes), (a, b, keys, amaxes)
+
+    def bwd(res, g):
+        a, b, keys, amaxes = res
+        da, db = gradients(a, b, g, keys, amaxes)
         return da.astype(a.dtype), db.astype(b.dtype), None, None
 
     gemm.defvjp(fwd, bwd)
-    return gemm(a, b, keys, amaxes)
+    return gemm
 
 
 # -- the custom_vjp of a forward convolution -----------------------------------------------------------
@@ -210,21 +225,14 @@ def forward_conv_with_vjp(
 
     backward = current_gradients(recipe)
 
-    @jax.custom_vjp
-    def gemm(a, b, keys, amaxes):
+    def forward(a, b, keys, amaxes):
         return role_conv(recipe, "forward", a, b, params, None, keys["forward"], amaxes, out)
 
-    def fwd(a, b, keys, amaxes):
-        return gemm(a, b, keys, amaxes), (a, b, keys, amaxes)
-
-    def bwd(res, g):
-        a, b, keys, amaxes = res
+    def gradients(a, b, g, keys, amaxes):
         g = computed_once(g.astype(out))  # read by dgrad and by wgrad
-        da, db = conv_transposes(backward, params, a, b, g, keys, amaxes)
-        return da.astype(a.dtype), db.astype(b.dtype), None, None
+        return conv_transposes(backward, params, a, b, g, keys, amaxes)
 
-    gemm.defvjp(fwd, bwd)
-    return gemm(a, b, keys, amaxes)
+    return _with_gradients(forward, gradients)(a, b, keys, amaxes)
 
 
 def conv_transposes(
