@@ -393,9 +393,13 @@ def key_arg(key: Any, stochastic: bool, name: str = "key", what: str = "rounding
     )
 
 
-def _legacy_key_widths() -> set[int]:
-    """The lengths of a legacy uint32 key: 2 (threefry, JAX's default) and the configured implementation's."""
-    return {2, jax.eval_shape(jax.random.PRNGKey, 0).shape[-1]}
+# The lengths of a legacy uint32 key (jax.random.PRNGKey) under JAX's PRNG implementations: 2 words for
+# threefry2x32 (the default), 4 for rbg and unsafe_rbg.
+_LEGACY_KEY_WIDTHS = frozenset({2, 4})
+
+
+def _legacy_key_widths() -> frozenset[int]:
+    return _LEGACY_KEY_WIDTHS
 
 
 def key_words(key: Any) -> jax.Array:
