@@ -32,13 +32,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 from jax import lax
 from jax.typing import ArrayLike, DTypeLike
 
 from fpemu._args import input_format
 from fpemu._core.modes import ExponentTies, Rounding, Saturation, StochasticVariant
 from fpemu._core.registry import FormatLike
-from fpemu._ops.accumulate import compute_dot, device_operands
+from fpemu._ops.accumulate import compute_dot, device_operands, times_tensor_scales
 from fpemu._ops.dot_policy import DotPolicy
 from fpemu._ops.geometry import Geometry, conv_geometry, dot_geometry, matmul_geometry
 from fpemu._ops.matmul_config import MatmulConfig, MatmulOptions, matmul_call, matmul_config
@@ -50,6 +51,8 @@ __all__ = [
     "dot_general",
     "dot_with_config",
     "matmul",
+    "tensor_scaled_conv",
+    "tensor_scaled_dot",
 ]
 
 
@@ -95,6 +98,41 @@ def conv_with_config(a: jax.Array, b: jax.Array, params: Mapping[str, Any], cfg:
         params["batch_group_count"],
     )  # fmt: skip
     return compute_dot(a, b, None, None, None, None, cfg=cfg, geometry=geometry)
+
+
+def tensor_scaled_dot(
+    a: jax.Array, b: jax.Array, lhs_scale: jax.Array | None, rhs_scale: jax.Array | None, dimension_numbers: Any,
+    *, accumulate: Any = "fp32", accumulate_every: int | None = None, result: Any = None,
+) -> jax.Array:  # fmt: skip
+    """The quantized GEMM's product: ``a`` and ``b`` (quantized operands, their float32 per-tensor
+    scales kept apart as `fpemu.scaled.quantize_dequantize_split` gives them) summed as `dot_with_config`
+    sums them in ``accumulate`` every ``accumulate_every`` products, then ``fl(y * fl(lhs_scale *
+    rhs_scale))`` once (`times_tensor_scales`, as cuBLAS applies scale factors), rounded to ``result``
+    (None: float32). Without scales, the dot's own result dtype is ``result``. The checked-once core
+    of every quantized GEMM: the training recipes' and `fpemu.scaled.matmul`'s."""
+    return _tensor_scaled(
+        lambda cfg: dot_with_config(a, b, dimension_numbers, cfg), a, b, lhs_scale, rhs_scale,
+        accumulate, accumulate_every, result,
+    )  # fmt: skip
+
+
+def tensor_scaled_conv(
+    a: jax.Array, b: jax.Array, lhs_scale: jax.Array | None, rhs_scale: jax.Array | None,
+    params: Mapping[str, Any], *, accumulate: Any = "fp32", accumulate_every: int | None = None, result: Any = None,
+) -> jax.Array:  # fmt: skip
+    """`tensor_scaled_dot`'s convolution: `conv_with_config` with the equation's geometry ``params``."""
+    return _tensor_scaled(
+        lambda cfg: conv_with_config(a, b, params, cfg), a, b, lhs_scale, rhs_scale,
+        accumulate, accumulate_every, result,
+    )  # fmt: skip
+
+
+def _tensor_scaled(run, a, b, lhs_scale, rhs_scale, accumulate, accumulate_every, result) -> jax.Array:
+    scaled = lhs_scale is not None or rhs_scale is not None
+    f32 = jnp.float32
+    cfg = accumulation_config(a.dtype, b.dtype, accumulate, accumulate_every, f32 if scaled else result)
+    y = run(cfg)
+    return times_tensor_scales(y, lhs_scale, rhs_scale).astype(f32 if result is None else result) if scaled else y
 
 
 # -- public API -------------------------------------------------------------------------------------

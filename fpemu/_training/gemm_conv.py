@@ -19,8 +19,7 @@ from jax import lax
 from jax.typing import DTypeLike
 
 from fpemu._args import int_arg, key_arg
-from fpemu._ops.accumulate import times_tensor_scales
-from fpemu._ops.matmul import accumulation_config, conv_with_config
+from fpemu._ops.matmul import tensor_scaled_conv
 from fpemu._training.gemm_dot import split_key
 from fpemu._training.hadamard import hadamard_along, hadamard_signs
 from fpemu._training.quantizer import Quantizer, _amax_arg, _key_arg, operand_arg, quantize_operand_split
@@ -91,10 +90,9 @@ def quantized_conv_core(
             xs[i], scales[i] = quantize_operand_split(
                 xs[i].astype(F32), dims[i], q, key=k, amax=amaxes[i], margin=margin
             )
-    scaled = scales != [None, None]
-    cfg = accumulation_config(xs[0].dtype, xs[1].dtype, gemm.accumulate, gemm.accumulate_every, F32 if scaled else out)
-    y = conv_with_config(xs[0], xs[1], params, cfg)
-    return times_tensor_scales(y, *scales).astype(F32 if out is None else out) if scaled else y
+    return tensor_scaled_conv(
+        xs[0], xs[1], *scales, params, accumulate=gemm.accumulate, accumulate_every=gemm.accumulate_every, result=out
+    )
 
 
 def quantized_conv_general(

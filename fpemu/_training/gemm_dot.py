@@ -20,9 +20,8 @@ from jax.typing import DTypeLike
 from fpemu._args import int_arg, key_arg
 from fpemu._core.format import Format, fits
 from fpemu._core.registry import get_format
-from fpemu._ops.accumulate import times_tensor_scales
 from fpemu._ops.fusion import computed_once
-from fpemu._ops.matmul import accumulation_config, dot_with_config
+from fpemu._ops.matmul import tensor_scaled_dot
 from fpemu._training.hadamard import hadamard_along, hadamard_signs
 from fpemu._training.layout import contracting_dims_arg
 from fpemu._training.quantizer import Quantizer, _amax_arg, _key_arg, operand_arg, quantize_operand_split
@@ -227,13 +226,9 @@ def _quantized_product(a, b, key_a, key_b, lhs_amax, rhs_amax, dn, gemm: GemmRec
         a = computed_once(a)
     if gemm.rhs is not None:
         b = computed_once(b)
-    tensor_scaled = ta is not None or tb is not None
-    cfg = accumulation_config(
-        a.dtype, b.dtype, gemm.accumulate, gemm.accumulate_every, jnp.float32 if tensor_scaled else result
+    y = tensor_scaled_dot(
+        a, b, ta, tb, dn, accumulate=gemm.accumulate, accumulate_every=gemm.accumulate_every, result=result
     )
-    y = dot_with_config(a, b, dn, cfg)
-    if tensor_scaled:
-        y = times_tensor_scales(y, ta, tb).astype(jnp.float32 if result is None else result)
     return y, *quantized
 
 

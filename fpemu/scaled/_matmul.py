@@ -9,11 +9,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fpemu._args import choice_arg
-from fpemu._ops.accumulate import times_tensor_scales
-from fpemu._ops.matmul import matmul as _element_matmul
+from fpemu._args import choice_arg, input_format
+from fpemu._ops.accumulate import compute_dot
+from fpemu._ops.geometry import dot_geometry
+from fpemu._ops.matmul import tensor_scaled_dot
+from fpemu._ops.matmul_config import MatmulConfig, MatmulOptions, matmul_config
+from fpemu.scaled._quantize import Config
 from fpemu.scaled._recipes import RECIPE_ALIASES, get_recipe
-from fpemu.scaled._split import quantize_dequantize_split
+from fpemu.scaled._split import split_core
 
 MatmulRecipe = Literal[
     "fp32",
@@ -49,23 +52,35 @@ def _check_operands(a: Any, b: Any) -> tuple[jax.Array, jax.Array]:
     return jnp.asarray(a), jnp.asarray(b)
 
 
+_DN = (((1,), (0,)), ((), ()))  # a (M x K) times b (K x N)
+
+
+@functools.lru_cache(maxsize=64)
+def _unscaled_config(fmt: str | None) -> MatmulConfig:
+    """The checked config of ``fpemu.matmul(a, b, lhs=fmt, rhs=fmt)`` on float32 operands."""
+    f32 = input_format(np.float32, "a")
+    return matmul_config(f32, f32, MatmulOptions(lhs=fmt, rhs=fmt))
+
+
+def _operand_config(recipe: str, axis: int | None) -> Config:
+    """The checked config of ``quantize_dequantize_split(x, recipe, axis=axis, pad=True)`` (nearest even)."""
+    return Config(get_recipe(recipe), axis, "nearest_even", None)
+
+
 @functools.partial(jax.jit, static_argnames="recipe")
 def _product(a: jax.Array, b: jax.Array, recipe: str) -> jax.Array:
     if recipe in _UNSCALED:
-        fmt = _UNSCALED[recipe]
-        return _element_matmul(a, b, lhs=fmt, rhs=fmt)
-    r = get_recipe(recipe)
-    if r.block_size is None:  # per-tensor scaling: one float32 scale per operand
-        a_q, a_t = quantize_dequantize_split(a, r, axis=None)
-        b_q, b_t = quantize_dequantize_split(b, r, axis=None)
-    else:  # blocks along the contraction dimension K; a shorter last block if K is not a multiple
-        a_q, a_t = quantize_dequantize_split(a, r, axis=-1, pad=True)
-        b_q, b_t = quantize_dequantize_split(b, r, axis=0, pad=True)
+        geometry = dot_geometry(tuple(a.shape), tuple(b.shape), _DN)
+        return compute_dot(a, b, None, None, None, None, cfg=_unscaled_config(_UNSCALED[recipe]), geometry=geometry)
+    per_tensor = get_recipe(recipe).block_size is None  # one float32 scale per operand
+    # Blocks run along the contraction dimension K; a shorter last block if K is not a multiple.
+    a_q, a_t = split_core(a, None, None, _operand_config(recipe, None if per_tensor else 1))
+    b_q, b_t = split_core(b, None, None, _operand_config(recipe, None if per_tensor else 0))
     # What is left once the float per-tensor scales are taken out (elements times power-of-two or
     # E4M3 block scales) has at most 8 significant bits for every recipe here: bfloat16 values, so
-    # rounding to bf16 is exact and the element matmul takes its bf16 x bf16 -> f32 fast path. The
+    # rounding to bf16 is exact and the dot takes bfloat16 operands with float32 accumulation. The
     # per-tensor scales multiply the float32 product once, as cuBLAS applies them.
-    return times_tensor_scales(_element_matmul(a_q, b_q, lhs="bf16", rhs="bf16"), a_t, b_t)
+    return tensor_scaled_dot(a_q.astype(jnp.bfloat16), b_q.astype(jnp.bfloat16), a_t, b_t, _DN)
 
 
 def _matmul_recipe_name(recipe: Any) -> str:

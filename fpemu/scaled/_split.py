@@ -26,7 +26,7 @@ from fpemu.scaled._quantize import (
 )
 from fpemu.scaled._recipes import RecipeLike
 
-__all__ = ["quantize_dequantize_split"]
+__all__ = ["quantize_dequantize_split", "split_core"]
 
 F32 = jnp.float32
 
@@ -53,7 +53,9 @@ def _split_jvp(cfg, primals, tangents):
     return (blocks, t), (x_dot / per_element, jnp.zeros_like(t))
 
 
-_split_jit = jax.jit(_split_ste, static_argnums=(3,))
+#: ``split_core(x, key, scale, cfg)``: `quantize_dequantize_split` on checked arguments (a float32 ``x``
+#: and a `Config`), the checked-once core internal callers use.
+split_core = jax.jit(_split_ste, static_argnums=(3,))
 
 
 def quantize_dequantize_split(
@@ -91,7 +93,7 @@ def quantize_dequantize_split(
       >>> scaled.quantize_dequantize_split(x, "mxfp8", pad=True)[1] is None   # power-of-two scales
       True
     """
-    return checked_call(_split_jit, x, recipe, arguments_of_quantize_dequantize(x, recipe, options))
+    return checked_call(split_core, x, recipe, arguments_of_quantize_dequantize(x, recipe, options))
 
 
 quantize_dequantize_split.__signature__ = inspect.signature(quantize_dequantize).replace(  # type: ignore[attr-defined]  # for help() and IDEs
