@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from fpemu.tools import choices
-from fpemu.tools.accuracy import DISTRIBUTIONS, MATMUL_RECIPES, SIZES, markdown_table, matmul_accuracy
+from fpemu.tools.accuracy import DISTRIBUTIONS, MATMUL_FORMATS, SIZES, markdown_table, matmul_accuracy
 from fpemu.tools.bench import environment
 from fpemu.tools.data import load_matmul_data
 
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=_sizes, default=list(SIZES), help="comma-separated n (default: %(default)s)")
-    parser.add_argument("--recipes", type=_list, default=None, help=f"comma-separated ({', '.join(MATMUL_RECIPES)})")
+    parser.add_argument("--recipes", type=_list, default=None, help=f"comma-separated ({', '.join(MATMUL_FORMATS)})")
     parser.add_argument(
         "--distributions",
         type=_list,

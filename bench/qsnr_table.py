@@ -38,20 +38,20 @@ def _db(x: np.ndarray, y: jax.Array) -> str:
     return f"{float(scaled.qsnr(x, y)):.2f}"
 
 
-def rows() -> list[tuple[str, str, scaled.Recipe, dict]]:
+def rows() -> list[tuple[str, str, scaled.BlockFormat, dict]]:
     """(label, granularity, recipe, keyword arguments) for every row of the table."""
-    out: list[tuple[str, str, scaled.Recipe, dict]] = []
-    for name in scaled.recipes():
-        r = scaled.get_recipe(name)
+    out: list[tuple[str, str, scaled.BlockFormat, dict]] = []
+    for name in scaled.block_formats():
+        r = scaled.get_block_format(name)
         gran = f"blocks of {r.block_size}" if r.block_size else "per tensor"
         out.append((f"`{name}`", gran, r, {}))
         if r.block_size is None:
             out.append((f"`{name}`", "per row", r, {"axis": -1}))
     for name, rule in (("mxfp8_e4m3", "ceil"), ("mxfp4", "ceil"), ("mxfp4", "even"), ("mxfp6_e2m3", "ceil")):
-        r = scaled.get_recipe(name)
+        r = scaled.get_block_format(name)
         label = f'`{name}`, `scale_rule="{rule}"`'
         out.append((label, f"blocks of {r.block_size}", dataclasses.replace(r, scale_rule=rule), {}))
-    r = scaled.get_recipe("nvfp4")
+    r = scaled.get_block_format("nvfp4")
     out.append(("`nvfp4`, no tensor scale", "blocks of 16", dataclasses.replace(r, global_scale=False), {}))
     return out
 

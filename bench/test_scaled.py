@@ -33,8 +33,8 @@ GROUPS = {"mxfp8_e4m3": "e4m3fn", "mxfp4": "e2m1fn", "nvfp4": "e2m1fn"}
 ROWS = {
     "scaled qdq": "jit scaled.quantize_dequantize(x, recipe): the fused simulation path",
     "plain quantize": "jit fpemu.quantize(x, element): the same tensor to the element format, unscaled",
-    "scaled quantize": "jit scaled.ScaledArray.from_array(x, recipe): float32 values + uint8 scales",
-    "scaled via engine": "jit ScaledArray.from_array(x, recipe).dequantize(): the qdq bits through the core "
+    "scaled quantize": "jit scaled.BlockArray.from_array(x, recipe): float32 values + uint8 scales",
+    "scaled via engine": "jit BlockArray.from_array(x, recipe).dequantize(): the qdq bits through the core "
     "rounding engine (scale down, round, scale up) instead of the fused nearest-even pass",
     "scaled qdq-donated": "the fused path, donate_argnums=0",
     "plain quantize-donated": "plain quantize, donate_argnums=0",
@@ -52,9 +52,9 @@ def _fn(group: str, row: str):
     if base == "plain quantize":
         return lambda x: fpemu.quantize(x, GROUPS[group])
     if base == "scaled quantize":
-        return lambda x: scaled.ScaledArray.from_array(x, group)
+        return lambda x: scaled.BlockArray.from_array(x, group)
     if base == "scaled via engine":
-        return lambda x: scaled.ScaledArray.from_array(x, group).dequantize()
+        return lambda x: scaled.BlockArray.from_array(x, group).dequantize()
     raise ValueError(f"unknown row {row!r}; rows: {', '.join(ROWS)}")
 
 
@@ -98,7 +98,7 @@ def _check(group: str, row: str, x_np: np.ndarray, x: jax.Array, out) -> None:
         y = np.asarray(out)[:CHECK]
     if group == "nvfp4":  # the tensor scale depends on the whole input
         reference.assert_equal(
-            y, np.asarray(scaled.ScaledArray.from_array(x, group).dequantize())[:CHECK], f"{group} {row}"
+            y, np.asarray(scaled.BlockArray.from_array(x, group).dequantize())[:CHECK], f"{group} {row}"
         )
     else:
         reference.assert_equal(y, reference.quantize(prefix, group).dequantized, f"{group} {row}")

@@ -527,10 +527,10 @@ CATALOGUE: list[Bad] = [
     bad(
         "scaled recipe unknown",
         lambda: fpemu.scaled.quantize_dequantize(F32, "mxfp9"),
-        fpemu.scaled.UnknownRecipeError,
+        fpemu.scaled.UnknownBlockFormatError,
         "mxfp8",
     ),
-    bad("scaled recipe None", lambda: fpemu.scaled.quantize_dequantize(F32, None), TypeError, "recipe"),
+    bad("scaled recipe None", lambda: fpemu.scaled.quantize_dequantize(F32, None), TypeError, "block_format"),
     bad(
         "scaled rounding",
         lambda: fpemu.scaled.quantize_dequantize(F32, "mxfp8_e4m3", rounding="x"),
@@ -579,7 +579,7 @@ CATALOGUE: list[Bad] = [
     ),
     bad(
         "scaled random shape",
-        lambda: fpemu.scaled.ScaledArray.from_array(
+        lambda: fpemu.scaled.BlockArray.from_array(
             F32, "fp8_e4m3", rounding="stochastic", random_bits=8, random=np.zeros((3,), np.uint8)
         ),
         ValueError,
@@ -601,7 +601,7 @@ CATALOGUE: list[Bad] = [
     ),
     bad(
         "recipe saturate unknown",
-        lambda: fpemu.scaled.Recipe(name="r", element="e4m3fn", saturate="sat_finit"),
+        lambda: fpemu.scaled.BlockFormat(name="r", element="e4m3fn", saturate="sat_finit"),
         ValueError,
         "saturate",
         "sat_finite",
@@ -615,17 +615,17 @@ CATALOGUE: list[Bad] = [
     ),
     bad(
         "from_array recipe unknown",
-        lambda: fpemu.scaled.ScaledArray.from_array(F32, "nvfp5"),
-        fpemu.scaled.UnknownRecipeError,
+        lambda: fpemu.scaled.BlockArray.from_array(F32, "nvfp5"),
+        fpemu.scaled.UnknownBlockFormatError,
         "nvfp4",
     ),
     bad(
         "delayed qdq None state",
-        lambda: fpemu.scaled.DelayedScaling(recipe="fp8_e4m3").quantize_dequantize(F32, None),
+        lambda: fpemu.scaled.DelayedScaling(block_format="fp8_e4m3").quantize_dequantize(F32, None),
         TypeError,
         "state",
     ),
-    bad("get_recipe int", lambda: fpemu.scaled.get_recipe(3), TypeError, "recipe"),
+    bad("get_block_format int", lambda: fpemu.scaled.get_block_format(3), TypeError, "block_format"),
     bad("qsnr shapes", lambda: fpemu.scaled.qsnr(jnp.ones(3), jnp.ones(4)), ValueError, "shape"),
     # -- testing ---------------------------------------------------------------------------------------
     bad(
@@ -821,7 +821,7 @@ CATALOGUE: list[Bad] = [
     ),
     bad(
         "from_array x float64",
-        lambda: fpemu.scaled.ScaledArray.from_array(np.ones(32), "mxfp8_e4m3"),
+        lambda: fpemu.scaled.BlockArray.from_array(np.ones(32), "mxfp8_e4m3"),
         TypeError,
         "x",
         "float64",
@@ -835,7 +835,9 @@ CATALOGUE: list[Bad] = [
     ),
     bad(
         "from_codes code out of range",
-        lambda: fpemu.scaled.ScaledArray.from_codes(np.full((1, 32), 16), np.array([[127]], np.uint8), recipe="mxfp4"),
+        lambda: fpemu.scaled.BlockArray.from_codes(
+            np.full((1, 32), 16), np.array([[127]], np.uint8), block_format="mxfp4"
+        ),
         ValueError,
         "codes",
         "[0, 16)",
@@ -1041,6 +1043,6 @@ def test_the_input_contract_for_integer_codes():
         with pytest.raises(ValueError, match=r"codes must lie in \[0, 16\) for e2m1fn"):
             fpemu.pack(np.atleast_1d(np.asarray(codes, object)).tolist(), "e2m1fn")
     scale = np.array([[127]], np.uint8)  # E8M0 1.0
-    from_codes = jax.jit(lambda c: fpemu.scaled.ScaledArray.from_codes(c, scale, recipe="mxfp4").dequantize())
+    from_codes = jax.jit(lambda c: fpemu.scaled.BlockArray.from_codes(c, scale, block_format="mxfp4").dequantize())
     out = np.asarray(from_codes(jnp.array([[16, 2] + [0] * 30], jnp.int32)))  # under jit: NaN, never a value
     assert np.isnan(out[0, 0]) and out[0, 1] == 1.0

@@ -160,14 +160,14 @@ class UnknownFormatError(ValueError):
     """Raised for a format name or dtype that is not in the registry."""
 
 
-# Names people type for a family of formats or for a block-scaled format (a recipe of fpemu.scaled,
+# Names people type for a family of formats or for a block-scaled format (a block format of fpemu.scaled,
 # not an element format): where each one lives.
 _OCP_FP8 = "OCP FP8 is 'e4m3fn' (E4M3, max 448, no infinity) or 'e5m2' (E5M2)"
 _FAMILIES = {
     "fp8": f"{_OCP_FP8}; see also 'e4m3fnuz', 'e5m2fnuz' and IEEE P3109's 'p3109_k8p{{P}}{{s|u}}{{e|f}}'",
     "float8": _OCP_FP8,
-    "fp8_e4m3": "the OCP E4M3 element format is 'e4m3fn' (per-tensor scaled FP8 is the fpemu.scaled recipe 'fp8_e4m3')",
-    "fp8_e5m2": "the OCP E5M2 element format is 'e5m2' (per-tensor scaled FP8 is the fpemu.scaled recipe 'fp8_e5m2')",
+    "fp8_e4m3": "the OCP E4M3 element format is 'e4m3fn' (per-tensor scaled FP8 is the fpemu.scaled block format 'fp8_e4m3')",
+    "fp8_e5m2": "the OCP E5M2 element format is 'e5m2' (per-tensor scaled FP8 is the fpemu.scaled block format 'fp8_e5m2')",
     "fp6": "OCP FP6 is 'e2m3fn' or 'e3m2fn'",
     "float6": "OCP FP6 is 'e2m3fn' or 'e3m2fn'",
     "fp4": "OCP FP4 (the MXFP4 and NVFP4 element) is 'e2m1fn'",
@@ -205,7 +205,7 @@ def _unknown_name(name: str) -> str:
         element = _BLOCK_ELEMENTS.get(key)
         return (
             f"unknown format {name!r}: {lower}block-scaled formats (MX, NVFP4), whose blocks share a scale, are "
-            f"recipes of fpemu.scaled (fpemu.scaled.get_recipe({key!r})), not element formats"
+            f"block formats of fpemu.scaled (fpemu.scaled.get_block_format({key!r})), not element formats"
             + (f"; the element format is {element}" if element else "")
         )
     close = difflib.get_close_matches(key, list(_names), n=4, cutoff=0.6)

@@ -35,7 +35,8 @@ from fpemu._training.elements import operand_elements
 from fpemu._training.gemm_dot import split_key
 from fpemu._training.gemm_vjp import SIDES, forward_conv_with_vjp, forward_with_vjp, role_conv, role_dot, swapped
 from fpemu._training.hadamard import hadamard_along
-from fpemu._training.quantizer import Quantizer, amax_of
+from fpemu._training.operands import amax_of
+from fpemu._training.quantizer import Quantizer
 from fpemu._training.recipes import GEMMS, TrainingRecipe
 
 GEMM_KEY_TAG = 0x47454D4D  # "GEMM": the keys of recipe GEMMs, apart from the rounding sites' keys

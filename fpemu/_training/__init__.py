@@ -3,7 +3,8 @@
 The layer between `fpemu.scaled` (which quantizes one tensor) and `fpemu._emulate` (which applies a
 recipe to every dot of a training step):
 
-- `quantizer`: `Quantizer` (how one operand of one GEMM is quantized), `quantize_operand`, `scaled_view`, `amax_of`;
+- `operands`: a GEMM operand's check (`operand_arg`) and its amax (`amax_of`);
+- `quantizer`: `Quantizer` (how one operand of one GEMM is quantized), `quantize_operand`, `scaled_view`;
 - `hadamard`: the random Hadamard transform of NVFP4's wgrad;
 - `recipes`: `GemmRecipe`, `TrainingRecipe`, the named recipes (`TRAINING_RECIPES`, `training_recipe`);
 - `gemm_dot`: `quantized_dot_general`, a dot with each operand quantized along its own contraction
@@ -20,10 +21,10 @@ NumPy oracle of `quantized_dot_general`.
 from fpemu._training.gemm_conv import quantized_conv_general as quantized_conv_general
 from fpemu._training.gemm_dot import quantized_dot_general as quantized_dot_general
 from fpemu._training.hadamard import hadamard as hadamard
+from fpemu._training.operands import amax_of as amax_of
 from fpemu._training.quantizer import SCALINGS as SCALINGS
 from fpemu._training.quantizer import Quantizer as Quantizer
 from fpemu._training.quantizer import Scaling as Scaling
-from fpemu._training.quantizer import amax_of as amax_of
 from fpemu._training.quantizer import quantize_operand as quantize_operand
 from fpemu._training.quantizer import scaled_view as scaled_view
 from fpemu._training.recipes import GEMMS as GEMMS

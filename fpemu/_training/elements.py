@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from fpemu._ops.quantize import quantize as element_quantize
-from fpemu._training.quantizer import Quantizer, operand_view, scaled_operand, scaled_recipe
+from fpemu._training.quantizer import Quantizer, operand_view, scaled_operand
 
 __all__ = ["operand_elements"]
 
@@ -31,7 +31,7 @@ def operand_elements(x: jax.Array, dims: tuple[int, ...], q: Quantizer, key: Any
     scale = sa.scale_values()
     if sa.global_scale is not None:
         scale = scale * sa.global_scale
-    block = scaled_recipe(q).block_size if q.scaling in ("row", "block") else None  # block_2d: a tile is a group
+    block = q.block_format.block_size if q.scaling in ("row", "block") else None  # block_2d: a tile is a group
     if axis is not None and block is not None and scale.shape[axis] > 1:
         scale = lax.slice_in_dim(jnp.repeat(scale, block, axis=axis), 0, view.shape[axis], axis=axis)
     scale = jnp.broadcast_to(scale, view.shape)

@@ -22,7 +22,8 @@ from fpemu._args import int_arg, key_arg
 from fpemu._ops.matmul import tensor_scaled_conv
 from fpemu._training.gemm_dot import split_key
 from fpemu._training.hadamard import hadamard_along, hadamard_signs
-from fpemu._training.quantizer import Quantizer, _amax_arg, _key_arg, operand_arg, quantize_operand_split
+from fpemu._training.operands import operand_arg
+from fpemu._training.quantizer import Quantizer, amax_arg, quantize_operand_split, quantizer_key_arg
 from fpemu._training.recipes import GemmRecipe
 
 __all__ = ["conv_params", "quantized_conv_core", "quantized_conv_general"]
@@ -91,7 +92,14 @@ def quantized_conv_core(
                 xs[i].astype(F32), dims[i], q, key=k, amax=amaxes[i], margin=margin
             )
     return tensor_scaled_conv(
-        xs[0], xs[1], *scales, params, accumulate=gemm.accumulate, accumulate_every=gemm.accumulate_every, result=out
+        xs[0],
+        xs[1],
+        scales[0],
+        scales[1],
+        params,
+        accumulate=gemm.accumulate,
+        accumulate_every=gemm.accumulate_every,
+        result=out,
     )
 
 
@@ -152,8 +160,8 @@ def quantized_conv_general(
             if amax is not None:
                 raise ValueError(f"{name} is only used with scaling='delayed'; this operand is not quantized")
             continue
-        _amax_arg(amax, q, name)
-        _key_arg(key, q, "key")
+        amax_arg(amax, q, name)
+        quantizer_key_arg(key, q, "key")
     if key is not None:
         key_arg(key, True, "key", what="quantized_conv_general")
     if gemm.hadamard is not None and key is None:

@@ -24,7 +24,8 @@ from fpemu._ops.fusion import computed_once
 from fpemu._ops.matmul import tensor_scaled_dot
 from fpemu._training.hadamard import hadamard_along, hadamard_signs
 from fpemu._training.layout import contracting_dims_arg
-from fpemu._training.quantizer import Quantizer, _amax_arg, _key_arg, operand_arg, quantize_operand_split
+from fpemu._training.operands import operand_arg
+from fpemu._training.quantizer import Quantizer, amax_arg, quantize_operand_split, quantizer_key_arg
 from fpemu._training.recipes import GemmRecipe
 
 __all__ = ["bf16_exact", "dimension_numbers_arg", "quantized_dot_core", "quantized_dot_general", "split_key"]
@@ -155,8 +156,8 @@ def quantized_dot_general(
             if amax is not None:
                 raise ValueError(f"{name} is only used with scaling='delayed'; this operand is not quantized")
             continue
-        _amax_arg(amax, q, name)  # errors name lhs_amax / rhs_amax
-        _key_arg(key, q, "key")
+        amax_arg(amax, q, name)  # errors name lhs_amax / rhs_amax
+        quantizer_key_arg(key, q, "key")
     if key is not None:
         key_arg(key, True, "key", what="quantized_dot_general")
     if gemm.hadamard is not None and key is None:

@@ -23,7 +23,7 @@ from fpemu._args import axis_arg, int_arg, key_arg
 from fpemu._engine import rng
 from fpemu._ops.fusion import computed_once, materialize
 from fpemu._training.layout import Contraction
-from fpemu._training.quantizer import operand_arg
+from fpemu._training.operands import operand_arg
 
 __all__ = ["TE_WGRAD_SIGNS", "hadamard", "hadamard_signs", "hadamard_size_arg"]
 

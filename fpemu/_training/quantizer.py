@@ -1,7 +1,7 @@
 """`Quantizer`: how one operand of one GEMM is quantized, and `quantize_operand`, which does it.
 
 A `Quantizer` is data (frozen, hashable: a ``jax.jit`` static argument). Its scaled modes are
-carried out by `fpemu.scaled.quantize_dequantize` (one `fpemu.scaled.Recipe` per quantizer, built
+carried out by `fpemu.scaled.quantize_dequantize` (one `fpemu.scaled.BlockFormat` per quantizer, built
 once); this module only decides *which* elements share a scale: the operand's contraction axis
 (`fpemu._training.layout`), 1-D blocks along it, or 2-D tiles of the matrix view.
 """
@@ -15,7 +15,6 @@ from typing import Any, Literal, cast, get_args
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
 
 from fpemu._args import bool_arg, choice_arg, format_arg, int_arg, key_arg, random_bits_arg
@@ -23,7 +22,8 @@ from fpemu._core.format import Format
 from fpemu._core.registry import FormatLike, get_format
 from fpemu._ops.quantize import quantize as element_quantize
 from fpemu._training.layout import Contraction, contracting_dims_arg, tiles, untiles
-from fpemu.scaled import SCALE_RULES, Recipe, ScaledArray, quantize_dequantize, quantize_dequantize_split
+from fpemu._training.operands import operand_arg
+from fpemu.scaled import SCALE_RULES, BlockArray, BlockFormat, quantize_dequantize, quantize_dequantize_split
 
 __all__ = [
     "QUANTIZER_ROUNDINGS",
@@ -31,13 +31,12 @@ __all__ = [
     "Quantizer",
     "QuantizerRounding",
     "Scaling",
-    "amax_of",
-    "operand_arg",
+    "amax_arg",
     "operand_view",
     "quantize_operand",
     "quantize_operand_split",
+    "quantizer_key_arg",
     "scaled_operand",
-    "scaled_recipe",
     "scaled_view",
 ]
 
@@ -49,8 +48,7 @@ QuantizerRounding = Literal["nearest_even", "stochastic"]
 QUANTIZER_ROUNDINGS: tuple[str, ...] = get_args(QuantizerRounding)
 
 _FP32 = get_format("fp32")
-_MAX_MARGIN = 64  # as fpemu.scaled.Recipe: 2**±margin stays a normal float32
-_OPERAND_DTYPES = ("float16", "bfloat16", "float32")
+_MAX_MARGIN = 64  # as fpemu.scaled.BlockFormat: 2**±margin stays a normal float32
 
 
 def _scale_kind(fmt: Format) -> str:
@@ -81,7 +79,7 @@ class Quantizer:
 
     The scale of a group is computed by `fpemu.scaled` from the group's amax with ``scale_rule``
     (``"float"``: ``amax / max`` as a float32, or rounded into a narrow ``scale_format``; ``"ocp"``,
-    ``"ceil"``, ``"even"``, ``"ceil_log2"``: powers of two; see `fpemu.scaled.Recipe`). Special
+    ``"ceil"``, ``"even"``, ``"ceil_log2"``: powers of two; see `fpemu.scaled.BlockFormat`). Special
     values: a group holding NaN or ±inf dequantizes to NaN in every element (current scaling);
     elements beyond the format's range after scaling saturate to ±max (``saturate=True``, as OCP MX
     and Transformer Engine's casts do).
@@ -171,7 +169,7 @@ class Quantizer:
             object.__setattr__(self, name, value)
         self._check_scales(kind)
         if scaling != "none":
-            scaled_recipe(self)  # fpemu.scaled checks the rest (element range, exact scaling)
+            _block_format_of(self)  # fpemu.scaled checks the rest (element range, exact scaling)
 
     def _check_scales(self, kind: str) -> None:
         rule, fmt_name = self.scale_rule, cast(Format, self.scale_format).name
@@ -202,6 +200,14 @@ class Quantizer:
         return cast(Format, self.format)
 
     @property
+    def block_format(self) -> BlockFormat:
+        """The `fpemu.scaled.BlockFormat` this quantizer quantizes with (a 2-D tile is one group of
+        ``block_size**2`` elements); a ValueError for ``scaling="none"``, which has no scales."""
+        if self.scaling == "none":
+            raise ValueError("a Quantizer with scaling='none' has no block format (no scales)")
+        return _block_format_of(self)
+
+    @property
     def pow2(self) -> bool:
         """Whether every scale is a power of two (a power-of-two rule, or no scale at all)."""
         return self.scaling == "none" or self.scale_rule != "float"
@@ -210,11 +216,11 @@ class Quantizer:
     def tensor_scaled(self) -> bool:
         """Whether the operand has a float32 per-tensor scale that is not a power of two (``"tensor"``
         and ``"delayed"`` scaling with float32 scales and the ``"float"`` rule, or NVFP4's
-        ``tensor_scale``): a GEMM applies it to its result (`fpemu.scaled.Recipe.has_tensor_scale`
-        of the quantizer's recipe, per tensor or along the contraction)."""
+        ``tensor_scale``): a GEMM applies it to its result (`fpemu.scaled.BlockFormat.has_tensor_scale`
+        of the quantizer's block format, per tensor or along the contraction)."""
         if self.scaling == "none":
             return False
-        return scaled_recipe(self).has_tensor_scale(None if self.scaling in ("tensor", "delayed") else 0)
+        return self.block_format.has_tensor_scale(None if self.scaling in ("tensor", "delayed") else 0)
 
     def __repr__(self) -> str:
         parts = [f"format={self.element.name!r}", f"scaling={self.scaling!r}"]
@@ -234,11 +240,11 @@ class Quantizer:
 
 
 @functools.lru_cache(maxsize=256)
-def scaled_recipe(q: Quantizer) -> Recipe:
-    """The `fpemu.scaled.Recipe` a scaled quantizer runs (a 2-D tile is one group of ``block_size**2``)."""
+def _block_format_of(q: Quantizer) -> BlockFormat:
+    """`Quantizer.block_format`, built and checked once per quantizer."""
     block = {"block": q.block_size, "block_2d": None if q.block_size is None else q.block_size**2}.get(q.scaling)
     try:
-        return Recipe(
+        return BlockFormat(
             name=f"{q.element.name}/{q.scaling}",
             element=q.element,
             block_size=block,
@@ -255,17 +261,7 @@ def scaled_recipe(q: Quantizer) -> Recipe:
 # -- inputs ------------------------------------------------------------------------------------------
 
 
-def operand_arg(x: Any, name: str = "x") -> jax.Array:
-    """A float16, bfloat16 or float32 JAX or NumPy array (float64 is refused: no silent rounding)."""
-    if isinstance(x, (jax.Array, np.ndarray, np.generic)):
-        dtype = np.dtype(x.dtype)
-        if dtype.name in _OPERAND_DTYPES:
-            return jnp.asarray(x)
-        raise TypeError(f"{name} must be a float16, bfloat16 or float32 array, got dtype {dtype.name}")
-    raise TypeError(f"{name} must be a JAX or NumPy array of float16, bfloat16 or float32, got {type(x).__name__}")
-
-
-def _amax_arg(amax: Any, q: Quantizer, name: str) -> jax.Array | None:
+def amax_arg(amax: Any, q: Quantizer, name: str) -> jax.Array | None:
     if q.scaling != "delayed":
         if amax is not None:
             raise ValueError(f"{name} is only used with scaling='delayed', not {q.scaling!r}")
@@ -280,29 +276,13 @@ def _amax_arg(amax: Any, q: Quantizer, name: str) -> jax.Array | None:
     return a.astype(jnp.float32)
 
 
-def _key_arg(key: Any, q: Quantizer, name: str) -> Any:
+def quantizer_key_arg(key: Any, q: Quantizer, name: str) -> Any:
     if q.rounding != "stochastic":
         return None  # a key for the other operand or the Hadamard transform: not this quantizer's business
     return key_arg(key, True, name, what=f"{q!r} (rounding='stochastic')")
 
 
 # -- the computation -----------------------------------------------------------------------------------
-
-
-def amax_of(x: Any) -> jax.Array:
-    """The float32 largest magnitude of ``x``, as a delayed-scaling history records it.
-
-    NaN propagates (any NaN element gives NaN); ±inf gives inf; an empty array gives 0. Computed on
-    the bit patterns, so float32 subnormals count on every backend. No gradient flows through it.
-
-    Example:
-      >>> import jax.numpy as jnp
-      >>> amax_of(jnp.array([1.0, -3.5, 2.0])).tolist(), bool(jnp.isnan(amax_of(jnp.array([1.0, jnp.nan]))))
-      (3.5, True)
-    """
-    x = operand_arg(x)
-    bits = lax.bitcast_convert_type(lax.stop_gradient(x).astype(jnp.float32), jnp.uint32) & jnp.uint32(0x7FFFFFFF)
-    return lax.bitcast_convert_type(jnp.max(bits, initial=jnp.uint32(0)), jnp.float32)
 
 
 def quantize_operand(
@@ -356,7 +336,7 @@ def quantize_operand(
     x = operand_arg(x, "x")
     dims = contracting_dims_arg(contracting_dims, x.ndim)
     margin = int_arg(margin, "margin", minimum=-_MAX_MARGIN, maximum=_MAX_MARGIN)
-    key, amax = _key_arg(key, q, "key"), _amax_arg(amax, q, "amax")
+    key, amax = quantizer_key_arg(key, q, "key"), amax_arg(amax, q, "amax")
     return _quantize(x, key, amax, q=q, dims=_traced_dims(q, dims, x.ndim), margin=margin)
 
 
@@ -381,7 +361,7 @@ def _matrix_tiles_nearest(q: Quantizer, ndim: int, dims: tuple[int, ...]) -> boo
 
 
 def operand_view(x: jax.Array, q: Quantizer, dims: tuple[int, ...]) -> tuple[jax.Array, int | None, Callable[..., Any]]:
-    """(the array ``q``'s scaled recipe quantizes, the axis its groups run along, the map back to ``x``)."""
+    """(the array ``q``'s block format quantizes, the axis its groups run along, the map back to ``x``)."""
     if q.scaling in ("none", "tensor", "delayed"):
         return x, None, lambda y: y
     c = Contraction(tuple(x.shape), dims)
@@ -391,25 +371,25 @@ def operand_view(x: jax.Array, q: Quantizer, dims: tuple[int, ...]) -> tuple[jax
     return tiles(c.matrix(x), b), 2, lambda t: c.unmatrix(untiles(t, b, (c.rows, c.k)))
 
 
-def _recipe_and_view(x: jax.Array, q: Quantizer, dims: tuple[int, ...]):
-    """(the scaled recipe, the array it quantizes, how: its options, the map back to ``x``). A matrix's
+def _block_format_and_view(x: jax.Array, q: Quantizer, dims: tuple[int, ...]):
+    """(the block format, the array it quantizes, how: its options, the map back to ``x``). A matrix's
     2-D tiles rounded to nearest are quantized where they lie (`fpemu.scaled`'s ``tile_axis``: the same
     values as `tiles` cut out, without moving the elements twice); stochastic rounding keeps the
     cut-out view, whose element positions its random bits follow."""
     if _matrix_tiles_nearest(q, x.ndim, dims):  # either contraction: the same tiles (`_traced_dims`)
-        recipe = dataclasses.replace(scaled_recipe(q), block_size=q.block_size)
-        return recipe, x, {"axis": 1, "tile_axis": 0}, lambda y: y
+        fmt = dataclasses.replace(q.block_format, block_size=q.block_size)
+        return fmt, x, {"axis": 1, "tile_axis": 0}, lambda y: y
     view, axis, back = operand_view(x, q, dims)
-    return scaled_recipe(q), view, {"axis": axis}, back
+    return q.block_format, view, {"axis": axis}, back
 
 
 def _options(key: Any, amax: Any, q: Quantizer, margin: int) -> dict[str, Any]:
-    """The keyword arguments of `fpemu.scaled.quantize_dequantize` / ``ScaledArray.from_array``."""
+    """The keyword arguments of `fpemu.scaled.quantize_dequantize` / ``BlockArray.from_array``."""
     kw: dict[str, Any] = {"rounding": q.rounding, "pad": True}
     if q.rounding == "stochastic":
         kw.update(key=key, random_bits=q.random_bits)
     if q.scaling == "delayed":
-        kw["scale"] = _delayed_scale(amax, scaled_recipe(q), margin)
+        kw["scale"] = _delayed_scale(amax, q.block_format, margin)
     elif margin:
         kw["margin"] = margin
     return kw
@@ -421,8 +401,8 @@ def _quantize(x, key, amax, *, q: Quantizer, dims: tuple[int, ...], margin: int)
         stochastic = q.rounding == "stochastic"
         extra = {"key": key, "random_bits": q.random_bits} if stochastic else {}
         return element_quantize(x, q.element, rounding=q.rounding, saturate=q.saturate, **extra)
-    recipe, view, layout, back = _recipe_and_view(x, q, dims)
-    return back(quantize_dequantize(view, recipe, **layout, **_options(key, amax, q, margin)))
+    fmt, view, layout, back = _block_format_and_view(x, q, dims)
+    return back(quantize_dequantize(view, fmt, **layout, **_options(key, amax, q, margin)))
 
 
 def quantize_operand_split(
@@ -440,17 +420,17 @@ def quantize_operand_split(
 
 @functools.partial(jax.jit, static_argnames=("q", "dims", "margin"))
 def _split(x, key, amax, *, q: Quantizer, dims: tuple[int, ...], margin: int):
-    recipe, view, layout, back = _recipe_and_view(x, q, dims)
-    blocks, t = quantize_dequantize_split(view, recipe, **layout, **_options(key, amax, q, margin))
-    assert t is not None, q  # tensor_scaled: the scaled recipe has a float per-tensor scale
+    fmt, view, layout, back = _block_format_and_view(x, q, dims)
+    blocks, t = quantize_dequantize_split(view, fmt, **layout, **_options(key, amax, q, margin))
+    assert t is not None, q  # tensor_scaled: the block format has a float per-tensor scale
     return back(blocks), t.reshape(())
 
 
 @functools.partial(jax.jit, static_argnames=("q", "dims", "margin"))
-def scaled_operand(x, key, amax, *, q: Quantizer, dims: tuple[int, ...], margin: int) -> ScaledArray:
+def scaled_operand(x, key, amax, *, q: Quantizer, dims: tuple[int, ...], margin: int) -> BlockArray:
     """`scaled_view` on checked arguments: the checked-once core internal callers use."""
     view, axis, _ = operand_view(x, q, dims)
-    return ScaledArray.from_array(view, scaled_recipe(q), axis=axis, **_options(key, amax, q, margin))
+    return BlockArray.from_array(view, q.block_format, axis=axis, **_options(key, amax, q, margin))
 
 
 def scaled_view(
@@ -461,8 +441,8 @@ def scaled_view(
     key: jax.Array | None = None,
     amax: Any = None,
     margin: int = 0,
-) -> ScaledArray:
-    """What `quantize_operand` computes, before dequantization: a `fpemu.scaled.ScaledArray` of the view
+) -> BlockArray:
+    """What `quantize_operand` computes, before dequantization: a `fpemu.scaled.BlockArray` of the view
     ``q`` groups (``x`` itself for per-tensor scaling; the contraction merged for ``"row"``/``"block"``,
     along its ``axis``; the (tile row, tile column, tile element) array for ``"block_2d"``).
 
@@ -484,17 +464,17 @@ def scaled_view(
     x = operand_arg(x, "x")
     dims = contracting_dims_arg(contracting_dims, x.ndim)
     margin = int_arg(margin, "margin", minimum=-_MAX_MARGIN, maximum=_MAX_MARGIN)
-    return scaled_operand(x, _key_arg(key, q, "key"), _amax_arg(amax, q, "amax"), q=q, dims=dims, margin=margin)
+    return scaled_operand(x, quantizer_key_arg(key, q, "key"), amax_arg(amax, q, "amax"), q=q, dims=dims, margin=margin)
 
 
-def _delayed_scale(amax: jax.Array, recipe: Recipe, margin: int) -> jax.Array:
+def _delayed_scale(amax: jax.Array, fmt: BlockFormat, margin: int) -> jax.Array:
     """The decode scale tensor scaling gives a tensor whose amax is ``amax`` (1 for amax 0, NaN for a
     NaN or infinite amax): the scale `fpemu.scaled.DelayedScaling` computes from a reduced history."""
     a = jnp.abs(amax).reshape(1)
     extra: dict[str, Any] = {"margin": margin} if margin else {}
-    sa = ScaledArray.from_array(a, recipe, axis=None, **extra)
+    sa = BlockArray.from_array(a, fmt, axis=None, **extra)
     scale = sa.scale_values().reshape(())
     bits = lax.bitcast_convert_type(a[0], jnp.uint32)
-    # NaN explicitly: ScaledArray.scale_values() reads E8M0's NaN code 0xff as inf
+    # NaN explicitly: BlockArray.scale_values() reads E8M0's NaN code 0xff as inf
     scale = jnp.where(bits >= jnp.uint32(0x7F800000), jnp.float32(jnp.nan), scale)
     return jnp.where(bits == jnp.uint32(0), jnp.float32(1), scale)

@@ -1,20 +1,29 @@
 """Scaled and block formats: per-tensor, per-axis and block scaling, OCP MX, NVFP4, delayed scaling.
 
-`ScaledArray.from_array` turns an array into a `ScaledArray` (element-format values plus per-group
+`BlockArray.from_array` turns an array into a `BlockArray` (element-format values plus per-group
 scales) and `quantize_dequantize` is the fused simulation path (`quantize_dequantize_split`: with the
-float32 per-tensor scale kept apart, as a GEMM applies it). Recipes are data (`Recipe`);
-`recipes` lists the built-in ones. `DelayedScaling` quantizes with scales from an amax history
-carried in a functional state. `matmul` multiplies two matrices as a recipe does (`MATMUL_RECIPES`).
+float32 per-tensor scale kept apart, as a GEMM applies it). Block formats are data (`BlockFormat`);
+`block_formats` lists the built-in ones. `DelayedScaling` quantizes with scales from an amax history
+carried in a functional state. `matmul` multiplies two matrices as a block format does (`MATMUL_FORMATS`).
 `qsnr` and `relative_error` measure the result. `fpemu.testing.scaled_reference` is the slow NumPy oracle the
 fast path is tested against. docs/scaling.md has every formula.
+
+The names of earlier releases (`BlockFormat`, `BlockFormatLike`, `UnknownBlockFormatError`, `get_block_format`, `recipes`,
+`BlockArray`, `MatmulFormat`, `MATMUL_FORMATS`) stay importable for one release: each is the new
+object, and using it warns (`DeprecationWarning`) with the name that replaced it. "BlockFormat" now means
+a training or inference recipe only (`fpemu.training_recipe`, `fpemu.inference_recipe`), and
+`ScaledArray` is `fpemu.scalify`'s scale-carrying array only.
 """
 
+import warnings
+from typing import Any
+
+from fpemu.scaled._array import BlockArray as BlockArray
 from fpemu.scaled._array import Packed as Packed
-from fpemu.scaled._array import ScaledArray as ScaledArray
 from fpemu.scaled._delayed import DelayedScaling as DelayedScaling
 from fpemu.scaled._delayed import DelayedScalingState as DelayedScalingState
-from fpemu.scaled._matmul import MATMUL_RECIPES as MATMUL_RECIPES
-from fpemu.scaled._matmul import MatmulRecipe as MatmulRecipe
+from fpemu.scaled._matmul import MATMUL_FORMATS as MATMUL_FORMATS
+from fpemu.scaled._matmul import MatmulFormat as MatmulFormat
 from fpemu.scaled._matmul import matmul as matmul
 from fpemu.scaled._metrics import qsnr as qsnr
 from fpemu.scaled._metrics import qsnr_from_relative_error as qsnr_from_relative_error
@@ -22,31 +31,56 @@ from fpemu.scaled._metrics import relative_error as relative_error
 from fpemu.scaled._quantize import quantize_dequantize as quantize_dequantize
 from fpemu.scaled._recipes import MXINT8_ELEMENT as MXINT8_ELEMENT
 from fpemu.scaled._recipes import SCALE_RULES as SCALE_RULES
-from fpemu.scaled._recipes import Recipe as Recipe
-from fpemu.scaled._recipes import RecipeLike as RecipeLike
-from fpemu.scaled._recipes import UnknownRecipeError as UnknownRecipeError
-from fpemu.scaled._recipes import get_recipe as get_recipe
-from fpemu.scaled._recipes import recipes as recipes
+from fpemu.scaled._recipes import BlockFormat as BlockFormat
+from fpemu.scaled._recipes import BlockFormatLike as BlockFormatLike
+from fpemu.scaled._recipes import UnknownBlockFormatError as UnknownBlockFormatError
+from fpemu.scaled._recipes import block_formats as block_formats
+from fpemu.scaled._recipes import get_block_format as get_block_format
 from fpemu.scaled._split import quantize_dequantize_split as quantize_dequantize_split
 
 __all__ = [
-    "MATMUL_RECIPES",
+    "MATMUL_FORMATS",
     "MXINT8_ELEMENT",
     "SCALE_RULES",
     "DelayedScaling",
     "DelayedScalingState",
-    "MatmulRecipe",
+    "MatmulFormat",
     "Packed",
-    "Recipe",
-    "RecipeLike",
-    "ScaledArray",
-    "UnknownRecipeError",
-    "get_recipe",
+    "BlockFormat",
+    "BlockFormatLike",
+    "BlockArray",
+    "UnknownBlockFormatError",
+    "get_block_format",
     "matmul",
     "qsnr",
     "qsnr_from_relative_error",
     "quantize_dequantize",
     "quantize_dequantize_split",
-    "recipes",
+    "block_formats",
     "relative_error",
 ]
+
+#: Names of earlier releases, each to the name that replaced it (kept for one release).
+_RENAMED = {
+    "BlockFormat": "BlockFormat",
+    "BlockFormatLike": "BlockFormatLike",
+    "UnknownBlockFormatError": "UnknownBlockFormatError",
+    "get_block_format": "get_block_format",
+    "recipes": "block_formats",
+    "BlockArray": "BlockArray",
+    "MatmulFormat": "MatmulFormat",
+    "MATMUL_FORMATS": "MATMUL_FORMATS",
+}
+
+
+def __getattr__(name: str) -> Any:
+    new = _RENAMED.get(name)
+    if new is None:
+        raise AttributeError(f"module 'fpemu.scaled' has no attribute {name!r}")
+    warnings.warn(
+        f"fpemu.scaled.{name} is deprecated and will be removed in the next release; use fpemu.scaled.{new} "
+        "(the same object)",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return globals()[new]

@@ -21,7 +21,7 @@ from fpemu._ops import rounding_spec as element_spec
 from fpemu.scaled import _bits, _rne, _table
 from fpemu.scaled._bits import ABS, IMPLICIT, INF, NAN, SIGN, U32
 from fpemu.scaled._layout import Layout, Work, group_max
-from fpemu.scaled._recipes import Recipe
+from fpemu.scaled._recipes import BlockFormat
 from fpemu.scaled._scale import float_encode_scale, global_scale_is_normal, pow2_exponent, two_level_scales
 
 F32 = jnp.float32
@@ -35,7 +35,7 @@ def _is_nan_bits(b: jnp.ndarray) -> jnp.ndarray:
 
 def encode(
     x: jnp.ndarray,
-    recipe: Recipe,
+    recipe: BlockFormat,
     layout: Layout,
     *,
     rounding: Rounding,
@@ -101,7 +101,7 @@ def encode(
     return values, scale_leaf, global_leaf
 
 
-def _narrow_scales(bits: jnp.ndarray, recipe: Recipe, layout: Layout):
+def _narrow_scales(bits: jnp.ndarray, recipe: BlockFormat, layout: Layout):
     """`two_level_scales` (d, g, enc_b, NaN mask) from the blocks' and the tensor's amax."""
     amax_block = group_max(bits & U32(ABS), layout)
     finite = jnp.where(amax_block < U32(INF), amax_block, U32(0))  # blocks with NaN/inf do not count
@@ -109,7 +109,7 @@ def _narrow_scales(bits: jnp.ndarray, recipe: Recipe, layout: Layout):
     return two_level_scales(amax_tensor, amax_block, recipe, once=Work(bits.shape, layout).materialized)
 
 
-def _by_table(recipe: Recipe, scale: jnp.ndarray | None, rounding: Rounding) -> bool:
+def _by_table(recipe: BlockFormat, scale: jnp.ndarray | None, rounding: Rounding) -> bool:
     """Whether `quantize_dequantize` takes `_table`'s path: nearest even under current scaling, a
     narrow-scale recipe (NVFP4) whose element has few values and whose products with the computed
     tensor scale `mul_normal` gives."""
@@ -121,7 +121,7 @@ def _by_table(recipe: Recipe, scale: jnp.ndarray | None, rounding: Rounding) -> 
     )
 
 
-def _qdq_by_table(x: jnp.ndarray, recipe: Recipe, layout: Layout, *, split: bool = False):
+def _qdq_by_table(x: jnp.ndarray, recipe: BlockFormat, layout: Layout, *, split: bool = False):
     """`quantize_dequantize` for `_by_table` recipes: the same bits, rounded by thresholds and with each
     block's ``fl(v * d * g)`` computed once per value (`fpemu.scaled._table`). ``split``: the pair of
     `quantize_dequantize_split` instead, each block's ``v * d`` (exact) and ``g``."""
@@ -141,7 +141,9 @@ def _qdq_by_table(x: jnp.ndarray, recipe: Recipe, layout: Layout, *, split: bool
     return (out, g) if split else out
 
 
-def _by_stochastic(recipe: Recipe, scale: jnp.ndarray | None, rounding: Rounding, variant: StochasticVariant) -> bool:
+def _by_stochastic(
+    recipe: BlockFormat, scale: jnp.ndarray | None, rounding: Rounding, variant: StochasticVariant
+) -> bool:
     """Whether `quantize_dequantize` takes `_qdq_stochastic`'s path: stochastic rounding of a narrow-scale
     recipe (NVFP4) under current scaling, whose products `mul_normal` gives, with an element format and
     variant `fpemu._engine.stochastic` rounds."""
@@ -156,7 +158,7 @@ def _by_stochastic(recipe: Recipe, scale: jnp.ndarray | None, rounding: Rounding
 
 
 def _qdq_stochastic(
-    x: jnp.ndarray, recipe: Recipe, layout: Layout, *, key, random, random_bits, variant, split: bool = False
+    x: jnp.ndarray, recipe: BlockFormat, layout: Layout, *, key, random, random_bits, variant, split: bool = False
 ):
     """`quantize_dequantize` (or, with ``split``, `quantize_dequantize_split`'s pair) for `_by_stochastic`
     recipes: `encode`'s scaled values and random bits, rounded by `fpemu._engine.stochastic`, times the
@@ -180,10 +182,10 @@ def _qdq_stochastic(
 
 
 def quantize_dequantize_split(
-    x: jnp.ndarray, recipe: Recipe, layout: Layout, **kw: Any
+    x: jnp.ndarray, recipe: BlockFormat, layout: Layout, **kw: Any
 ) -> tuple[jnp.ndarray, jnp.ndarray | None]:
     """(blocks, t): float32 `quantize_dequantize` (``kw``: its keyword arguments) with the per-tensor
-    scale ``t`` (shape ``(1,) * ndim``) taken out where `Recipe.has_tensor_scale`, so that
+    scale ``t`` (shape ``(1,) * ndim``) taken out where `BlockFormat.has_tensor_scale`, so that
     ``quantize_dequantize == fl(blocks * t)``; blocks are NaN wherever it is NaN. Otherwise
     ``(quantize_dequantize, None)``."""
     if not recipe.has_tensor_scale(layout.axis):
@@ -201,7 +203,7 @@ def quantize_dequantize_split(
     return jnp.where(jnp.isnan(t), F32(jnp.nan), values), t
 
 
-def _pow2_scales(bits: jnp.ndarray, recipe: Recipe, layout: Layout, scale) -> tuple[jnp.ndarray, jnp.ndarray]:
+def _pow2_scales(bits: jnp.ndarray, recipe: BlockFormat, layout: Layout, scale) -> tuple[jnp.ndarray, jnp.ndarray]:
     """(k, NaN mask) per group: from the amax (current scaling) or from given power-of-two scales."""
     if scale is None:
         return pow2_exponent(group_max(bits & U32(ABS), layout), recipe)
@@ -209,7 +211,7 @@ def _pow2_scales(bits: jnp.ndarray, recipe: Recipe, layout: Layout, scale) -> tu
     return ((sb >> U32(23)) & U32(0xFF)).astype(I32) - 127, _is_nan_bits(sb)
 
 
-def _rne_on_grid(xb: jnp.ndarray, k: jnp.ndarray, recipe: Recipe, w: Work) -> jnp.ndarray:
+def _rne_on_grid(xb: jnp.ndarray, k: jnp.ndarray, recipe: BlockFormat, w: Work) -> jnp.ndarray:
     """float32 bits of round_nearest_even(x / 2**k) * 2**k (the element values times their scale)."""
     fmt = recipe.element
     grid = _rne.Grid(*w.per_element(*_rne.Grid.for_scale(fmt, k)))
@@ -221,7 +223,7 @@ def _rne_on_grid(xb: jnp.ndarray, k: jnp.ndarray, recipe: Recipe, w: Work) -> jn
 
 def quantize_dequantize(
     x: jnp.ndarray,
-    recipe: Recipe,
+    recipe: BlockFormat,
     layout: Layout,
     *,
     rounding: Rounding,
@@ -262,15 +264,15 @@ def quantize_dequantize(
     return _bits.from_bits(out)
 
 
-def _scale_nan_code(recipe: Recipe) -> int:
-    """The NaN code of the recipe's scale format (E8M0-like and narrow scale formats have one: `Recipe`
+def _scale_nan_code(recipe: BlockFormat) -> int:
+    """The NaN code of the recipe's scale format (E8M0-like and narrow scale formats have one: `BlockFormat`
     checks it)."""
     code = recipe.scale_format.nan_code
     assert code is not None, recipe.scale_format.name
     return code
 
 
-def scale_bits(scale_leaf: jnp.ndarray, recipe: Recipe) -> tuple[jnp.ndarray, jnp.ndarray]:
+def scale_bits(scale_leaf: jnp.ndarray, recipe: BlockFormat) -> tuple[jnp.ndarray, jnp.ndarray]:
     """(float32 bits of the decode scale, NaN mask) of each group, from the scale leaf."""
     kind = recipe.scale_kind
     if kind == "fp32":
@@ -288,14 +290,14 @@ def scale_bits(scale_leaf: jnp.ndarray, recipe: Recipe) -> tuple[jnp.ndarray, jn
     return sb, _is_nan_bits(sb)
 
 
-def nan_scale_leaf(recipe: Recipe, shape: tuple[int, ...], dtype) -> jnp.ndarray:
+def nan_scale_leaf(recipe: BlockFormat, shape: tuple[int, ...], dtype) -> jnp.ndarray:
     """A scale leaf of ``shape`` holding the NaN scale: the scale format's NaN code, or float32 NaN."""
     if recipe.scale_kind == "fp32":
         return jnp.full(shape, jnp.nan, F32)
     return jnp.full(shape, _scale_nan_code(recipe), dtype)
 
 
-def mark_nan_groups(values: jnp.ndarray, scale_leaf: jnp.ndarray, recipe: Recipe, layout: Layout) -> jnp.ndarray:
+def mark_nan_groups(values: jnp.ndarray, scale_leaf: jnp.ndarray, recipe: BlockFormat, layout: Layout) -> jnp.ndarray:
     """The scale leaf with the NaN scale in every group whose element values hold a NaN.
 
     For element formats without a NaN code (FP4, FP6, INT8), this is how a NaN element survives
@@ -305,7 +307,7 @@ def mark_nan_groups(values: jnp.ndarray, scale_leaf: jnp.ndarray, recipe: Recipe
     return jnp.where(nan, nan_scale_leaf(recipe, (), scale_leaf.dtype), scale_leaf)
 
 
-def exponents(scale_leaf: jnp.ndarray, recipe: Recipe) -> tuple[jnp.ndarray, jnp.ndarray]:
+def exponents(scale_leaf: jnp.ndarray, recipe: BlockFormat) -> tuple[jnp.ndarray, jnp.ndarray]:
     """(k, NaN mask) of power-of-two scales."""
     if recipe.scale_kind == "pow2":
         codes = scale_leaf.astype(I32)
@@ -318,7 +320,7 @@ def decode(
     values: jnp.ndarray,
     scale_leaf: jnp.ndarray,
     global_leaf: jnp.ndarray | None,
-    recipe: Recipe,
+    recipe: BlockFormat,
     layout: Layout,
     *,
     computed_global: bool = False,
@@ -348,19 +350,19 @@ def decode(
     return _bits.from_bits(out)
 
 
-def _products_are_normal(recipe: Recipe) -> bool:
+def _products_are_normal(recipe: BlockFormat) -> bool:
     """Whether every nonzero element value times every nonzero narrow scale is a normal float32
     (then the product, of at most 8 significant bits, is exact in float arithmetic)."""
     return recipe.element.min_subnormal * recipe.scale_format.min_subnormal >= 2.0**-126
 
 
-def _tensor_products_are_normal(recipe: Recipe) -> bool:
+def _tensor_products_are_normal(recipe: BlockFormat) -> bool:
     """Whether `mul_normal` gives every ``fl(v * d * g)`` of a narrow-scale recipe: ``v * d`` is a
     normal float32 or zero, and the tensor scale ``g`` `two_level_scales` computes is normal."""
     return recipe.scale_kind == "narrow" and _products_are_normal(recipe) and global_scale_is_normal(recipe)
 
 
-def grad_scale(scale_leaf: jnp.ndarray, global_leaf: jnp.ndarray | None, recipe: Recipe) -> jnp.ndarray:
+def grad_scale(scale_leaf: jnp.ndarray, global_leaf: jnp.ndarray | None, recipe: BlockFormat) -> jnp.ndarray:
     """The per-group scale the straight-through gradient divides by (float32, normal, positive).
 
     The decode scale, except: NaN or zero scales count as 1 and scales below 2**-126 as 2**-126

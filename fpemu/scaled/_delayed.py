@@ -1,28 +1,28 @@
 """Delayed scaling: quantize with a scale computed from the amax history of earlier steps.
 
 A functional state (`DelayedScalingState`) is passed in and a new one returned, as FP8 training
-recipes do (Transformer Engine's ``DelayedScaling``, flax's fp8 ops); nothing is stored globally.
+block formats do (Transformer Engine's ``DelayedScaling``, flax's fp8 ops); nothing is stored globally.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Literal, get_args
+from typing import Any, Literal, cast, get_args
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from fpemu._args import axis_arg, choice_arg, int_arg
+from fpemu._args import axis_arg, choice_arg, int_arg, renamed_keyword, warn_renamed
 from fpemu._core.modes import Rounding
 from fpemu.scaled import _bits
-from fpemu.scaled._array import ScaledArray, quantize_jit
+from fpemu.scaled._array import BlockArray, quantize_jit
 from fpemu.scaled._bits import ABS, INF, U32
 from fpemu.scaled._layout import Layout, group_max, group_shape
 from fpemu.scaled._quantize import Config, prepare, prepare_random, qdq_jit
-from fpemu.scaled._recipes import RecipeLike, get_recipe
+from fpemu.scaled._recipes import BlockFormat, BlockFormatLike, get_block_format
 from fpemu.scaled._scale import float_encode_scale, pow2_exponent
 
 F32 = jnp.float32
@@ -37,7 +37,7 @@ class DelayedScalingState:
 
     ``amax_history``: shape ``(history_length, *scale_shape)``, row 0 the most recent step's amax
     (NaN or inf if that step's group held one). ``scale``: the decode scale the next step uses,
-    in `ScaledArray`'s scale shape (``(1,) * ndim`` per tensor).
+    in `BlockArray`'s scale shape (``(1,) * ndim`` per tensor).
     """
 
     amax_history: jax.Array
@@ -50,14 +50,14 @@ class DelayedScaling:
 
     Step ``t`` quantizes ``x_t`` with ``state.scale`` (computed at step ``t - 1``), then pushes
     ``amax(x_t)`` into the history and computes the next scale from the reduced history with the
-    recipe's rule (and margin). While the reduced amax is 0 or not finite, the scale is kept. The
+    block format's rule (and margin). While the reduced amax is 0 or not finite, the scale is kept. The
     initial state has scale 1 and a zero history.
 
-    For ``"float"`` recipes the elements are ``round(fl(x * fl(1 / scale)))``: the decode scale is
+    For ``"float"`` block formats the elements are ``round(fl(x * fl(1 / scale)))``: the decode scale is
     what the state holds, as in flax (``x / scale``, which XLA compiles to that product).
 
     Args:
-      recipe: a single-level recipe (name or `Recipe`): float32 or E8M0 scales, any granularity.
+      block_format: a single-level block format (name or `BlockFormat`): float32 or E8M0 scales, any granularity.
       history_length: how many steps the history keeps (>= 1).
       reduction: ``"max"`` (the largest amax in the history) or ``"most_recent"``.
       axis: the axis of per-slice or block scales, or None for one scale per tensor.
@@ -65,7 +65,7 @@ class DelayedScaling:
     Example:
       >>> import jax.numpy as jnp
       >>> from fpemu import scaled
-      >>> ds = scaled.DelayedScaling(recipe="fp8_e4m3", history_length=4)
+      >>> ds = scaled.DelayedScaling(block_format="fp8_e4m3", history_length=4)
       >>> state = ds.init(jnp.zeros(3))
       >>> y, state = ds.quantize_dequantize(jnp.array([1.0, 2.0, 896.0]), state)   # scale 1: 896 saturates
       >>> y.tolist(), state.scale.tolist()
@@ -75,29 +75,37 @@ class DelayedScaling:
       [1.0, 2.0, 896.0]
     """
 
-    recipe: RecipeLike = "fp8_e4m3"
+    block_format: BlockFormatLike = "fp8_e4m3"
     history_length: int = 1024
     reduction: Reduction = "max"
     axis: int | None = None
 
     def __post_init__(self) -> None:
-        recipe = get_recipe(self.recipe)
-        if recipe.scale_kind == "narrow":
+        block_format = get_block_format(self.block_format)
+        if block_format.scale_kind == "narrow":
             raise ValueError(
-                f"DelayedScaling needs a single-level recipe (float32 or E8M0 scales), got {recipe.name} "
-                f"with {recipe.scale_format.name} block scales"
+                f"DelayedScaling needs a single-level block format (float32 or E8M0 scales), got {block_format.name} "
+                f"with {block_format.scale_format.name} block scales"
             )
-        object.__setattr__(self, "recipe", recipe)
+        object.__setattr__(self, "block_format", block_format)
         object.__setattr__(self, "history_length", int_arg(self.history_length, "history_length", minimum=1))
         choice_arg(self.reduction, REDUCTIONS, "reduction")
         if self.axis is not None:
             object.__setattr__(self, "axis", int_arg(self.axis, "axis"))
-        if self.axis is None and recipe.block_size is not None:
-            raise ValueError(f"recipe {recipe.name} has blocks along an axis: axis must be an int, not None")
+        if self.axis is None and block_format.block_size is not None:
+            raise ValueError(
+                f"block format {block_format.name} has blocks along an axis: axis must be an int, not None"
+            )
+
+    @property
+    def recipe(self) -> BlockFormat:
+        """Deprecated: `block_format` (the name of an earlier release; warns)."""
+        warn_renamed("DelayedScaling.recipe", "DelayedScaling.block_format")
+        return cast(BlockFormat, self.block_format)
 
     def _layout(self, shape: tuple[int, ...]) -> Layout:
         axis = None if self.axis is None else self.axis % len(shape)
-        return Layout(axis, get_recipe(self.recipe).block_size)  # a Recipe since __post_init__
+        return Layout(axis, get_block_format(self.block_format).block_size)  # a BlockFormat since __post_init__
 
     def init(self, x: jax.Array | np.ndarray | tuple[int, ...]) -> DelayedScalingState:
         """The initial state for arrays shaped like ``x`` (an array or a shape): scale 1, zero history."""
@@ -110,7 +118,7 @@ class DelayedScaling:
     def _config(
         self, x: Any, rounding: Any, key: Any, random_bits: Any, random: Any = None
     ) -> tuple[jax.Array, Config]:
-        return prepare(x, self.recipe, self.axis, rounding, key, random_bits, True, {}, random=random)
+        return prepare(x, self.block_format, self.axis, rounding, key, random_bits, True, {}, random=random)
 
     def _check_state(self, x: jax.Array, state: DelayedScalingState) -> None:
         if not isinstance(state, DelayedScalingState):
@@ -140,9 +148,9 @@ class DelayedScaling:
         key: jax.Array | None = None,
         random_bits: int | None = None,
         random: ArrayLike | None = None,
-    ) -> tuple[ScaledArray, DelayedScalingState]:
+    ) -> tuple[BlockArray, DelayedScalingState]:
         """(``x`` quantized with ``state.scale``, the next state); ``random``: instead of ``key``, the
-        elements' random bits, as `ScaledArray.from_array` takes them."""
+        elements' random bits, as `BlockArray.from_array` takes them."""
         x, cfg = self._config(x, rounding, key, random_bits, random)
         self._check_state(x, state)
         sa = quantize_jit(x, prepare_random(key, random, x, cfg), jax.lax.stop_gradient(state.scale), cfg, x.dtype)
@@ -166,21 +174,27 @@ class DelayedScaling:
         return y, _update(x, state, cfg, self.reduction)
 
 
+# ``DelayedScaling(recipe=...)``, the field's name of an earlier release, is taken for one release.
+DelayedScaling.__init__ = renamed_keyword("recipe", "block_format", "fpemu.scaled.DelayedScaling")(  # type: ignore[method-assign]
+    DelayedScaling.__init__
+)
+
+
 @functools.partial(jax.jit, static_argnums=(2, 3))
 def _update(x: jax.Array, state: DelayedScalingState, cfg: Config, reduction: str) -> DelayedScalingState:
-    recipe = cfg.recipe
-    layout = Layout(cfg.axis, recipe.block_size)
+    block_format = cfg.block_format
+    layout = Layout(cfg.axis, block_format.block_size)
     xb = _bits.to_bits(jax.lax.stop_gradient(x).astype(F32))
     amax = group_max(xb & U32(ABS), layout)
     old = _bits.to_bits(jax.lax.stop_gradient(state.amax_history))
     history = jnp.concatenate([amax[None], old[:-1]], axis=0)
     reduced = jnp.max(history, axis=0) if reduction == "max" else history[0]  # NaN bit patterns win
     keep = (reduced == U32(0)) | (reduced >= U32(INF))
-    if recipe.is_pow2:
-        k, _ = pow2_exponent(reduced, recipe)
+    if block_format.is_pow2:
+        k, _ = pow2_exponent(reduced, block_format)
         new = _bits.scale_pow2_bits(k)
     else:
-        enc, _ = float_encode_scale(reduced, recipe)
+        enc, _ = float_encode_scale(reduced, block_format)
         new = _bits.to_bits(F32(1) / enc)
     scale = jnp.where(keep, _bits.to_bits(state.scale), new)
     return DelayedScalingState(_bits.from_bits(history), _bits.from_bits(scale))

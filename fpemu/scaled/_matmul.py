@@ -1,4 +1,4 @@
-"""`matmul`: the product of two float32 matrices as a recipe computes it (the accuracy benchmark's recipes)."""
+"""`matmul`: the product of two float32 matrices in a block format (the accuracy benchmark's formats)."""
 
 from __future__ import annotations
 
@@ -9,16 +9,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fpemu._args import choice_arg, input_format
+from fpemu._args import choice_arg, input_format, renamed_keyword
 from fpemu._ops.accumulate import compute_dot
 from fpemu._ops.geometry import dot_geometry
 from fpemu._ops.matmul import tensor_scaled_dot
 from fpemu._ops.matmul_config import MatmulConfig, MatmulOptions, matmul_config
 from fpemu.scaled._quantize import Config
-from fpemu.scaled._recipes import RECIPE_ALIASES, get_recipe
+from fpemu.scaled._recipes import BLOCK_FORMAT_ALIASES, get_block_format
 from fpemu.scaled._split import split_core
 
-MatmulRecipe = Literal[
+MatmulFormat = Literal[
     "fp32",
     "bf16",
     "fp16",
@@ -32,11 +32,11 @@ MatmulRecipe = Literal[
     "nvfp4",
     "mxint8",
 ]
-#: The recipes of `matmul`, in table order: the fp32 baseline, the unscaled 16-bit formats, per-tensor
-#: FP8, then the block-scaled recipes. ``mxint8`` (OCP MXINT8) comes last.
-MATMUL_RECIPES: tuple[str, ...] = get_args(MatmulRecipe)
+#: The formats of `matmul`, in table order: the fp32 baseline, the unscaled 16-bit formats, per-tensor
+#: FP8, then the block formats. ``mxint8`` (OCP MXINT8) comes last.
+MATMUL_FORMATS: tuple[str, ...] = get_args(MatmulFormat)
 
-_UNSCALED = {"fp32": None, "bf16": "bf16", "fp16": "fp16"}  # recipe -> operand format of the element matmul
+_UNSCALED = {"fp32": None, "bf16": "bf16", "fp16": "fp16"}  # name -> operand format of the element matmul
 
 
 def _check_operands(a: Any, b: Any) -> tuple[jax.Array, jax.Array]:
@@ -44,7 +44,7 @@ def _check_operands(a: Any, b: Any) -> tuple[jax.Array, jax.Array]:
         if not isinstance(x, (np.ndarray, jax.Array)):
             raise TypeError(f"{name} must be a float32 NumPy or JAX array, got {type(x).__name__}")
         if x.dtype != np.float32:
-            raise TypeError(f"{name} must be float32 (the recipes quantize float32 operands), got {x.dtype}")
+            raise TypeError(f"{name} must be float32 (the block formats quantize float32 operands), got {x.dtype}")
         if x.ndim != 2:
             raise ValueError(f"{name} must be a matrix (2-D), got shape {x.shape}")
     if a.shape[1] != b.shape[0]:
@@ -62,65 +62,68 @@ def _unscaled_config(fmt: str | None) -> MatmulConfig:
     return matmul_config(f32, f32, MatmulOptions(lhs=fmt, rhs=fmt))
 
 
-def _operand_config(recipe: str, axis: int | None) -> Config:
-    """The checked config of ``quantize_dequantize_split(x, recipe, axis=axis, pad=True)`` (nearest even)."""
-    return Config(get_recipe(recipe), axis, "nearest_even", None)
+def _operand_config(block_format: str, axis: int | None) -> Config:
+    """The checked config of ``quantize_dequantize_split(x, block_format, axis=axis, pad=True)`` (nearest even)."""
+    return Config(get_block_format(block_format), axis, "nearest_even", None)
 
 
-@functools.partial(jax.jit, static_argnames="recipe")
-def _product(a: jax.Array, b: jax.Array, recipe: str) -> jax.Array:
-    if recipe in _UNSCALED:
+@functools.partial(jax.jit, static_argnames="block_format")
+def _product(a: jax.Array, b: jax.Array, block_format: str) -> jax.Array:
+    if block_format in _UNSCALED:
         geometry = dot_geometry(tuple(a.shape), tuple(b.shape), _DN)
-        return compute_dot(a, b, None, None, None, None, cfg=_unscaled_config(_UNSCALED[recipe]), geometry=geometry)
-    per_tensor = get_recipe(recipe).block_size is None  # one float32 scale per operand
+        return compute_dot(
+            a, b, None, None, None, None, cfg=_unscaled_config(_UNSCALED[block_format]), geometry=geometry
+        )
+    per_tensor = get_block_format(block_format).block_size is None  # one float32 scale per operand
     # Blocks run along the contraction dimension K; a shorter last block if K is not a multiple.
-    a_q, a_t = split_core(a, None, None, _operand_config(recipe, None if per_tensor else 1))
-    b_q, b_t = split_core(b, None, None, _operand_config(recipe, None if per_tensor else 0))
+    a_q, a_t = split_core(a, None, None, _operand_config(block_format, None if per_tensor else 1))
+    b_q, b_t = split_core(b, None, None, _operand_config(block_format, None if per_tensor else 0))
     # What is left once the float per-tensor scales are taken out (elements times power-of-two or
-    # E4M3 block scales) has at most 8 significant bits for every recipe here: bfloat16 values, so
+    # E4M3 block scales) has at most 8 significant bits for every block format here: bfloat16 values, so
     # rounding to bf16 is exact and the dot takes bfloat16 operands with float32 accumulation. The
     # per-tensor scales multiply the float32 product once, as cuBLAS applies them.
     return tensor_scaled_dot(a_q.astype(jnp.bfloat16), b_q.astype(jnp.bfloat16), a_t, b_t, _DN)
 
 
-def _matmul_recipe_name(recipe: Any) -> str:
-    """A name of `MATMUL_RECIPES`, or an alias `get_recipe` accepts for one (``"mxfp8"`` is ``mxfp8_e4m3``
-    here as in `quantize_dequantize`); else `choice_arg`'s error listing `MATMUL_RECIPES`."""
-    if isinstance(recipe, str) and recipe not in MATMUL_RECIPES and recipe in RECIPE_ALIASES:
-        return RECIPE_ALIASES[recipe]
-    return choice_arg(recipe, MATMUL_RECIPES, "recipe")
+def _matmul_format_name(fmt: Any) -> str:
+    """A name of `MATMUL_FORMATS`, or an alias `get_block_format` accepts for one (``"mxfp8"`` is ``mxfp8_e4m3``
+    here as in `quantize_dequantize`); else `choice_arg`'s error listing `MATMUL_FORMATS`."""
+    if isinstance(fmt, str) and fmt not in MATMUL_FORMATS and fmt in BLOCK_FORMAT_ALIASES:
+        return BLOCK_FORMAT_ALIASES[fmt]
+    return choice_arg(fmt, MATMUL_FORMATS, "fmt")
 
 
-def matmul(a: jax.Array | np.ndarray, b: jax.Array | np.ndarray, recipe: MatmulRecipe) -> jax.Array:
-    """The recipe's emulated product of the float32 matrices ``a`` (M x K) and ``b`` (K x N), float32.
+@renamed_keyword("recipe", "fmt", "fpemu.scaled.matmul")
+def matmul(a: jax.Array | np.ndarray, b: jax.Array | np.ndarray, fmt: MatmulFormat) -> jax.Array:
+    """The emulated product of the float32 matrices ``a`` (M x K) and ``b`` (K x N) in ``fmt``, float32.
 
-    Special values first: with a scaled recipe, a block (or, per tensor, an operand) holding NaN or
+    Special values first: with a block format, a block (or, per tensor, an operand) holding NaN or
     ±inf has the NaN scale, so every product that reads it is NaN; ``"bf16"``/``"fp16"`` round an
     operand beyond the format's range to ±inf (fp16: beyond 65504), and inf or NaN propagate through
     the float32 accumulation as IEEE arithmetic has them.
 
-    The recipes (`MATMUL_RECIPES`): ``"fp32"`` is the plain float32 product (float32 accumulation at
+    The formats (`MATMUL_FORMATS`): ``"fp32"`` is the plain float32 product (float32 accumulation at
     ``Precision.HIGHEST``); ``"bf16"``/``"fp16"`` round both operands to that format (nearest even)
-    and accumulate in float32 (``fpemu.matmul(a, b, lhs=fmt, rhs=fmt)``); the scaled recipes quantize
+    and accumulate in float32 (``fpemu.matmul(a, b, lhs=fmt, rhs=fmt)``); the block formats quantize
     ``a`` along K (``axis=-1``) and ``b`` along K (``axis=0``) with `quantize_dequantize_split`, so
     that blocks run along the contraction dimension as OCP MX prescribes (a shorter last block where
     K is not a multiple of the block size), per tensor for ``"fp8_e4m3"``/``"fp8_e5m2"``, and
     multiply the dequantized operands with float32 accumulation, except for the float32 per-tensor
     scales (FP8's, NVFP4's global scale), which multiply the float32 product once,
-    ``fl(y * fl(t_a * t_b))``, as cuBLAS applies them. Jitted once per recipe and shape.
+    ``fl(y * fl(t_a * t_b))``, as cuBLAS applies them. Jitted once per format and shape.
 
     Args:
       a: float32 matrix (NumPy or JAX), M x K.
       b: float32 matrix (NumPy or JAX), K x N.
-      recipe: a name from `MATMUL_RECIPES`, or an alias of one that `get_recipe` accepts: ``"mxfp8"`` is
+      fmt: a name from `MATMUL_FORMATS`, or an alias that `get_block_format` accepts: ``"mxfp8"`` is
         ``"mxfp8_e4m3"`` here as everywhere in `fpemu.scaled` (``fpemu.Policy(dot="mxfp8")`` is the training
-        recipe of that name, whose forward GEMM is this product).
+        recipe of that name, whose forward GEMM is this product). ``recipe=`` is its deprecated name.
 
     Returns:
       The float32 M x N product.
 
     Raises:
-      ValueError: for an unknown recipe (listing `MATMUL_RECIPES`), or shapes that do not multiply.
+      ValueError: for an unknown format (listing `MATMUL_FORMATS`), or shapes that do not multiply.
       TypeError: for operands that are not float32 arrays.
 
     Example:
@@ -132,6 +135,6 @@ def matmul(a: jax.Array | np.ndarray, b: jax.Array | np.ndarray, recipe: MatmulR
       >>> scaled.matmul(a, b, "mxfp4").tolist()   # scale 2**-4: 0.3 / 2**-4 = 4.8 -> 4, i.e. 0.25
       [[8.0]]
     """
-    recipe_name = _matmul_recipe_name(recipe)
+    name = _matmul_format_name(fmt)
     a, b = _check_operands(a, b)
-    return _product(a, b, recipe_name)
+    return _product(a, b, name)

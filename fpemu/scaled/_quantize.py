@@ -1,7 +1,7 @@
 """The arguments and the jitted computations of scaled quantization, and `quantize_dequantize`.
 
-`prepare` checks the arguments (through `fpemu._args`), `quantize_ste` computes a `ScaledArray`'s
-leaves with its straight-through gradient (`ScaledArray.from_array` wraps them), and
+`prepare` checks the arguments (through `fpemu._args`), `quantize_ste` computes a `BlockArray`'s
+leaves with its straight-through gradient (`BlockArray.from_array` wraps them), and
 `quantize_dequantize` is the fused simulation path.
 """
 
@@ -18,12 +18,12 @@ import numpy as np
 from jax import lax
 from jax.typing import ArrayLike
 
-from fpemu._args import INPUT_DTYPES, axis_arg, bool_arg, int_arg, random_values_arg, rounding_arg
+from fpemu._args import INPUT_DTYPES, axis_arg, bool_arg, int_arg, random_values_arg, renamed_keyword, rounding_arg
 from fpemu._core.format import Format
 from fpemu._core.modes import Rounding, Saturation, StochasticVariant
 from fpemu._ops.rounding_spec import rounding_spec
 from fpemu.scaled import _core, _layout
-from fpemu.scaled._recipes import Recipe, RecipeLike, get_recipe
+from fpemu.scaled._recipes import BlockFormat, BlockFormatLike, get_block_format
 
 F32 = jnp.float32
 
@@ -34,7 +34,7 @@ SCALED_INPUT_DTYPES: tuple[str, ...] = tuple(d for d in INPUT_DTYPES if d != "fl
 
 class _Default:
     def __repr__(self) -> str:
-        return "<default: -1 for block recipes, None otherwise>"
+        return "<default: -1 for block block formats, None otherwise>"
 
 
 DEFAULT_AXIS: Any = _Default()
@@ -43,7 +43,7 @@ DEFAULT_AXIS: Any = _Default()
 class Config(NamedTuple):
     """Validated static options (hashable: a jit static argument)."""
 
-    recipe: Recipe
+    block_format: BlockFormat
     axis: int | None  # non-negative
     rounding: Rounding
     random_bits: int | None
@@ -52,7 +52,7 @@ class Config(NamedTuple):
     tile_axis: int | None = None  # non-negative: groups are block x block tiles of (tile_axis, axis)
 
     def layout(self) -> _layout.Layout:
-        return _layout.Layout(self.axis, self.recipe.block_size, self.tile_axis)
+        return _layout.Layout(self.axis, self.block_format.block_size, self.tile_axis)
 
 
 def _check_input(x: Any) -> jax.Array:
@@ -70,7 +70,7 @@ def _check_input(x: Any) -> jax.Array:
 
 def prepare(
     x: Any,
-    recipe: RecipeLike,
+    block_format: BlockFormatLike,
     axis: Any,
     rounding: Any,
     key: Any,
@@ -81,50 +81,50 @@ def prepare(
     stochastic_variant: Any = "floor",
     random: Any = None,
 ) -> tuple[jax.Array, Config]:
-    """Check the arguments of `ScaledArray.from_array` / `quantize_dequantize`; errors name the argument.
+    """Check the arguments of `BlockArray.from_array` / `quantize_dequantize`; errors name the argument.
 
     ``random`` only says whether explicit random bits were passed (`prepare_random` checks them)."""
-    recipe = get_recipe(recipe)
+    block_format = get_block_format(block_format)
     changes = {k: v for k, v in overrides.items() if v is not None}
     if changes:
         label = ",".join(f"{k}={v}" for k, v in changes.items())
-        recipe = dataclasses.replace(recipe, name=f"{recipe.name}[{label}]", **changes)
+        block_format = dataclasses.replace(block_format, name=f"{block_format.name}[{label}]", **changes)
     x = _check_input(x)
     if axis is DEFAULT_AXIS:
-        axis = -1 if recipe.block_size is not None else None
+        axis = -1 if block_format.block_size is not None else None
     if axis is None:
-        if recipe.block_size is not None:
+        if block_format.block_size is not None:
             raise ValueError(
-                f"recipe {recipe.name} has blocks of {recipe.block_size} along an axis: axis must be an int, not None"
+                f"block format {block_format.name} has blocks of {block_format.block_size} along an axis: axis must be an int, not None"
             )
     else:
         axis = axis_arg(axis, x.ndim, of=f"x of shape {x.shape}")
     rounding = rounding_arg(rounding)
-    if rounding not in recipe.allowed_roundings:  # a recipe's restriction, with its reason
+    if rounding not in block_format.allowed_roundings:  # a block format's restriction, with its reason
         why = (
-            " (float-scale recipes multiply by a float32 encode scale; the directed modes would depend on "
+            " (float-scale block formats multiply by a float32 encode scale; the directed modes would depend on "
             "how the backend flushes products below 2**-126)"
-            if not recipe.is_pow2
+            if not block_format.is_pow2
             else ""
         )
         raise ValueError(
-            f"rounding must be one of {', '.join(recipe.allowed_roundings)} for recipe {recipe.name}, "
+            f"rounding must be one of {', '.join(block_format.allowed_roundings)} for block format {block_format.name}, "
             f"got {rounding!r}{why}"
         )
     spec = rounding_spec(
-        recipe.element, rounding, recipe.saturate, True, key, random_bits, random=random,
+        block_format.element, rounding, block_format.saturate, True, key, random_bits, random=random,
         stochastic_variant=stochastic_variant,
     )  # fmt: skip
     pad = bool_arg(pad, "pad")
-    if axis is not None and recipe.block_size is not None and x.shape[axis] % recipe.block_size and not pad:
+    if axis is not None and block_format.block_size is not None and x.shape[axis] % block_format.block_size and not pad:
         raise ValueError(
-            f"x.shape[{axis}]={x.shape[axis]} is not a multiple of block_size={recipe.block_size} "
-            f"(recipe {recipe.name}); pass pad=True to let the last block be shorter (as if padded with "
+            f"x.shape[{axis}]={x.shape[axis]} is not a multiple of block_size={block_format.block_size} "
+            f"(block format {block_format.name}); pass pad=True to let the last block be shorter (as if padded with "
             "zeros, which do not change its amax), or pad/slice x yourself"
         )
     random_bits = spec.random_bits if rounding == "stochastic" else None
     variant = cast(StochasticVariant, spec.stochastic_variant)
-    return x, Config(recipe, axis, rounding, random_bits, variant, spec.explicit_random)
+    return x, Config(block_format, axis, rounding, random_bits, variant, spec.explicit_random)
 
 
 def prepare_random(key: Any, random: Any, x: jax.Array, cfg: Config) -> Any:
@@ -148,11 +148,11 @@ def prepare_scale(scale: ArrayLike | None, x: jax.Array, cfg: Config) -> jax.Arr
     """A given decode scale, as float32 broadcast to the group shape; checked where concrete."""
     if scale is None:
         return None
-    recipe = cfg.recipe
-    if recipe.scale_kind == "narrow":
+    block_format = cfg.block_format
+    if block_format.scale_kind == "narrow":
         raise ValueError(
-            f"scale= is not supported for recipe {recipe.name}: its block scales come from the data "
-            "(a two-level recipe); use a single-level recipe"
+            f"scale= is not supported for block format {block_format.name}: its block scales come from the data "
+            "(a two-level block format); use a single-level block format"
         )
     layout = cfg.layout()
     shape = _layout.group_shape(x.shape, layout)
@@ -169,17 +169,19 @@ def prepare_scale(scale: ArrayLike | None, x: jax.Array, cfg: Config) -> jax.Arr
         v = np.asarray(s)
         if not (np.all(v >= 2.0**-126) and np.all(v <= 2.0**126)):
             raise ValueError("scale must hold positive normal float32 values in [2**-126, 2**126]")
-        if recipe.is_pow2:
+        if block_format.is_pow2:
             if np.any(np.frexp(v)[0] != 0.5):
-                raise ValueError(f"recipe {recipe.name} has power-of-two scales: scale must hold powers of two")
-            lo, hi = recipe.scale_format.emin, recipe.scale_format.emax
+                raise ValueError(
+                    f"block format {block_format.name} has power-of-two scales: scale must hold powers of two"
+                )
+            lo, hi = block_format.scale_format.emin, block_format.scale_format.emax
             e = np.frexp(v)[1] - 1
             if e.min() < lo or e.max() > hi:
-                raise ValueError(f"scale exponents must lie in [{lo}, {hi}] for {recipe.scale_format.name}")
+                raise ValueError(f"scale exponents must lie in [{lo}, {hi}] for {block_format.scale_format.name}")
     return s
 
 
-# -- the arguments of ScaledArray.from_codes / from_packed ----------------------------------------
+# -- the arguments of BlockArray.from_codes / from_packed ----------------------------------------
 
 
 def storage_codes(codes: ArrayLike, fmt: Format) -> ArrayLike:
@@ -203,14 +205,14 @@ def storage_codes(codes: ArrayLike, fmt: Format) -> ArrayLike:
     return jnp.where(k < -half, fmt.num_codes, jnp.where(k < 0, k + fmt.num_codes, k))
 
 
-def storage_axis(axis: object, ndim: int, recipe: Recipe) -> int | None:
+def storage_axis(axis: object, ndim: int, block_format: BlockFormat) -> int | None:
     """The axis of `from_codes`, non-negative (or None), checked as `from_array` checks it."""
     if axis is DEFAULT_AXIS:
-        axis = -1 if recipe.block_size is not None and ndim else None
+        axis = -1 if block_format.block_size is not None and ndim else None
     if axis is None:
-        if recipe.block_size is not None:
+        if block_format.block_size is not None:
             raise ValueError(
-                f"recipe {recipe.name} has blocks of {recipe.block_size} along an axis: axis must be an int, not None"
+                f"block format {block_format.name} has blocks of {block_format.block_size} along an axis: axis must be an int, not None"
             )
         return None
     return axis_arg(axis, ndim, of=f"codes of rank {ndim}")
@@ -226,7 +228,7 @@ def _concrete(a: Any) -> np.ndarray | None:
     return None if isinstance(a, jax.core.Tracer) else np.asarray(a)
 
 
-def scale_leaf_arg(scale: ArrayLike, recipe: Recipe, shape: tuple[int, ...]) -> jax.Array:
+def scale_leaf_arg(scale: ArrayLike, block_format: BlockFormat, shape: tuple[int, ...]) -> jax.Array:
     """The scale leaf of `from_codes`: the scale format's storage type, exactly ``shape``."""
     if scale is None:
         raise TypeError(f"scale must be the scale leaf of shape {shape}, got None")
@@ -235,14 +237,14 @@ def scale_leaf_arg(scale: ArrayLike, recipe: Recipe, shape: tuple[int, ...]) -> 
         s = s.reshape(shape)
     if tuple(s.shape) != shape:
         raise ValueError(
-            f"scale must have shape {shape} (one scale per group of recipe {recipe.name}: the codes' shape with the "
+            f"scale must have shape {shape} (one scale per group of block format {block_format.name}: the codes' shape with the "
             f"axis holding the number of groups), got {tuple(s.shape)}"
         )
-    s_fmt = recipe.scale_format
-    if recipe.scale_kind != "fp32":  # E8M0 / E4M3 codes
+    s_fmt = block_format.scale_format
+    if block_format.scale_kind != "fp32":  # E8M0 / E4M3 codes
         if not np.issubdtype(s.dtype, np.integer):
             raise TypeError(
-                f"scale of recipe {recipe.name} must hold uint8 {s_fmt.name} codes (fpemu.encode(s, {s_fmt.name!r})), "
+                f"scale of block format {block_format.name} must hold uint8 {s_fmt.name} codes (fpemu.encode(s, {s_fmt.name!r})), "
                 f"got dtype {np.dtype(s.dtype).name}"
             )
         host = _concrete(s)
@@ -252,40 +254,44 @@ def scale_leaf_arg(scale: ArrayLike, recipe: Recipe, shape: tuple[int, ...]) -> 
         s = jnp.asarray(s)
         if np.dtype(s.dtype) != s_fmt.code_dtype:  # under jit: out-of-range codes become the NaN scale
             invalid = (s < 0) | (s >= s_fmt.num_codes)
-            s = jnp.where(invalid, _core.nan_scale_leaf(recipe, (), s_fmt.code_dtype), s.astype(s_fmt.code_dtype))
+            s = jnp.where(invalid, _core.nan_scale_leaf(block_format, (), s_fmt.code_dtype), s.astype(s_fmt.code_dtype))
         return s
     if not np.issubdtype(s.dtype, np.floating):
         raise TypeError(
-            f"scale of recipe {recipe.name} must hold float32 decode scales, got dtype {np.dtype(s.dtype).name}"
+            f"scale of block format {block_format.name} must hold float32 decode scales, got dtype {np.dtype(s.dtype).name}"
         )
     host = _concrete(s)
     if np.dtype(s.dtype) == np.float64:
         if host is None:
-            raise TypeError(f"scale of recipe {recipe.name} must be float32 (a traced float64 cannot be checked)")
+            raise TypeError(
+                f"scale of block format {block_format.name} must be float32 (a traced float64 cannot be checked)"
+            )
         if not np.array_equal(host.astype(np.float32).astype(np.float64), host, equal_nan=True):
-            raise ValueError(f"scale must hold float32 values; the float64 scale of recipe {recipe.name} is not exact")
+            raise ValueError(
+                f"scale must hold float32 values; the float64 scale of block format {block_format.name} is not exact"
+            )
     s32 = jnp.asarray(s).astype(F32)
     host = _concrete(s32)
     if host is not None:
         ok = np.isnan(host) | ((host > 0) & np.isfinite(host))
-        if recipe.is_pow2:
+        if block_format.is_pow2:
             ok &= np.isnan(host) | ((np.frexp(host)[0] == 0.5) & (host >= 2.0**-126))
         if not ok.all():
-            need = "NaN or positive normal powers of two" if recipe.is_pow2 else "NaN or positive and finite"
+            need = "NaN or positive normal powers of two" if block_format.is_pow2 else "NaN or positive and finite"
             raise ValueError(
-                f"scale values of recipe {recipe.name} must be {need}, got {float(host[~ok].ravel()[0])!r}"
+                f"scale values of block format {block_format.name} must be {need}, got {float(host[~ok].ravel()[0])!r}"
             )
     return s32
 
 
-def global_scale_arg(global_scale: ArrayLike | None, recipe: Recipe, ndim: int) -> jax.Array | None:
-    if not recipe.global_scale:
+def global_scale_arg(global_scale: ArrayLike | None, block_format: BlockFormat, ndim: int) -> jax.Array | None:
+    if not block_format.global_scale:
         if global_scale is not None:
-            raise ValueError(f"recipe {recipe.name} has no tensor scale: global_scale must be None")
+            raise ValueError(f"block format {block_format.name} has no tensor scale: global_scale must be None")
         return None
     if global_scale is None:
         raise ValueError(
-            f"recipe {recipe.name} has a float32 tensor scale: pass global_scale (ScaledArray.global_scale)"
+            f"block format {block_format.name} has a float32 tensor scale: pass global_scale (BlockArray.global_scale)"
         )
     g = global_scale if isinstance(global_scale, jax.Array) else np.asarray(global_scale)
     if not np.issubdtype(g.dtype, np.floating) or np.dtype(g.dtype) == np.float64 and _concrete(g) is None:
@@ -306,11 +312,11 @@ def global_scale_arg(global_scale: ArrayLike | None, recipe: Recipe, ndim: int) 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(3,))
 def quantize_ste(x, key, scale, cfg: Config):
     """(values, scale leaf, global scale leaf or None) of ``x``; the values' tangent is ``x``'s over
-    the scale (see `ScaledArray`). ``key``: the key, or the explicit bits (`prepare_random`)."""
+    the scale (see `BlockArray`). ``key``: the key, or the explicit bits (`prepare_random`)."""
     layout = cfg.layout()
     return _core.encode(
         x.astype(F32),
-        cfg.recipe,
+        cfg.block_format,
         layout,
         **core_options(key, scale, cfg),
     )
@@ -322,7 +328,7 @@ def _quantize_jvp(cfg, primals, tangents):
     x_dot = tangents[0]
     values, scale_leaf, global_leaf = quantize_ste(x, key, scale, cfg)
     layout = cfg.layout()
-    sg = _layout.expand(_core.grad_scale(scale_leaf, global_leaf, cfg.recipe), layout, x.shape)
+    sg = _layout.expand(_core.grad_scale(scale_leaf, global_leaf, cfg.block_format), layout, x.shape)
     # an optimization barrier keeps XLA from turning the division by a broadcast into an inexact
     # multiplication by the reciprocal: dequantize's tangent multiplies by the same sg, so that the
     # reverse-mode gradient of dequantize(quantize(x)) is exactly (g * sg) / sg = g for g = 1
@@ -339,7 +345,7 @@ def _qdq_ste(x, key, scale, cfg: Config):
     layout = cfg.layout()
     y = _core.quantize_dequantize(
         x.astype(F32),
-        cfg.recipe,
+        cfg.block_format,
         layout,
         **core_options(key, scale, cfg),
     )
@@ -355,9 +361,10 @@ def _qdq_jvp(cfg, primals, tangents):
 qdq_jit = jax.jit(_qdq_ste, static_argnums=(3,))
 
 
+@renamed_keyword("recipe", "block_format", "fpemu.scaled.quantize_dequantize")
 def quantize_dequantize(
     x: jax.Array | np.ndarray,
-    recipe: RecipeLike,
+    block_format: BlockFormatLike,
     *,
     axis: int | None = DEFAULT_AXIS,
     rounding: Rounding = "nearest_even",
@@ -373,15 +380,15 @@ def quantize_dequantize(
     random: ArrayLike | None = None,
     tile_axis: int | None = None,
 ) -> jax.Array:
-    """``ScaledArray.from_array(x, recipe, ...).dequantize()`` in one fused computation, in ``x``'s dtype.
+    """``BlockArray.from_array(x, block_format, ...).dequantize()`` in one fused computation, in ``x``'s dtype.
 
-    The simulation path: what a model computes with when its tensors are stored in the recipe's
-    format. Same arguments, same special values and the same bits as `ScaledArray.from_array` then
-    `ScaledArray.dequantize` (a group holding NaN or ±inf dequantizes to NaN in every element, an
+    The simulation path: what a model computes with when its tensors are stored in the block format's
+    format. Same arguments, same special values and the same bits as `BlockArray.from_array` then
+    `BlockArray.dequantize` (a group holding NaN or ±inf dequantizes to NaN in every element, an
     all-zero group to zeros). The gradient is the identity (straight-through estimator), exactly.
     ``stochastic_variant`` is `fpemu.quantize`'s, for ``rounding="stochastic"`` of the elements;
-    ``random`` (instead of ``key``) gives the elements' random bits, as `ScaledArray.from_array` takes them.
-    ``tile_axis`` (here only, not in `ScaledArray`) makes each group a square tile: ``block_size``
+    ``random`` (instead of ``key``) gives the elements' random bits, as `BlockArray.from_array` takes them.
+    ``tile_axis`` (here only, not in `BlockArray`) makes each group a square tile: ``block_size``
     elements along ``axis`` times ``block_size`` along ``tile_axis`` (NVFP4's 16 x 16 weight blocks),
     one scale per tile, the last tiles shorter with ``pad=True``.
 
@@ -398,43 +405,43 @@ def quantize_dequantize(
       ...         random_bits=1, stochastic_variant=variant).tolist())) for variant in ("floor", "nearest_even")]
       [[1.0], [1.0, 1.5]]
     """
-    return checked_call(qdq_jit, x, recipe, locals())
+    return checked_call(qdq_jit, x, block_format, locals())
 
 
 def _tile_axis_arg(tile_axis: Any, x: jax.Array, cfg: Config, pad: bool) -> int:
-    """``tile_axis`` checked against ``x`` and the recipe, non-negative."""
-    block = cfg.recipe.block_size
+    """``tile_axis`` checked against ``x`` and the block format, non-negative."""
+    block = cfg.block_format.block_size
     if block is None or cfg.axis is None:
         raise ValueError(
-            f"tile_axis is for recipes with blocks along an axis (square tiles of block_size), not {cfg.recipe.name}"
+            f"tile_axis is for block formats with blocks along an axis (square tiles of block_size), not {cfg.block_format.name}"
         )
     t = axis_arg(tile_axis, x.ndim, "tile_axis", of=f"x of shape {x.shape}")
     if t == cfg.axis:
         raise ValueError(f"tile_axis={tile_axis} must be an axis of x other than axis={cfg.axis} (the tiles' sides)")
     if x.shape[t] % block and not pad:
         raise ValueError(
-            f"x.shape[{t}]={x.shape[t]} (tile_axis) is not a multiple of block_size={block} (recipe "
-            f"{cfg.recipe.name}); pass pad=True to let the last tiles be shorter (as if padded with zeros)"
+            f"x.shape[{t}]={x.shape[t]} (tile_axis) is not a multiple of block_size={block} (block format "
+            f"{cfg.block_format.name}); pass pad=True to let the last tiles be shorter (as if padded with zeros)"
         )
     return t
 
 
-def arguments_of_quantize_dequantize(x: Any, recipe: Any, options: dict[str, Any]) -> dict[str, Any]:
+def arguments_of_quantize_dequantize(x: Any, block_format: Any, options: dict[str, Any]) -> dict[str, Any]:
     """Every argument of `quantize_dequantize` by name, for a function that takes the same ones as
     ``**options`` (`quantize_dequantize_split`): one signature, whose defaults fill the rest. An unknown
     keyword is a TypeError that names it."""
-    bound = _SIGNATURE.bind(x, recipe, **options)
+    bound = _SIGNATURE.bind(x, block_format, **options)
     bound.apply_defaults()
     return dict(bound.arguments)
 
 
-def checked_call(jitted: Any, x: Any, recipe: RecipeLike, arguments: dict[str, Any]) -> Any:
+def checked_call(jitted: Any, x: Any, block_format: BlockFormatLike, arguments: dict[str, Any]) -> Any:
     """``jitted(x, random source, scale, Config)`` with the arguments of `quantize_dequantize`
     (``arguments``: all of them by name) checked by `prepare`, `prepare_random` and `prepare_scale`."""
     a = arguments
     overrides = {k: a[k] for k in ("scale_rule", "block_size", "margin", "saturate")}
     x, cfg = prepare(
-        x, recipe, a["axis"], a["rounding"], a["key"], a["random_bits"], a["pad"], overrides,
+        x, block_format, a["axis"], a["rounding"], a["key"], a["random_bits"], a["pad"], overrides,
         stochastic_variant=a["stochastic_variant"], random=a["random"],
     )  # fmt: skip
     if a["tile_axis"] is not None:

@@ -1,6 +1,6 @@
-"""Scaling recipes as data: the `Recipe` descriptor, the scale rules, and the built-in table.
+"""Scaling block formats as data: the `BlockFormat` descriptor, the scale rules, and the built-in table.
 
-A recipe says which element format the scaled values are rounded to, how many elements share a
+A block format says which element format the scaled values are rounded to, how many elements share a
 scale (a block along one axis, a whole slice, or the whole tensor), which format the scale is
 stored in, and which rule turns a group's absolute maximum (amax) into its scale. Everything else
 (element max, emax, the scale format's range and NaN code) is read from the formats themselves.
@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable
 from typing import Any, Literal, get_args
 
-from fpemu._args import bool_arg, choice_arg, format_arg, int_arg, saturate_arg
+from fpemu._args import bool_arg, choice_arg, format_arg, int_arg, renamed_keyword, saturate_arg
 from fpemu._core.format import Format
 from fpemu._core.modes import ROUNDING_MODES, Saturation
 from fpemu._core.registry import FormatLike, get_format
@@ -24,16 +24,16 @@ SCALE_RULES: tuple[str, ...] = get_args(ScaleRule)
 POW2_RULES: tuple[str, ...] = ("ocp", "ceil", "even", "ceil_log2")
 RULE_ALIASES: dict[str, str] = {"floor": "ocp", "round_up": "ceil", "rceil": "ceil"}
 
-# Element rounding modes the float-scale recipes accept. Their scaled value is a float32 product
+# Element rounding modes the float-scale block formats accept. Their scaled value is a float32 product
 # (x times the encode scale); where XLA:CPU flushes a float32 product below 2**-126 to zero, these
 # modes give the same element as the exact product would (zero), so the result does not depend on
-# the backend. Power-of-two recipes scale in the integer domain and accept every mode.
+# the backend. Power-of-two block formats scale in the integer domain and accept every mode.
 FLOAT_SCALE_ROUNDINGS: tuple[str, ...] = ("nearest_even", "nearest_away", "toward_zero", "stochastic")
 
 #: The MXINT8 element: OCP INT8, the registry's ``"int8_ocp"`` (``MXINT8_ELEMENT is
 #: fpemu.get_format("int8_ocp")``; kept as a public alias, new code should name the format). Its
 #: codes are two's complement int8 ``k`` with an implicit scale of 2**-6, so its values are ``k / 64``
-#: for ``-128 <= k <= 127``. The ``mxint8`` recipe saturates symmetrically to ±127/64, as the OCP
+#: for ``-128 <= k <= 127``. The ``mxint8`` block format saturates symmetrically to ±127/64, as the OCP
 #: reference code (microxcaling) does: -2.0 (code 0x80) is decoded but never produced.
 MXINT8_ELEMENT = get_format("int8_ocp")
 
@@ -62,8 +62,8 @@ def scale_kind(scale_format: Format) -> Literal["pow2", "fp32", "narrow"]:
 
 
 def _field(where: str, check: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Run an `fpemu._args` check on a field: a `Recipe` reports every bad field as a ValueError
-    (its documented contract), prefixed with the recipe's name."""
+    """Run an `fpemu._args` check on a field: a `BlockFormat` reports every bad field as a ValueError
+    (its documented contract), prefixed with the block format's name."""
     try:
         return check(*args, **kwargs)
     except (ValueError, TypeError) as e:
@@ -71,11 +71,11 @@ def _field(where: str, check: Callable[..., Any], *args: Any, **kwargs: Any) -> 
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True, init=False)
-class Recipe:
+class BlockFormat:
     """A scaled or block format: element format, scaling granularity, scale format and scale rule.
 
     Scales are *decode* scales: ``x ≈ element_value * scale``. The groups that share a scale are set
-    by ``block_size`` and the ``axis`` argument of `ScaledArray.from_array`: ``block_size=None`` with
+    by ``block_size`` and the ``axis`` argument of `BlockArray.from_array`: ``block_size=None`` with
     ``axis=None`` is one scale per tensor, ``block_size=None`` with an axis is one scale per slice
     along that axis (per row / per channel), and an integer ``block_size`` is one scale per run of
     ``block_size`` consecutive elements along the axis (MX, NVFP4).
@@ -117,7 +117,7 @@ class Recipe:
         hold, or an element format the exact scaling arithmetic does not cover.
 
     Example:
-      >>> r = Recipe(name="mxfp4_b16_ceil", element="e2m1fn", block_size=16, scale_format="e8m0fnu",
+      >>> r = BlockFormat(name="mxfp4_b16_ceil", element="e2m1fn", block_size=16, scale_format="e8m0fnu",
       ...            scale_rule="round_up")
       >>> r.scale_rule, r.element.name, r.bits_per_element
       ('ceil', 'e2m1fn', 4.5)
@@ -147,7 +147,7 @@ class Recipe:
         # Written out (the dataclass's own __init__ is off) so that the formats may be given by name.
         if not isinstance(name, str) or not name.strip():
             raise ValueError(f"name must be a non-empty string, got {name!r}")
-        where = f"recipe {name!r}: "
+        where = f"block format {name!r}: "
         rule = _field(where, choice_arg, scale_rule, (*SCALE_RULES, *RULE_ALIASES), "scale_rule")
         fields = {
             "name": name,
@@ -239,13 +239,13 @@ class Recipe:
 
     def has_tensor_scale(self, axis: int | None) -> bool:
         """Whether quantizing along ``axis`` leaves a float32 per-tensor scale that is not a power of
-        two, which `fpemu.scaled.quantize_dequantize_split` keeps apart: a two-level recipe's global
+        two, which `fpemu.scaled.quantize_dequantize_split` keeps apart: a two-level block format's global
         scale (NVFP4), or the one float32 scale of a per-tensor quantization (``axis=None``, the
         ``"float"`` rule: FP8 current scaling).
 
         Example:
-          >>> from fpemu.scaled import get_recipe
-          >>> [get_recipe(r).has_tensor_scale(None) for r in ("nvfp4", "fp8_e4m3")], get_recipe("fp8_e4m3").has_tensor_scale(0)
+          >>> from fpemu.scaled import get_block_format
+          >>> [get_block_format(r).has_tensor_scale(None) for r in ("nvfp4", "fp8_e4m3")], get_block_format("fp8_e4m3").has_tensor_scale(0)
           ([True, True], False)
         """
         return self.global_scale or (self.scale_kind == "fp32" and not self.is_pow2 and axis is None)
@@ -258,7 +258,7 @@ class Recipe:
 
     @property
     def allowed_roundings(self) -> tuple[str, ...]:
-        """The element rounding modes this recipe accepts: all of `fpemu.quantize`'s for power-of-two
+        """The element rounding modes this block format accepts: all of `fpemu.quantize`'s for power-of-two
         scales, `FLOAT_SCALE_ROUNDINGS` for float scales."""
         return ROUNDING_MODES if self.is_pow2 else FLOAT_SCALE_ROUNDINGS
 
@@ -267,95 +267,98 @@ class Recipe:
 
 
 _E8M0 = get_format("e8m0fnu")
-# The built-in recipes, in table order, with their aliases.
-_BUILTINS: tuple[tuple[Recipe, tuple[str, ...]], ...] = (
+# The built-in block formats, in table order, with their aliases.
+_BUILTINS: tuple[tuple[BlockFormat, tuple[str, ...]], ...] = (
     # OCP MX v1.0 MXFP8, E4M3 elements
-    (Recipe(name="mxfp8_e4m3", element="e4m3fn", block_size=32, scale_format=_E8M0, scale_rule="ocp"), ("mxfp8",)),
+    (BlockFormat(name="mxfp8_e4m3", element="e4m3fn", block_size=32, scale_format=_E8M0, scale_rule="ocp"), ("mxfp8",)),
     # OCP MX v1.0 MXFP8, E5M2 elements
-    (Recipe(name="mxfp8_e5m2", element="e5m2", block_size=32, scale_format=_E8M0, scale_rule="ocp"), ()),
+    (BlockFormat(name="mxfp8_e5m2", element="e5m2", block_size=32, scale_format=_E8M0, scale_rule="ocp"), ()),
     # OCP MX v1.0 MXFP6, E3M2 elements
-    (Recipe(name="mxfp6_e3m2", element="e3m2fn", block_size=32, scale_format=_E8M0, scale_rule="ocp"), ()),
+    (BlockFormat(name="mxfp6_e3m2", element="e3m2fn", block_size=32, scale_format=_E8M0, scale_rule="ocp"), ()),
     # OCP MX v1.0 MXFP6, E2M3 elements
-    (Recipe(name="mxfp6_e2m3", element="e2m3fn", block_size=32, scale_format=_E8M0, scale_rule="ocp"), ()),
+    (BlockFormat(name="mxfp6_e2m3", element="e2m3fn", block_size=32, scale_format=_E8M0, scale_rule="ocp"), ()),
     # OCP MX v1.0 MXFP4, E2M1 elements
-    (Recipe(name="mxfp4", element="e2m1fn", block_size=32, scale_format=_E8M0, scale_rule="ocp"), ("mxfp4_e2m1",)),
+    (BlockFormat(name="mxfp4", element="e2m1fn", block_size=32, scale_format=_E8M0, scale_rule="ocp"), ("mxfp4_e2m1",)),
     # OCP MX v1.0 MXINT8, int8 elements k/64
-    (Recipe(name="mxint8", element="int8_ocp", block_size=32, scale_format=_E8M0, scale_rule="ocp"), ()),
+    (BlockFormat(name="mxint8", element="int8_ocp", block_size=32, scale_format=_E8M0, scale_rule="ocp"), ()),
     # NVIDIA NVFP4: E2M1, blocks of 16, E4M3 block scale, float32 tensor scale
     (
-        Recipe(
+        BlockFormat(
             name="nvfp4", element="e2m1fn", block_size=16, scale_format="e4m3fn", scale_rule="float", global_scale=True
         ),
         (),
     ),
     # FP8 E4M3 with a float32 scale per tensor or per slice (current scaling)
-    (Recipe(name="fp8_e4m3", element="e4m3fn", scale_format=_FP32, scale_rule="float"), ()),
+    (BlockFormat(name="fp8_e4m3", element="e4m3fn", scale_format=_FP32, scale_rule="float"), ()),
     # FP8 E5M2 with a float32 scale per tensor or per slice (current scaling)
-    (Recipe(name="fp8_e5m2", element="e5m2", scale_format=_FP32, scale_rule="float"), ()),
+    (BlockFormat(name="fp8_e5m2", element="e5m2", scale_format=_FP32, scale_rule="float"), ()),
 )
 
-_RECIPES: dict[str, Recipe] = {r.name: r for r, _ in _BUILTINS}
-_NAMES: dict[str, Recipe] = {}
+_RECIPES: dict[str, BlockFormat] = {r.name: r for r, _ in _BUILTINS}
+_NAMES: dict[str, BlockFormat] = {}
 for _r, _aliases in _BUILTINS:
     for _n in (_r.name, *_aliases):
         _NAMES[_n] = _r
 
 
-#: The aliases of the built-in recipes, each to its recipe's name (``"mxfp8"`` -> ``"mxfp8_e4m3"``).
-RECIPE_ALIASES: dict[str, str] = {alias: r.name for r, aliases in _BUILTINS for alias in aliases}
+#: The aliases of the built-in block formats, each to its block format's name (``"mxfp8"`` -> ``"mxfp8_e4m3"``).
+BLOCK_FORMAT_ALIASES: dict[str, str] = {alias: r.name for r, aliases in _BUILTINS for alias in aliases}
 
-#: What every ``recipe`` argument takes: a built-in recipe's name (or alias) or a `Recipe`.
-RecipeLike = str | Recipe
-
-
-class UnknownRecipeError(ValueError):
-    """Raised for a recipe name that is not in the table."""
+#: What every ``block_format`` argument takes: a built-in block format's name (or alias) or a `BlockFormat`.
+BlockFormatLike = str | BlockFormat
 
 
-def recipes() -> tuple[str, ...]:
-    """The names of the built-in recipes (look one up with `get_recipe`).
+class UnknownBlockFormatError(ValueError):
+    """Raised for a block format name that is not in the table."""
+
+
+def block_formats() -> tuple[str, ...]:
+    """The names of the built-in block formats (look one up with `get_block_format`).
 
     Example:
-      >>> recipes()
+      >>> block_formats()
       ('mxfp8_e4m3', 'mxfp8_e5m2', 'mxfp6_e3m2', 'mxfp6_e2m3', 'mxfp4', 'mxint8', 'nvfp4', 'fp8_e4m3', 'fp8_e5m2')
     """
     return tuple(_RECIPES)
 
 
-def get_recipe(recipe: RecipeLike) -> Recipe:
-    """A `Recipe` by name, or pass one through.
+@renamed_keyword("recipe", "block_format", "fpemu.scaled.get_block_format")
+def get_block_format(block_format: BlockFormatLike) -> BlockFormat:
+    """A `BlockFormat` by name, or pass one through.
 
-    Names are exact and lower case, as format names are (`fpemu.get_format`): the names of `recipes`
+    Names are exact and lower case, as format names are (`fpemu.get_format`): the names of `block_formats`
     and the aliases ``"mxfp8"`` (``mxfp8_e4m3``) and ``"mxfp4_e2m1"`` (``mxfp4``). ``"MXFP8"`` is an
     error that names ``'mxfp8'``; an element format's name (``"e4m3fn"``) is an error that says it is
-    a format (round to it with `fpemu.quantize`) and names the recipes with that element.
+    a format (round to it with `fpemu.quantize`) and names the block formats with that element.
 
     Raises:
-      UnknownRecipeError: (a ValueError) for an unknown name: the recipe it differs from only in case,
-        else the format it names and that format's recipes, else the closest names; all are listed.
-      TypeError: for anything that is neither a name nor a `Recipe`.
+      UnknownBlockFormatError: (a ValueError) for an unknown name: the block format it differs from only in case,
+        else the format it names and that format's block formats, else the closest names; all are listed.
+      TypeError: for anything that is neither a name nor a `BlockFormat`.
 
     Example:
-      >>> get_recipe("mxfp8").name, get_recipe("mxfp8").block_size
+      >>> get_block_format("mxfp8").name, get_block_format("mxfp8").block_size
       ('mxfp8_e4m3', 32)
       >>> try:
-      ...     get_recipe("MXFP8")
-      ... except UnknownRecipeError as e:
+      ...     get_block_format("MXFP8")
+      ... except UnknownBlockFormatError as e:
       ...     print(e)
-      unknown recipe 'MXFP8': recipe names are exact and lower case; did you mean 'mxfp8'?
+      unknown block format 'MXFP8': block format names are exact and lower case; did you mean 'mxfp8'?
     """
-    if isinstance(recipe, Recipe):
-        return recipe
-    if not isinstance(recipe, str):
-        raise TypeError(f"recipe must be a recipe name or a fpemu.scaled.Recipe, got {type(recipe).__name__}")
-    found = _NAMES.get(recipe)
+    if isinstance(block_format, BlockFormat):
+        return block_format
+    if not isinstance(block_format, str):
+        raise TypeError(
+            f"block_format must be a block format name or a fpemu.scaled.BlockFormat, got {type(block_format).__name__}"
+        )
+    found = _NAMES.get(block_format)
     if found is not None:
         return found
-    raise UnknownRecipeError(_unknown_recipe(recipe))
+    raise UnknownBlockFormatError(_unknown_block_format(block_format))
 
 
-def _describe(r: Recipe) -> str:
-    """A recipe's name and, in brackets, how it scales: ``'mxfp8_e4m3' (blocks of 32, e8m0fnu scales)``."""
+def _describe(r: BlockFormat) -> str:
+    """A block format's name and, in brackets, how it scales: ``'mxfp8_e4m3' (blocks of 32, e8m0fnu scales)``."""
     if r.block_size is None:
         how = f"a {r.scale_format.name} scale per tensor or slice"
     else:
@@ -370,33 +373,33 @@ def _format_named(name: str) -> Format | None:
         return None
 
 
-def _unknown_recipe(name: str) -> str:
-    """The message for a name that is not a recipe: where the name points instead."""
+def _unknown_block_format(name: str) -> str:
+    """The message for a name that is not a block format: where the name points instead."""
     key = name.strip().lower()
-    lower = "recipe names are exact and lower case; " if key != name else ""
-    listing = f"recipes: {', '.join(_RECIPES)}"
+    lower = "block format names are exact and lower case; " if key != name else ""
+    listing = f"block formats: {', '.join(_RECIPES)}"
     if key in _NAMES:
-        return f"unknown recipe {name!r}: {lower}did you mean {key!r}?"
+        return f"unknown block format {name!r}: {lower}did you mean {key!r}?"
     if key == "e4m3":  # "E4M3" means OCP e4m3fn to most people; "e4m3" is the IEEE-like format
         fmt: Format | None = get_format("e4m3fn")
         what = (
             "OCP E4M3 (max 448, no infinity) is the element format 'e4m3fn' ('e4m3' is the IEEE-like one, max 240), "
-            "not a recipe"
+            "not a block format"
         )
     else:
         fmt = _format_named(name) or _format_named(key)
-        what = "" if fmt is None else f"{fmt.name!r} is an element format, not a recipe"
+        what = "" if fmt is None else f"{fmt.name!r} is an element format, not a block format"
     if fmt is not None:
         users = [_describe(r) for r in _RECIPES.values() if r.element is fmt]
-        scaled = f"; the recipes with {fmt.name} elements: {', '.join(users)}" if users else f"; {listing}"
-        return f"unknown recipe {name!r}: {lower}{what}: round to it with fpemu.quantize(x, {fmt.name!r}){scaled}"
+        scaled = f"; the block formats with {fmt.name} elements: {', '.join(users)}" if users else f"; {listing}"
+        return f"unknown block format {name!r}: {lower}{what}: round to it with fpemu.quantize(x, {fmt.name!r}){scaled}"
     close = difflib.get_close_matches(key, list(_NAMES), n=3, cutoff=0.5)
     hint = f"did you mean {', '.join(repr(c) for c in close)}? " if close else ""
-    return f"unknown recipe {name!r}; {lower}{hint}{listing}"
+    return f"unknown block format {name!r}; {lower}{hint}{listing}"
 
 
-def pow2_constants(recipe: Recipe) -> tuple[int, int, int, int]:
+def pow2_constants(block_format: BlockFormat) -> tuple[int, int, int, int]:
     """(emax, significand of M as a 24-bit integer, fraction bits of the top binade, M's exponent) for the rules."""
-    m, e = math.frexp(recipe.element.max)  # max = m * 2**e, 0.5 <= m < 1
+    m, e = math.frexp(block_format.element.max)  # max = m * 2**e, 0.5 <= m < 1
     sig = int(math.ldexp(m, 24))  # exact: the element max has at most 11 significant bits
-    return recipe.element.emax, sig, top_mantissa_bits(recipe.element), e - 1
+    return block_format.element.emax, sig, top_mantissa_bits(block_format.element), e - 1

@@ -13,7 +13,7 @@ import numpy as np
 
 from fpemu.scaled import _bits, _rne
 from fpemu.scaled._bits import FLT_MAX, IMPLICIT, INF, U32
-from fpemu.scaled._recipes import Recipe, pow2_constants
+from fpemu.scaled._recipes import BlockFormat, pow2_constants
 
 I32 = jnp.int32
 F32 = jnp.float32
@@ -21,19 +21,19 @@ ENCODE_CAP = 2.0**126  # float encode scales are capped here so that 1 / scale i
 ENCODE_FLOOR = 2.0**-126
 
 
-def pow2_range(recipe: Recipe) -> tuple[int, int]:
+def pow2_range(recipe: BlockFormat) -> tuple[int, int]:
     """The exponents a power-of-two scale may take: the scale format's normal range."""
     s = recipe.scale_format
     return s.emin, s.emax
 
 
-def zero_exponent(recipe: Recipe) -> int:
+def zero_exponent(recipe: BlockFormat) -> int:
     """The scale exponent of an all-zero group: E8M0's smallest (code 0, as the OCP reference code,
     torchao and jax.nn do), or 0 (scale 1) for float32 scales."""
     return pow2_range(recipe)[0] if recipe.scale_kind == "pow2" else 0
 
 
-def pow2_exponent(amax: jnp.ndarray, recipe: Recipe) -> tuple[jnp.ndarray, jnp.ndarray]:
+def pow2_exponent(amax: jnp.ndarray, recipe: BlockFormat) -> tuple[jnp.ndarray, jnp.ndarray]:
     """(k, nonfinite): the power-of-two scale ``2**k`` of each group, and which groups hold NaN or inf.
 
     ``amax`` is the uint32 bit pattern of the group's largest magnitude (NaN patterns are above
@@ -69,7 +69,7 @@ def _const_over(numerator: float, amax: jnp.ndarray) -> jnp.ndarray:
     return jnp.where(sub, (num / scaled) * F32(2.0**24), num / _bits.from_bits(safe))
 
 
-def float_encode_scale(amax: jnp.ndarray, recipe: Recipe) -> tuple[jnp.ndarray, jnp.ndarray]:
+def float_encode_scale(amax: jnp.ndarray, recipe: BlockFormat) -> tuple[jnp.ndarray, jnp.ndarray]:
     """(enc, nonfinite) for the ``"float"`` rule with float32 scales (Transformer Engine's current scaling).
 
     ``enc = clip(fl(M / amax) * 2**-margin, 2**-126, 2**126)``, 1 for an all-zero group; the decode
@@ -82,7 +82,7 @@ def float_encode_scale(amax: jnp.ndarray, recipe: Recipe) -> tuple[jnp.ndarray, 
     return jnp.where(zero, F32(1), enc), nonfinite
 
 
-def global_scale_is_normal(recipe: Recipe) -> bool:
+def global_scale_is_normal(recipe: BlockFormat) -> bool:
     """Whether every tensor scale ``g`` `two_level_scales` computes for ``recipe`` is a normal float32:
     ``S <= 2**126``, and ``S >= M_s * M_e / FLT_MAX >= 2**-126`` where ``M_s * M_e >= 4`` (NVFP4: 2688)."""
     return not recipe.global_scale or recipe.scale_format.max * recipe.element.max >= 4
@@ -91,7 +91,7 @@ def global_scale_is_normal(recipe: Recipe) -> bool:
 def two_level_scales(
     amax_tensor: jnp.ndarray,
     amax_block: jnp.ndarray,
-    recipe: Recipe,
+    recipe: BlockFormat,
     once: Callable[..., tuple[jnp.ndarray, ...]] = lambda *arrays: arrays,
 ) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray, jnp.ndarray]:
     """(d, g, enc_b, nonfinite) for a narrow block scale format (NVFP4 and friends): ``d`` the block

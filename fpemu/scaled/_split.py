@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from fpemu._args import renamed_keyword
 from fpemu.scaled import _core
 from fpemu.scaled._quantize import (
     Config,
@@ -24,7 +25,7 @@ from fpemu.scaled._quantize import (
     core_options,
     quantize_dequantize,
 )
-from fpemu.scaled._recipes import RecipeLike
+from fpemu.scaled._recipes import BlockFormatLike
 
 __all__ = ["quantize_dequantize_split", "split_core"]
 
@@ -35,7 +36,7 @@ F32 = jnp.float32
 def _split_ste(x, key, scale, cfg: Config):
     return _core.quantize_dequantize_split(
         x.astype(F32),
-        cfg.recipe,
+        cfg.block_format,
         cfg.layout(),
         **core_options(key, scale, cfg),
     )
@@ -58,8 +59,9 @@ def _split_jvp(cfg, primals, tangents):
 split_core = jax.jit(_split_ste, static_argnums=(3,))
 
 
+@renamed_keyword("recipe", "block_format", "fpemu.scaled.quantize_dequantize_split")
 def quantize_dequantize_split(
-    x: jax.Array | np.ndarray, recipe: RecipeLike, **options: Any
+    x: jax.Array | np.ndarray, block_format: BlockFormatLike, **options: Any
 ) -> tuple[jax.Array, jax.Array | None]:
     """`quantize_dequantize` as two factors: ``(blocks, tensor_scale)``, the float32 per-tensor scale apart.
 
@@ -68,10 +70,10 @@ def quantize_dequantize_split(
     ``tensor_scale`` is NaN too); otherwise the same special values.
 
     ``tensor_scale`` is the float32 scale that applies to the whole tensor and is not a power of
-    two: a two-level recipe's global scale (NVFP4: ``blocks`` are the elements times their E4M3
-    block scales, exact), or the scale of a per-tensor recipe with float32 scales (``axis=None``,
+    two: a two-level block format's global scale (NVFP4: ``blocks`` are the elements times their E4M3
+    block scales, exact), or the scale of a per-tensor block format with float32 scales (``axis=None``,
     ``scale_rule="float"``: Transformer Engine's FP8 current and delayed scaling; ``blocks`` are the
-    element values). Its shape is ``(1,) * x.ndim``. For every other recipe (power-of-two or
+    element values). Its shape is ``(1,) * x.ndim``. For every other block format (power-of-two or
     per-block scales only) it is None and ``blocks`` is `quantize_dequantize`'s result in float32.
 
     Bit for bit, ``quantize_dequantize(x, ...) == fl(blocks * tensor_scale)`` (the product rounded
@@ -93,7 +95,7 @@ def quantize_dequantize_split(
       >>> scaled.quantize_dequantize_split(x, "mxfp8", pad=True)[1] is None   # power-of-two scales
       True
     """
-    return checked_call(split_core, x, recipe, arguments_of_quantize_dequantize(x, recipe, options))
+    return checked_call(split_core, x, block_format, arguments_of_quantize_dequantize(x, block_format, options))
 
 
 quantize_dequantize_split.__signature__ = inspect.signature(quantize_dequantize).replace(  # type: ignore[attr-defined]  # for help() and IDEs

@@ -8,7 +8,7 @@ jax-scalify: `fpemu.scalify.core` (types, pow2 helpers, rule registry), `fpemu.s
 `fpemu.scalify.tree`, `fpemu.scalify.quantization` and `fpemu.scalify.utils` (HLO printing). docs/scalify.md is the guide.
 
 `fpemu.scalify.ScaledArray` (data and one scalar scale, propagated through arithmetic) is a
-different type from `fpemu.scaled.ScaledArray` (element-format codes and per-block scales, the
+different type from `fpemu.scaled.BlockArray` (element-format codes and per-block scales, the
 storage of a block format, dequantized for arithmetic); docs/scalify.md explains the choice.
 """
 

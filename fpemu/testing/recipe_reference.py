@@ -40,7 +40,7 @@ from fpemu._core.format import Format
 from fpemu._ops.quantize import stochastic_bits
 from fpemu._training.quantizer import Quantizer
 from fpemu._training.recipes import GemmRecipe
-from fpemu.scaled import Recipe
+from fpemu.scaled import BlockFormat
 from fpemu.testing import reference as element_reference
 from fpemu.testing import scaled_reference
 from fpemu.testing.matmul_reference import dot_general_reference
@@ -100,9 +100,9 @@ def _tiled(x: np.ndarray, dims: tuple[int, ...], b: int) -> tuple[np.ndarray, An
 # -- one operand ---------------------------------------------------------------------------------------
 
 
-def _recipe(q: Quantizer, margin: int) -> Recipe:
+def _recipe(q: Quantizer, margin: int) -> BlockFormat:
     block = {"block": q.block_size, "block_2d": (q.block_size or 0) ** 2}.get(q.scaling)
-    return Recipe(
+    return BlockFormat(
         name="reference",
         element=q.format,
         block_size=block,
@@ -114,7 +114,7 @@ def _recipe(q: Quantizer, margin: int) -> Recipe:
     )
 
 
-def _delayed_scale(amax: Any, recipe: Recipe) -> float | None:
+def _delayed_scale(amax: Any, recipe: BlockFormat) -> float | None:
     """The decode scale from an amax (None for a NaN or infinite amax: everything is NaN)."""
     a = abs(float(F32(amax)))
     if not math.isfinite(a):
@@ -162,7 +162,7 @@ def quantize_operand_reference(
             return np.asarray(random, np.uint64)
         return np.asarray(stochastic_bits(key, shape, k_bits)).astype(np.uint64)
 
-    def answer(result: Any, recipe: Recipe, axis: int | None, back: Any) -> Any:
+    def answer(result: Any, recipe: BlockFormat, axis: int | None, back: Any) -> Any:
         if not split:
             return back(result.dequantized).astype(x.dtype)
         blocks, t = scaled_reference.split(result, recipe, axis)

@@ -1,6 +1,6 @@
 """A slow, obviously-correct NumPy reference for every scaled recipe, written from the formulas.
 
-This is the oracle the fast path (`fpemu.scaled.ScaledArray.from_array`) is tested against, so it shares no
+This is the oracle the fast path (`fpemu.scaled.BlockArray.from_array`) is tested against, so it shares no
 code with it: groups are found with NumPy index arithmetic, power-of-two scale exponents are
 computed with exact rational arithmetic (`fractions.Fraction`) straight from the rule's formula
 (``floor(log2(amax)) - emax``, ``ceil(log2(amax / M))``, ...), scaled elements are exact float64
@@ -8,7 +8,7 @@ values ``x * 2**-k``, and the element rounding is `fpemu.testing.reference` (the
 oracle, itself independent of the fast path). Float-scale recipes are defined as sequences of
 float32 operations; here they are NumPy float32 operations, which are IEEE (nearest even,
 subnormals kept, overflow to inf). It reads only format facts from the registry and the fields of
-a `Recipe`.
+a `BlockFormat`.
 
 The semantics (docs/scaling.md), per group of elements sharing a scale:
 
@@ -26,7 +26,7 @@ The semantics (docs/scaling.md), per group of elements sharing a scale:
 - ``float`` with float32 scales: ``enc = clip(fl(M / amax) * 2**-margin, 2**-126, 2**126)`` (1 for an
   all-zero group), decode scale ``fl(1 / enc)``, elements ``round(fl(x * enc))``, dequantized
   ``fl(q * s)``.
-- ``float`` with a narrow scale format (NVFP4): see `fpemu.scaled.Recipe` and docs/scaling.md; the
+- ``float`` with a narrow scale format (NVFP4): see `fpemu.scaled.BlockFormat` and docs/scaling.md; the
   sequence below follows Transformer Engine's NVFP4 reference quantizer step by step.
 
 Example:
@@ -47,7 +47,7 @@ import ml_dtypes
 import numpy as np
 
 from fpemu._core.modes import Rounding, Saturation
-from fpemu.scaled import Recipe, get_recipe
+from fpemu.scaled import BlockFormat, get_block_format
 from fpemu.testing import reference as elem_ref
 
 __all__ = ["Result", "assert_equal", "exponent", "quantize", "split"]
@@ -57,7 +57,7 @@ _FLT_MAX = float(np.finfo(np.float32).max)
 
 
 class Result(NamedTuple):
-    """The reference's answer: element values (float32), the scale leaf as `ScaledArray` stores it
+    """The reference's answer: element values (float32), the scale leaf as `BlockArray` stores it
     (uint8 codes, or float32), the global scale (float32, or None) and the dequantized array (in
     the input's dtype)."""
 
@@ -96,11 +96,11 @@ def exponent(amax: float, recipe: Any) -> int:
     from the rule's formula, with the margin and the scale format's clamp.
 
     Example:
-      >>> exponent(12.0, "mxfp4"), exponent(12.0, get_recipe("mxfp4").__class__(
+      >>> exponent(12.0, "mxfp4"), exponent(12.0, get_block_format("mxfp4").__class__(
       ...     name="c", element="e2m1fn", block_size=32, scale_format="e8m0fnu", scale_rule="ceil"))
       (1, 1)
     """
-    recipe = get_recipe(recipe)
+    recipe = get_block_format(recipe)
     a = Fraction(amax)
     e = recipe.element
     rule = recipe.scale_rule
@@ -130,7 +130,7 @@ def _no_negative_zero(q: np.ndarray, fmt) -> np.ndarray:
     return np.where(q == 0, 0.0, np.maximum(q, -fmt.max)) if fmt.twos_complement else q
 
 
-def _zero_exponent(recipe: Recipe) -> int:
+def _zero_exponent(recipe: BlockFormat) -> int:
     return recipe.scale_format.emin if recipe.scale_format.mantissa_bits == 0 else 0
 
 
@@ -202,8 +202,8 @@ def quantize(
 
     Args:
       x: the input array.
-      recipe: a recipe name or `fpemu.scaled.Recipe`.
-      axis: as in `fpemu.scaled.ScaledArray.from_array` ("default": -1 for block recipes, else None).
+      recipe: a recipe name or `fpemu.scaled.BlockFormat`.
+      axis: as in `fpemu.scaled.BlockArray.from_array` ("default": -1 for block recipes, else None).
       rounding: the element rounding mode.
       random: for ``rounding="stochastic"``: unsigned integers broadcastable to ``x``'s shape, already
         reduced to ``random_bits`` bits (the fast path's are the top bits of ``fpemu``'s per-element
@@ -215,7 +215,7 @@ def quantize(
       stochastic_variant: how stochastic rounding compares its random bits with the discarded
         fraction (`fpemu.testing.reference.round_array`'s option).
     """
-    recipe = get_recipe(recipe)
+    recipe = get_block_format(recipe)
     x = np.asarray(x)
     if x.dtype not in (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16), np.dtype(np.float32)):
         raise TypeError(f"x must be float16, bfloat16 or float32, got {x.dtype}")
@@ -335,12 +335,12 @@ def split(result: Result, recipe: Any, axis: Any = "default") -> tuple[np.ndarra
     """`fpemu.scaled.quantize_dequantize_split`'s answer from `quantize`'s ``result`` (same ``recipe``
     and ``axis``): ``(blocks, tensor scale)`` in float32, the scale of shape ``(1,) * ndim``.
 
-    With `Recipe.has_tensor_scale`: a two-level recipe's blocks are the element values times their
+    With `BlockFormat.has_tensor_scale`: a two-level recipe's blocks are the element values times their
     decoded block scales (exact products; NaN where the scale is NaN), the tensor scale its global
     scale; a per-tensor float scale's blocks are the element values (all NaN with a NaN scale).
     Otherwise ``(dequantized, None)``.
     """
-    recipe = get_recipe(recipe)
+    recipe = get_block_format(recipe)
     values = result.values
     if isinstance(axis, str):
         axis = -1 if recipe.block_size else None
@@ -379,7 +379,7 @@ def _bits_equal(a: Any, b: Any) -> bool:
 def assert_equal(actual: Any, expected: Any, err_msg: str = "") -> None:
     """Assert bit-for-bit equality (NaN equals NaN, -0 differs from +0).
 
-    ``actual`` may be a `fpemu.scaled.ScaledArray` and ``expected`` a `Result`: then the element
+    ``actual`` may be a `fpemu.scaled.BlockArray` and ``expected`` a `Result`: then the element
     values, the scale leaf, the global scale and the dequantized array are compared. Otherwise both
     are arrays.
 

@@ -9,7 +9,7 @@ from ``.npy`` files) are measured the same way, over prefixes of their inner dim
 docs/accuracy.md is the contract and holds the measured table; bench/accuracy.py regenerates it.
 
 The distributions (`DISTRIBUTIONS`: Gaussian, Student-t with 3 degrees of freedom, activations with
-LLM-style outlier channels) are those of `fpemu.tools.data`. The recipes (`MATMUL_RECIPES`) are those
+LLM-style outlier channels) are those of `fpemu.tools.data`. The recipes (`MATMUL_FORMATS`) are those
 of `fpemu.scaled.matmul`, whose docstring says how each quantizes its operands: ``"fp32"`` (the
 baseline: float32 accumulation alone), ``"bf16"`` and ``"fp16"`` (operands rounded, float32
 accumulation), the per-tensor FP8 recipes and the block-scaled `fpemu.scaled` recipes (blocks along
@@ -29,6 +29,7 @@ import dataclasses
 import functools
 import math
 import time
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, cast
 
@@ -41,7 +42,7 @@ from fpemu.tools.data import DISTRIBUTIONS, STUDENT_T_DF, MatmulData, matmul_ope
 
 __all__ = [
     "DISTRIBUTIONS",
-    "MATMUL_RECIPES",
+    "MATMUL_FORMATS",
     "SIZES",
     "MatmulData",
     "MatmulError",
@@ -54,7 +55,7 @@ __all__ = [
 ]
 
 #: The recipes measured, in table order: those of `fpemu.scaled.matmul` (the same tuple).
-MATMUL_RECIPES: tuple[str, ...] = fpemu.scaled.MATMUL_RECIPES
+MATMUL_FORMATS: tuple[str, ...] = fpemu.scaled.MATMUL_FORMATS
 
 #: Student's t degrees of freedom of ``"heavy_tailed"`` (`fpemu.tools.data.STUDENT_T_DF`).
 HEAVY_TAILED_DF = STUDENT_T_DF
@@ -136,7 +137,7 @@ class MatmulError:
     """The error of one recipe's ``(m x size) @ (size x n)`` product against the float64 reference.
 
     Attributes:
-      recipe: A name from `MATMUL_RECIPES`.
+      recipe: A name from `MATMUL_FORMATS`.
       distribution: A name from `DISTRIBUTIONS`, or the name of the user's `MatmulData`.
       size: ``K``, the inner (contraction) dimension: each output sums ``K`` products.
       m, n: The outer dimensions: ``A`` is ``m x K``, ``B`` is ``K x n``.
@@ -271,7 +272,7 @@ def reference_matmul(a: Any, b: Any) -> np.ndarray:
 
 
 def _measure(recipe: str, distribution: str, size: int, a: np.ndarray, b: np.ndarray, ref: np.ndarray) -> MatmulError:
-    c = np.asarray(fpemu.scaled.matmul(a, b, cast("fpemu.scaled.MatmulRecipe", recipe)))  # a checked name
+    c = np.asarray(fpemu.scaled.matmul(a, b, cast("fpemu.scaled.MatmulFormat", recipe)))  # a checked name
     return MatmulError.from_product(c, ref, recipe=recipe, distribution=distribution, size=size)
 
 
@@ -307,7 +308,7 @@ def matmul_accuracy(
     """`matmul_error` for every recipe, distribution and size, each reference computed once.
 
     Args:
-      recipes: Names from `MATMUL_RECIPES` (default: all of them), or one name.
+      recipes: Names from `MATMUL_FORMATS` (default: all of them), or one name.
       distributions: Names from `DISTRIBUTIONS` (default: all of them; ``()`` for none, e.g. to
         measure only ``data``), or one name.
       sizes: Positive ints, the inner dimensions K (default `SIZES`, 256 to 8192).
@@ -328,7 +329,7 @@ def matmul_accuracy(
     by all recipes; at 8192 the reference takes most of a minute on two CPU cores.
     """
     recipes = (
-        MATMUL_RECIPES
+        MATMUL_FORMATS
         if recipes is None
         else tuple(choices.matmul_recipe(r, "recipe") for r in ((recipes,) if isinstance(recipes, str) else recipes))
     )
@@ -387,7 +388,7 @@ def markdown_table(rows: list[MatmulError], *, metric: str = "relative_error") -
 
     Cells hold ``metric``: ``"relative_error"`` (the default, ``||C - C64||_F / ||C64||_F``, as
     ``1.23e-03``), ``"max_abs_error"`` (same format) or ``"qsnr_db"`` (dB, one decimal). Recipes
-    are ordered as in `MATMUL_RECIPES`, distributions as in `DISTRIBUTIONS`, sizes ascending; a
+    are ordered as in `MATMUL_FORMATS`, distributions as in `DISTRIBUTIONS`, sizes ascending; a
     combination missing from ``rows`` is shown as ``-``.
 
     Raises:
@@ -412,7 +413,7 @@ def markdown_table(rows: list[MatmulError], *, metric: str = "relative_error") -
     def order(names: set[str], known: tuple[str, ...]) -> list[str]:
         return sorted(names, key=lambda n: (known.index(n), "") if n in known else (len(known), n))
 
-    recipes = order({k[0] for k in cells}, MATMUL_RECIPES)
+    recipes = order({k[0] for k in cells}, MATMUL_FORMATS)
     columns = [(d, s) for d in order({k[1] for k in cells}, DISTRIBUTIONS) for s in sorted({k[2] for k in cells})]
     columns = [(d, s) for d, s in columns if any((r, d, s) in cells for r in recipes)]
     header = ["recipe", *(f"{d} {s}" for d, s in columns)]
@@ -420,3 +421,17 @@ def markdown_table(rows: list[MatmulError], *, metric: str = "relative_error") -
         [f"`{r}`", *(_cell(cells[r, d, s], metric) if (r, d, s) in cells else "-" for d, s in columns)] for r in recipes
     ]
     return text_table(table, header, align="l" + "r" * len(columns), markdown=True)
+
+
+def __getattr__(name: str) -> Any:
+    """``MATMUL_FORMATS``, this module's name of `MATMUL_FORMATS` in earlier releases: kept for one
+    release, with a `DeprecationWarning`."""
+    if name == "MATMUL_FORMATS":
+        warnings.warn(
+            "fpemu.tools.accuracy.MATMUL_FORMATS is deprecated and will be removed in the next release; use "
+            "fpemu.tools.accuracy.MATMUL_FORMATS",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return MATMUL_FORMATS
+    raise AttributeError(f"module 'fpemu.tools.accuracy' has no attribute {name!r}")

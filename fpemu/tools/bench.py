@@ -381,7 +381,7 @@ def select(
       matmul_sizes: ``n`` of the matmul rows (default ``settings.matmul_size``), likewise.
 
     Raises:
-      fpemu.UnknownFormatError, fpemu.scaled.UnknownRecipeError: for an unknown format or recipe.
+      fpemu.UnknownFormatError, fpemu.scaled.UnknownBlockFormatError: for an unknown format or recipe.
       ValueError: for a format wider than float32 (fp64), an unknown rounding mode (listing them), or a
         size below 1.
 
@@ -402,7 +402,7 @@ def select(
         raise ValueError(f"the bench rounds float32 inputs: {', '.join(wide)} does not fit in float32; "
                          f"choose from: {', '.join(fitting)}")  # fmt: skip
     default_recipes = FULL_RECIPES if full else QUICK_RECIPES
-    chosen = tuple(dict.fromkeys(fpemu.scaled.get_recipe(r).name for r in (default_recipes if recipes is None
+    chosen = tuple(dict.fromkeys(fpemu.scaled.get_block_format(r).name for r in (default_recipes if recipes is None
                                                                             else recipes)))  # fmt: skip
     default_modes = ("toward_zero", "stochastic") if full else ("stochastic",)
     mode_list = choices.check_names("rounding mode", list(default_modes if modes is None else modes) or
@@ -422,7 +422,7 @@ def _dtype_name(fmt: str) -> str:
 
 
 def _element_name(recipe: str) -> str:
-    element = fpemu.scaled.get_recipe(recipe).element
+    element = fpemu.scaled.get_block_format(recipe).element
     return element if isinstance(element, str) else element.name
 
 
@@ -587,7 +587,7 @@ def _matmul_cases(selection: Selection, m: int, suffix: str, copy: str, backend:
     add("native-fp8xfp8-f32", "jit lax.dot_general on float8_e4m3fn casts, float32 accumulation (where the backend "
         "compiles it)", "peer", lambda: _checked(_jitted(_native_fp8_dot, *ab()), "the native FP8 dot"))  # fmt: skip
     for recipe in selection.recipes:
-        if recipe in fpemu.scaled.MATMUL_RECIPES:
+        if recipe in fpemu.scaled.MATMUL_FORMATS:
             add(f"scaled-{recipe}", f"fpemu.scaled.matmul(a, b, {recipe!r}): both operands quantized along K "
                 "(jitted inside), float32 accumulation", "fpemu",
                 lambda recipe=recipe: _scaled_matmul_call(recipe, *ab()))  # fmt: skip
@@ -598,7 +598,7 @@ def _matmul_cases(selection: Selection, m: int, suffix: str, copy: str, backend:
 
 
 def _scaled_matmul_call(recipe: str, a: jax.Array, b: jax.Array) -> Callable[[], Any]:
-    name = cast("fpemu.scaled.MatmulRecipe", recipe)
+    name = cast("fpemu.scaled.MatmulFormat", recipe)
     return lambda: fpemu.scaled.matmul(a, b, name)
 
 

@@ -74,21 +74,21 @@ def check_names(what: str, names: Sequence[str], choices: Sequence[str]) -> list
 
 
 def matmul_recipe(name: object, what: str = "matmul recipe", valid: Sequence[str] | None = None) -> str:
-    """A `fpemu.scaled.matmul` recipe's name: one of ``MATMUL_RECIPES``, or an alias that
-    `fpemu.scaled.get_recipe` accepts for one (``"mxfp8"`` -> ``"mxfp8_e4m3"``, as `fpemu.scaled.matmul`
+    """A `fpemu.scaled.matmul` recipe's name: one of ``MATMUL_FORMATS``, or an alias that
+    `fpemu.scaled.get_block_format` accepts for one (``"mxfp8"`` -> ``"mxfp8_e4m3"``, as `fpemu.scaled.matmul`
     takes it); else ValueError (`unknown`'s message).
 
     Example:
       >>> matmul_recipe("mxfp8"), matmul_recipe("bf16")
       ('mxfp8_e4m3', 'bf16')
     """
-    valid = fpemu.scaled.MATMUL_RECIPES if valid is None else valid
+    valid = fpemu.scaled.MATMUL_FORMATS if valid is None else valid
     if isinstance(name, str):
         if name in valid:
             return name
         try:
-            canonical = fpemu.scaled.get_recipe(name).name
-        except fpemu.scaled.UnknownRecipeError:
+            canonical = fpemu.scaled.get_block_format(name).name
+        except fpemu.scaled.UnknownBlockFormatError:
             canonical = ""
         if canonical in valid:
             return canonical
@@ -96,10 +96,10 @@ def matmul_recipe(name: object, what: str = "matmul recipe", valid: Sequence[str
 
 
 def matmul_recipe_names(names: Sequence[str], valid: Sequence[str] | None = None) -> list[str]:
-    """`matmul_recipe` of each name (``valid``: the recipes, default ``MATMUL_RECIPES``), without repeats;
+    """`matmul_recipe` of each name (``valid``: the recipes, default ``MATMUL_FORMATS``), without repeats;
     an empty list is refused, listing the recipes."""
     if not names:
-        choices = fpemu.scaled.MATMUL_RECIPES if valid is None else valid
+        choices = fpemu.scaled.MATMUL_FORMATS if valid is None else valid
         raise ValueError(f"no matmul recipes given; choose from: {', '.join(choices)}")
     return list(dict.fromkeys(matmul_recipe(name, valid=valid) for name in names))
 
@@ -165,13 +165,13 @@ def format_names(text: str) -> list[fpemu.Format]:
 
 
 def recipe_names(text: str) -> list[str]:
-    """Comma-separated `fpemu.scaled` recipes, as their canonical names (`fpemu.scaled.get_recipe`'s aliases
-    are accepted); an unknown one gives get_recipe's message (close names, all recipes)."""
+    """Comma-separated `fpemu.scaled` recipes, as their canonical names (`fpemu.scaled.get_block_format`'s aliases
+    are accepted); an unknown one gives get_block_format's message (close names, all recipes)."""
     out = []
     for name in split_list(text):
         try:
-            out.append(fpemu.scaled.get_recipe(name).name)
-        except fpemu.scaled.UnknownRecipeError as error:
+            out.append(fpemu.scaled.get_block_format(name).name)
+        except fpemu.scaled.UnknownBlockFormatError as error:
             raise ValueError(str(error)) from None
     return list(dict.fromkeys(out))
 

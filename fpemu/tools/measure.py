@@ -168,7 +168,7 @@ def add_plot_parser(subcommands: Any) -> argparse.ArgumentParser:
     draw.add_argument(
         "--recipes", type=choices.option(choices.split_list), default=None, metavar="R,S,...",
         help="qsnr: fpemu.scaled recipes (default all); matmul-error: fpemu.scaled.matmul's recipes "
-        f"({', '.join(accuracy.MATMUL_RECIPES)}; default all)",
+        f"({', '.join(accuracy.MATMUL_FORMATS)}; default all)",
     )  # fmt: skip
     draw.add_argument(
         "--distributions", type=choices.option(_distributions), default=None, metavar="D,E,...",
@@ -327,7 +327,7 @@ def _check_recipes(parser: argparse.ArgumentParser, kinds: tuple[str, ...], name
             parser.error(f"argument --recipes: qsnr: {error}")
     if "matmul-error" in kinds:
         try:
-            out = choices.matmul_recipe_names(names, accuracy.MATMUL_RECIPES)
+            out = choices.matmul_recipe_names(names, accuracy.MATMUL_FORMATS)
         except ValueError as error:
             parser.error(f"argument --recipes: matmul-error: {error}")
     return out

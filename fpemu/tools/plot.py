@@ -164,8 +164,8 @@ def recipe_label(name: str) -> str:
       ['fp8_e4m3 (per tensor)', 'nvfp4 (blocks of 16)', 'bf16']
     """
     try:
-        recipe = fpemu.scaled.get_recipe(name)
-    except fpemu.scaled.UnknownRecipeError:  # fp32, bf16, fp16: a cast, no scale
+        recipe = fpemu.scaled.get_block_format(name)
+    except fpemu.scaled.UnknownBlockFormatError:  # fp32, bf16, fp16: a cast, no scale
         return name
     return f"{name} ({'per tensor' if recipe.block_size is None else f'blocks of {recipe.block_size}'})"
 
@@ -381,7 +381,7 @@ def qsnr_table(
     """QSNR in dB (`fpemu.scaled.qsnr`) of ``scaled.quantize_dequantize(x, recipe)`` for each data set and recipe.
 
     Args:
-      recipes: recipe names (aliases accepted) or `fpemu.scaled.Recipe` objects.
+      recipes: recipe names (aliases accepted) or `fpemu.scaled.BlockFormat` objects.
       shape: the float32 values of each distribution.
       seed: distribution ``d`` is drawn with ``numpy.random.default_rng([seed, DISTRIBUTIONS.index(d)])``.
       distributions: names from `fpemu.tools.data.DISTRIBUTIONS` (default: all; ``()``: none).
@@ -393,9 +393,9 @@ def qsnr_table(
       the block size, the last block is shorter (``pad=True``).
 
     Raises:
-      fpemu.scaled.UnknownRecipeError, ValueError: for an unknown recipe or distribution (listing them).
+      fpemu.scaled.UnknownBlockFormatError, ValueError: for an unknown recipe or distribution (listing them).
     """
-    recipe_list = [fpemu.scaled.get_recipe(r) for r in recipes]  # UnknownRecipeError lists the names
+    recipe_list = [fpemu.scaled.get_block_format(r) for r in recipes]  # UnknownBlockFormatError lists the names
     if not recipe_list:
         raise ValueError("no recipes given")
     names = datasets.DISTRIBUTIONS if distributions is None else tuple(distributions)
@@ -433,16 +433,16 @@ def plot_qsnr(
     The numbers are `qsnr_table`'s; the CSV has one row per bar: ``data, recipe, qsnr_db``.
 
     Args:
-      recipes: recipe names or `fpemu.scaled.Recipe` objects; every built-in recipe when None.
+      recipes: recipe names or `fpemu.scaled.BlockFormat` objects; every built-in recipe when None.
       path: the PNG to write.
       shape, seed, distributions, arrays: the data (`qsnr_table`).
 
     Raises:
-      fpemu.scaled.UnknownRecipeError, ValueError: for an unknown recipe or distribution.
+      fpemu.scaled.UnknownBlockFormatError, ValueError: for an unknown recipe or distribution.
       MissingMatplotlibError: without matplotlib.
     """
     require_matplotlib()
-    table = qsnr_table(fpemu.scaled.recipes() if recipes is None else recipes, shape=shape, seed=seed,
+    table = qsnr_table(fpemu.scaled.block_formats() if recipes is None else recipes, shape=shape, seed=seed,
                        distributions=distributions, arrays=arrays)  # fmt: skip
     names = list(next(iter(table.values())))
     fig = _figure(max(7.0, 0.45 * len(names) * len(table) + 3), 5)
@@ -509,7 +509,7 @@ def plot_matmul_error(
     the legend marks the recipe "exact"; -inf (a non-finite product) is marked "overflow".
 
     Args:
-      recipes: names from ``MATMUL_RECIPES``; all of them when None.
+      recipes: names from ``MATMUL_FORMATS``; all of them when None.
       sizes: the inner dimensions K.
       path: the PNG to write.
       distributions: names from ``DISTRIBUTIONS``; all when None, none with ``()`` (then ``data``).
@@ -524,7 +524,7 @@ def plot_matmul_error(
     require_matplotlib()
     from matplotlib.lines import Line2D
 
-    known = list(accuracy.MATMUL_RECIPES)
+    known = list(accuracy.MATMUL_FORMATS)
     recipe_names = known if recipes is None else choices.matmul_recipe_names([str(r) for r in recipes], known)
     names = list(accuracy.DISTRIBUTIONS if distributions is None else distributions)
     if names:

@@ -18,13 +18,13 @@ E8M0_NAN = fpemu.get_format("e8m0fnu").nan_code
 
 
 def _q(x, recipe, **kw):
-    return scaled.ScaledArray.from_array(jnp.asarray(np.asarray(x, np.float32)), recipe, **kw)
+    return scaled.BlockArray.from_array(jnp.asarray(np.asarray(x, np.float32)), recipe, **kw)
 
 
 # -- all-zero blocks and tensors ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("recipe", scaled.recipes())
+@pytest.mark.parametrize("recipe", scaled.block_formats())
 def test_all_zero_tensor_has_finite_scales_and_zero_output(recipe):
     x = np.zeros((4, 64), np.float32)
     x[1, ::3] = -0.0
@@ -121,7 +121,7 @@ def test_ceil_rule_beyond_e8m0_range_clamps_to_2_127():
     sa = _q(x, "mxint8", scale_rule="ceil")
     assert np.asarray(sa.scale).tolist() == [[254]]
     assert float(sa.values[0, 0]) == 127 / 64
-    reference.assert_equal(sa, reference.quantize(x, sa.recipe))
+    reference.assert_equal(sa, reference.quantize(x, sa.block_format))
 
 
 @pytest.mark.parametrize("recipe", MX)
@@ -169,8 +169,8 @@ def test_denormal_block_beside_a_normal_block():
 def test_block_size_must_divide_the_axis_unless_pad():
     x = jnp.ones((2, 40))
     with pytest.raises(ValueError, match=r"x.shape\[1\]=40 is not a multiple of block_size=32.*pad=True"):
-        scaled.ScaledArray.from_array(x, "mxfp4")
-    sa = scaled.ScaledArray.from_array(x, "mxfp4", pad=True)
+        scaled.BlockArray.from_array(x, "mxfp4")
+    sa = scaled.BlockArray.from_array(x, "mxfp4", pad=True)
     assert sa.scale.shape == (2, 2)
     assert sa.dequantize().shape == (2, 40)
 
@@ -193,7 +193,7 @@ def test_negative_and_positive_axes_agree(axis):
 @pytest.mark.parametrize("recipe", ["mxfp4", "nvfp4"])
 def test_half_precision_inputs_keep_their_dtype(dtype, recipe):
     x = jnp.asarray(np.random.default_rng(2).standard_normal((4, 64)), dtype)
-    sa = scaled.ScaledArray.from_array(x, recipe)
+    sa = scaled.BlockArray.from_array(x, recipe)
     assert sa.dtype == np.dtype(dtype)
     assert sa.values.dtype == jnp.float32
     y = sa.dequantize()
@@ -223,7 +223,7 @@ def test_half_precision_mx_output_is_exact():
 )
 def test_size_zero_arrays(recipe, shape):
     x = jnp.zeros(shape, jnp.float32)
-    sa = scaled.ScaledArray.from_array(x, recipe, pad=True)
+    sa = scaled.BlockArray.from_array(x, recipe, pad=True)
     assert sa.shape == shape
     assert sa.dequantize().shape == shape
     assert scaled.quantize_dequantize(x, recipe, pad=True).shape == shape
@@ -231,7 +231,7 @@ def test_size_zero_arrays(recipe, shape):
 
 
 def test_scalar_input_per_tensor():
-    sa = scaled.ScaledArray.from_array(jnp.float32(300.0), "fp8_e4m3")
+    sa = scaled.BlockArray.from_array(jnp.float32(300.0), "fp8_e4m3")
     assert sa.shape == () and sa.scale.shape == ()
     assert float(sa.dequantize()) == 300.0
 
@@ -240,52 +240,52 @@ def test_scalar_input_per_tensor():
 
 
 def test_unknown_recipe_names_close_matches():
-    match = r"unknown recipe 'mxfp9'; did you mean 'mxfp8'.*recipes: mxfp8_e4m3"
-    with pytest.raises(scaled.UnknownRecipeError, match=match):
-        scaled.ScaledArray.from_array(jnp.ones(32), "mxfp9")
+    match = r"unknown block format 'mxfp9'; did you mean 'mxfp8'.*block formats: mxfp8_e4m3"
+    with pytest.raises(scaled.UnknownBlockFormatError, match=match):
+        scaled.BlockArray.from_array(jnp.ones(32), "mxfp9")
 
 
 def test_float64_is_refused():
     with pytest.raises(TypeError, match="float64.*astype"):
-        scaled.ScaledArray.from_array(np.ones(32), "mxfp4")
+        scaled.BlockArray.from_array(np.ones(32), "mxfp4")
     with pytest.raises(TypeError, match="JAX or NumPy array"):
-        scaled.ScaledArray.from_array([1.0] * 32, "mxfp4")
+        scaled.BlockArray.from_array([1.0] * 32, "mxfp4")
     with pytest.raises(TypeError, match="int32"):
-        scaled.ScaledArray.from_array(np.ones(32, np.int32), "mxfp4")
+        scaled.BlockArray.from_array(np.ones(32, np.int32), "mxfp4")
 
 
 def test_axis_errors():
     with pytest.raises(ValueError, match=r"axis=2 is out of range for x of shape \(4, 32\) \(valid: -2..1\)"):
-        scaled.ScaledArray.from_array(jnp.ones((4, 32)), "mxfp4", axis=2)
+        scaled.BlockArray.from_array(jnp.ones((4, 32)), "mxfp4", axis=2)
     with pytest.raises(ValueError, match="axis must be an int, not None"):
-        scaled.ScaledArray.from_array(jnp.ones((4, 32)), "mxfp4", axis=None)
+        scaled.BlockArray.from_array(jnp.ones((4, 32)), "mxfp4", axis=None)
     with pytest.raises(TypeError, match="axis must be an int, got float 1.0"):
-        scaled.ScaledArray.from_array(jnp.ones((4, 32)), "fp8_e4m3", axis=1.0)
+        scaled.BlockArray.from_array(jnp.ones((4, 32)), "fp8_e4m3", axis=1.0)
 
 
 def test_rounding_errors_list_the_allowed_modes():
     with pytest.raises(ValueError, match="rounding must be one of nearest_even, nearest_away, toward_zero, stochastic"):
-        scaled.ScaledArray.from_array(jnp.ones(4), "fp8_e4m3", rounding="toward_positive")
+        scaled.BlockArray.from_array(jnp.ones(4), "fp8_e4m3", rounding="toward_positive")
     with pytest.raises(ValueError, match="needs key"):
-        scaled.ScaledArray.from_array(jnp.ones(32), "mxfp4", rounding="stochastic")
+        scaled.BlockArray.from_array(jnp.ones(32), "mxfp4", rounding="stochastic")
     with pytest.raises(ValueError, match="rounding must be one of"):
-        scaled.ScaledArray.from_array(jnp.ones(32), "mxfp4", rounding="nearest")
+        scaled.BlockArray.from_array(jnp.ones(32), "mxfp4", rounding="nearest")
 
 
 def test_scale_argument_errors():
-    with pytest.raises(ValueError, match="not supported for recipe nvfp4"):
-        scaled.ScaledArray.from_array(jnp.ones(16), "nvfp4", scale=1.0)
+    with pytest.raises(ValueError, match="not supported for block format nvfp4"):
+        scaled.BlockArray.from_array(jnp.ones(16), "nvfp4", scale=1.0)
     with pytest.raises(ValueError, match="powers of two"):
-        scaled.ScaledArray.from_array(jnp.ones(32), "mxfp4", scale=3.0)
+        scaled.BlockArray.from_array(jnp.ones(32), "mxfp4", scale=3.0)
     with pytest.raises(ValueError, match="positive normal"):
-        scaled.ScaledArray.from_array(jnp.ones(4), "fp8_e4m3", scale=0.0)
+        scaled.BlockArray.from_array(jnp.ones(4), "fp8_e4m3", scale=0.0)
     with pytest.raises(ValueError, match="does not broadcast"):
-        scaled.ScaledArray.from_array(jnp.ones((4, 32)), "mxfp4", scale=np.ones(3, np.float32))
+        scaled.BlockArray.from_array(jnp.ones((4, 32)), "mxfp4", scale=np.ones(3, np.float32))
 
 
 def test_pad_must_be_bool():
     with pytest.raises(TypeError, match="pad must be a bool"):
-        scaled.ScaledArray.from_array(jnp.ones(32), "mxfp4", pad="yes")
+        scaled.BlockArray.from_array(jnp.ones(32), "mxfp4", pad="yes")
 
 
 def test_mxint8_has_no_negative_zero():
@@ -298,6 +298,6 @@ def test_mxint8_has_no_negative_zero():
 
 def test_bfloat16_input_is_scaled_exactly():
     x = np.array([[448.0, 2.0**-3 * 1.0625, 2.0**-133]], ml_dtypes.bfloat16)  # exact in bf16; one subnormal
-    sa = scaled.ScaledArray.from_array(jnp.asarray(x), "mxfp8_e4m3", pad=True)  # scale 2**0
+    sa = scaled.BlockArray.from_array(jnp.asarray(x), "mxfp8_e4m3", pad=True)  # scale 2**0
     assert sa.values.tolist() == [[448.0, 0.125, 0.0]]  # 0.1328125 ties down to even 0.125
     reference.assert_equal(sa, reference.quantize(x, "mxfp8_e4m3", pad=True))

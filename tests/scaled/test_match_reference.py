@@ -1,5 +1,5 @@
 """The fast path against the independent NumPy reference, bit for bit: element values, scale codes,
-global scale, `ScaledArray.dequantize` and the fused `quantize_dequantize`.
+global scale, `BlockArray.dequantize` and the fused `quantize_dequantize`.
 
 Inputs come from hypothesis (structured draws: Gaussian, heavy tails, log-normal, raw bit
 patterns, subnormal-range and huge blocks, near-boundary significands, exact ties, zeros, NaN and
@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fpemu._engine import rng as _random
-from fpemu.scaled import MXINT8_ELEMENT, Recipe, ScaledArray, get_recipe, quantize_dequantize, recipes
+from fpemu.scaled import MXINT8_ELEMENT, BlockArray, BlockFormat, block_formats, get_block_format, quantize_dequantize
 from fpemu.testing import scaled_reference as reference
 
 SHAPE = (4, 64)
@@ -86,7 +86,7 @@ def arrays(draw, shape=SHAPE, dtypes=(np.float32,)):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("recipe", recipes())
+@pytest.mark.parametrize("recipe", block_formats())
 @settings(max_examples=EXAMPLES)
 @given(x=arrays(dtypes=(ml_dtypes.bfloat16, np.float16)), stochastic=st.booleans())
 def test_every_recipe_half_precision_and_stochastic(recipe, x, stochastic):
@@ -94,19 +94,19 @@ def test_every_recipe_half_precision_and_stochastic(recipe, x, stochastic):
 
 
 def _check(x, recipe, **kw):
-    """ScaledArray.from_array / dequantize / quantize_dequantize against the reference."""
+    """BlockArray.from_array / dequantize / quantize_dequantize against the reference."""
     fast_kw, ref_kw = dict(kw), dict(kw)
     if kw.get("rounding") == "stochastic":
         key = jax.random.key(7)
         fast_kw["key"] = key
         ref_kw["random"] = np.asarray(_random.random_uint32(_random.seeds_from_key(key), x.shape))
     expected = reference.quantize(x, recipe, **ref_kw)
-    sa = ScaledArray.from_array(jnp.asarray(x), recipe, **fast_kw)
+    sa = BlockArray.from_array(jnp.asarray(x), recipe, **fast_kw)
     reference.assert_equal(sa, expected, f"{getattr(recipe, 'name', recipe)} {kw}")
     reference.assert_equal(quantize_dequantize(jnp.asarray(x), recipe, **fast_kw), expected.dequantized, "fused")
 
 
-@pytest.mark.parametrize("recipe", recipes())
+@pytest.mark.parametrize("recipe", block_formats())
 @share(3)
 @given(x=arrays())
 def test_matches_reference(recipe, x):
@@ -128,31 +128,37 @@ def test_stochastic_rounding_matches_reference(recipe, x):
 
 
 @share(2)
-@given(x=arrays(), rounding=st.sampled_from(get_recipe("mxfp6_e3m2").allowed_roundings))
+@given(x=arrays(), rounding=st.sampled_from(get_block_format("mxfp6_e3m2").allowed_roundings))
 def test_every_rounding_mode_of_a_power_of_two_recipe(x, rounding):
     _check(x, "mxfp6_e3m2", rounding=rounding)
 
 
 @share(3)
-@given(x=arrays(), rounding=st.sampled_from(get_recipe("fp8_e4m3").allowed_roundings))
+@given(x=arrays(), rounding=st.sampled_from(get_block_format("fp8_e4m3").allowed_roundings))
 def test_every_rounding_mode_of_a_float_recipe(x, rounding):
     _check(x, "fp8_e4m3", rounding=rounding, axis=0)
 
 
 _E8M0 = "e8m0fnu"
 VARIANTS = [
-    Recipe(name="mxfp4_ceil", element="e2m1fn", block_size=32, scale_format=_E8M0, scale_rule="ceil"),
-    Recipe(name="mxfp8_even", element="e4m3fn", block_size=32, scale_format=_E8M0, scale_rule="even"),
-    Recipe(name="mxfp6_ceil_log2", element="e2m3fn", block_size=32, scale_format=_E8M0, scale_rule="ceil_log2"),
-    Recipe(name="mxint8_ceil", element=MXINT8_ELEMENT, block_size=32, scale_format=_E8M0, scale_rule="ceil"),
-    Recipe(name="e5m2_rows_e8m0", element="e5m2", scale_format=_E8M0, scale_rule="ocp", margin=2),
-    Recipe(name="e4m3_pow2_fp32", element="e4m3fn", scale_format="fp32", scale_rule="ceil", margin=-1),
-    Recipe(name="fp8_margin", element="e5m2", scale_format="fp32", scale_rule="float", margin=3),
-    Recipe(name="e4m3_blocks_fp32", element="e4m3fn", block_size=16, scale_format="fp32", scale_rule="float"),
-    Recipe(name="nvfp4_one_level", element="e2m1fn", block_size=16, scale_format="e4m3fn", scale_rule="float"),
-    Recipe(name="mxfp8_no_sat", element="e4m3fn", block_size=32, scale_format=_E8M0, scale_rule="ocp", saturate=False),
-    Recipe(name="mxfp8e5_no_sat", element="e5m2", block_size=8, scale_format=_E8M0, scale_rule="ocp", saturate=False),
-    Recipe(name="mxfp4_no_sat", element="e2m1fn", block_size=32, scale_format=_E8M0, scale_rule="ocp", saturate=False),
+    BlockFormat(name="mxfp4_ceil", element="e2m1fn", block_size=32, scale_format=_E8M0, scale_rule="ceil"),
+    BlockFormat(name="mxfp8_even", element="e4m3fn", block_size=32, scale_format=_E8M0, scale_rule="even"),
+    BlockFormat(name="mxfp6_ceil_log2", element="e2m3fn", block_size=32, scale_format=_E8M0, scale_rule="ceil_log2"),
+    BlockFormat(name="mxint8_ceil", element=MXINT8_ELEMENT, block_size=32, scale_format=_E8M0, scale_rule="ceil"),
+    BlockFormat(name="e5m2_rows_e8m0", element="e5m2", scale_format=_E8M0, scale_rule="ocp", margin=2),
+    BlockFormat(name="e4m3_pow2_fp32", element="e4m3fn", scale_format="fp32", scale_rule="ceil", margin=-1),
+    BlockFormat(name="fp8_margin", element="e5m2", scale_format="fp32", scale_rule="float", margin=3),
+    BlockFormat(name="e4m3_blocks_fp32", element="e4m3fn", block_size=16, scale_format="fp32", scale_rule="float"),
+    BlockFormat(name="nvfp4_one_level", element="e2m1fn", block_size=16, scale_format="e4m3fn", scale_rule="float"),
+    BlockFormat(
+        name="mxfp8_no_sat", element="e4m3fn", block_size=32, scale_format=_E8M0, scale_rule="ocp", saturate=False
+    ),
+    BlockFormat(
+        name="mxfp8e5_no_sat", element="e5m2", block_size=8, scale_format=_E8M0, scale_rule="ocp", saturate=False
+    ),
+    BlockFormat(
+        name="mxfp4_no_sat", element="e2m1fn", block_size=32, scale_format=_E8M0, scale_rule="ocp", saturate=False
+    ),
 ]
 
 
@@ -196,23 +202,23 @@ def _every_bfloat16() -> np.ndarray:
 
 
 @pytest.mark.parametrize(
-    "recipe", [r if r in FAST_SUBSET else pytest.param(r, marks=pytest.mark.slow) for r in recipes()]
+    "recipe", [r if r in FAST_SUBSET else pytest.param(r, marks=pytest.mark.slow) for r in block_formats()]
 )
 def test_every_bfloat16_value_in_consecutive_blocks(recipe):
     """All 2**16 bfloat16 patterns in order: blocks of neighbouring codes, from subnormal to NaN."""
     x = _every_bfloat16().reshape(-1, 256)
-    axis = -1 if get_recipe(recipe).block_size else 0
+    axis = -1 if get_block_format(recipe).block_size else 0
     _check(x, recipe, axis=axis)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("recipe", [*recipes(), *VARIANTS], ids=str)
+@pytest.mark.parametrize("recipe", [*block_formats(), *VARIANTS], ids=str)
 @pytest.mark.parametrize("companion", [1.0, 3.0, 2.0**-130, 2.0**100])
 def test_every_bfloat16_value_beside_a_fixed_amax(recipe, companion):
     """Every bfloat16 value v in a block [v, companion, 0, ...]: every element position relative to
     every kind of scale (the v's above the companion set the scale themselves)."""
     v = _every_bfloat16()
-    r = get_recipe(recipe)
+    r = get_block_format(recipe)
     width = r.block_size or 4
     x = np.zeros((v.size, width), np.float32)
     x[:, 0] = v

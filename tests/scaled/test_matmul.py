@@ -14,9 +14,9 @@ U32 = 2.0**-24
 
 
 def test_recipes_in_table_order():
-    assert scaled.MATMUL_RECIPES[:5] == ("fp32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2")
-    assert set(scaled.MATMUL_RECIPES) == {"fp32", "bf16", "fp16"} | set(scaled.recipes())
-    assert scaled.MATMUL_RECIPES[-1] == "mxint8"
+    assert scaled.MATMUL_FORMATS[:5] == ("fp32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2")
+    assert set(scaled.MATMUL_FORMATS) == {"fp32", "bf16", "fp16"} | set(scaled.block_formats())
+    assert scaled.MATMUL_FORMATS[-1] == "mxint8"
 
 
 def test_blocks_run_along_the_contraction():
@@ -46,14 +46,14 @@ def test_small_products():
     assert scaled.matmul(a, b, "fp8_e4m3").item() == pytest.approx(9.6, rel=4 * U32)
 
 
-@pytest.mark.parametrize("recipe", [r for r in scaled.MATMUL_RECIPES if r in scaled.recipes()])
+@pytest.mark.parametrize("recipe", [r for r in scaled.MATMUL_FORMATS if r in scaled.block_formats()])
 def test_the_operands_without_their_tensor_scales_are_bfloat16(recipe):
     # The premise of the bf16 fast path: rounding an operand's blocks (the dequantized values without
     # a float per-tensor scale) to bfloat16 changes nothing (elements of at most 8 significant bits
     # together with their block scales; bfloat16 has 8), on heavy-tailed data (Student's t, 3 degrees
     # of freedom).
     a = np.random.default_rng(0).standard_t(3, (64, 64)).astype(np.float32)
-    axis = -1 if scaled.get_recipe(recipe).block_size else None
+    axis = -1 if scaled.get_block_format(recipe).block_size else None
     blocks, _ = scaled.quantize_dequantize_split(a, recipe, axis=axis)
     np.testing.assert_array_equal(np.asarray(fpemu.quantize(blocks, "bf16")), np.asarray(blocks))
 
@@ -65,7 +65,7 @@ def test_per_tensor_scales_multiply_the_float32_product(recipe):
     rng = np.random.default_rng(2)
     a = ((1 + rng.integers(0, 129, (3, 32)) / 64) * rng.choice([-1, 1], (3, 32))).astype(np.float32)
     b = ((1 + rng.integers(0, 129, (32, 2)) / 64) * rng.choice([-1, 1], (32, 2))).astype(np.float32)
-    per_tensor = scaled.get_recipe(recipe).block_size is None
+    per_tensor = scaled.get_block_format(recipe).block_size is None
     blocks_a, t_a = expected_split(a, recipe, None if per_tensor else -1)
     blocks_b, t_b = expected_split(b.T.copy(), recipe, None if per_tensor else -1)
     sums = (blocks_a.astype(np.float64) @ blocks_b.T.astype(np.float64)).astype(np.float32)  # exact
@@ -93,7 +93,7 @@ def test_recipe_aliases_mean_what_get_recipe_says():
     rng = np.random.default_rng(5)
     a, b = rng.normal(size=(4, 64)).astype(np.float32), rng.normal(size=(64, 3)).astype(np.float32)
     for alias, name in (("mxfp8", "mxfp8_e4m3"), ("mxfp4_e2m1", "mxfp4")):
-        assert scaled.get_recipe(alias).name == name
+        assert scaled.get_block_format(alias).name == name
         assert_bit_exact(scaled.matmul(a, b, alias), scaled.matmul(a, b, name))
     assert_bit_exact(
         scaled.matmul(a, b, "mxfp8"),
@@ -102,9 +102,9 @@ def test_recipe_aliases_mean_what_get_recipe_says():
 
 
 def test_unknown_recipe_lists_the_recipes():
-    with pytest.raises(ValueError, match="recipe must be one of") as info:
+    with pytest.raises(ValueError, match="fmt must be one of") as info:
         scaled.matmul(np.ones((2, 2), np.float32), np.ones((2, 2), np.float32), "fp64")
-    assert all(name in str(info.value) for name in scaled.MATMUL_RECIPES)
+    assert all(name in str(info.value) for name in scaled.MATMUL_FORMATS)
 
 
 def test_bad_operands():

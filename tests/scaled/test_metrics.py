@@ -80,7 +80,7 @@ def test_qsnr_is_qsnr_from_relative_error_of_relative_error():
 
 def test_qsnr_table_rows_cover_every_recipe():
     names = {r.name for _, _, r, _ in qsnr_table.rows()}
-    assert set(scaled.recipes()) <= names
+    assert set(scaled.block_formats()) <= names
 
 
 @pytest.mark.slow

@@ -10,7 +10,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from fpemu import scaled
-from fpemu.scaled import get_recipe
+from fpemu.scaled import get_block_format
 from tests.scaled.test_match_reference import VARIANTS, arrays, share
 
 POW2 = ["mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e3m2", "mxfp6_e2m3", "mxfp4", "mxint8", *VARIANTS[:2], VARIANTS[5]]
@@ -30,9 +30,9 @@ def _ulp(v: np.ndarray, fmt) -> np.ndarray:
 def test_error_within_half_an_element_ulp_times_the_scale(recipe, x):
     """Power-of-two scales, nearest even: |dequantize(quantize(x)) - x| <= ulp_elem(x / s) * s / 2
     for every finite element that does not saturate (|x / s| <= max_elem)."""
-    r = get_recipe(recipe)
+    r = get_block_format(recipe)
     axis = -1 if r.block_size or recipe is VARIANTS[5] else None
-    sa = scaled.ScaledArray.from_array(jnp.asarray(x), r, axis=axis)
+    sa = scaled.BlockArray.from_array(jnp.asarray(x), r, axis=axis)
     s = np.broadcast_to(np.repeat(np.asarray(sa.scale_values(), np.float64), r.block_size or 1, axis=-1), x.shape)
     with np.errstate(all="ignore"):  # NaN (signalling ones too) and inf elements are masked out
         x64 = x.astype(np.float64)
@@ -48,8 +48,8 @@ def test_error_within_half_an_element_ulp_times_the_scale(recipe, x):
 @given(x=arrays())
 def test_float_scale_error_bound(recipe, x):
     """Float scales round x * enc to float32 first: the bound gains a float32 rounding of x."""
-    r = get_recipe(recipe)
-    sa = scaled.ScaledArray.from_array(jnp.asarray(x), r)
+    r = get_block_format(recipe)
+    sa = scaled.BlockArray.from_array(jnp.asarray(x), r)
     s = np.asarray(sa.scale_values(), np.float64)
     if r.block_size:
         s = np.repeat(s, r.block_size, axis=-1) * float(np.asarray(sa.global_scale).ravel()[0])
@@ -72,10 +72,10 @@ def test_power_of_two_scaling_commutes_with_quantization(recipe, seed, j, heavy)
     x = x.astype(np.float32)
     assume(np.all(np.abs(x[x != 0]) > 2.0**-80))
     xj = (x.astype(np.float64) * 2.0**j).astype(np.float32)  # exact
-    a = scaled.ScaledArray.from_array(jnp.asarray(x), recipe)
-    b = scaled.ScaledArray.from_array(jnp.asarray(xj), recipe)
+    a = scaled.BlockArray.from_array(jnp.asarray(x), recipe)
+    b = scaled.BlockArray.from_array(jnp.asarray(xj), recipe)
     np.testing.assert_array_equal(np.asarray(a.values), np.asarray(b.values))
-    r = a.recipe
+    r = a.block_format
     if r.scale_kind == "pow2":
         np.testing.assert_array_equal(np.asarray(b.scale).astype(int), np.asarray(a.scale).astype(int) + j)
     elif r.scale_kind == "narrow":
@@ -104,13 +104,13 @@ def test_scale_exponent_rules_by_hand():
     x[0, 0] = 5.0
     codes = {}
     for rule in ("ocp", "ceil", "even", "ceil_log2"):
-        codes[rule] = int(scaled.ScaledArray.from_array(jnp.asarray(x), "mxfp4", scale_rule=rule).scale[0, 0]) - 127
+        codes[rule] = int(scaled.BlockArray.from_array(jnp.asarray(x), "mxfp4", scale_rule=rule).scale[0, 0]) - 127
     # ocp: floor(log2 5) - 2 = 0; ceil: ceil(log2(5/6)) = 0; even: 5 rounds to 2 bits -> 6 (ties away
     # at 5), floor(log2 6) - 2 = 0; ceil_log2: ceil(log2 5) - 2 = 1
     assert codes == {"ocp": 0, "ceil": 0, "even": 0, "ceil_log2": 1}
     x[0, 0] = 7.0  # 7 > 6: ceil gives 1; 7 rounds to 8 -> even gives 1
     codes = {
-        rule: int(scaled.ScaledArray.from_array(jnp.asarray(x), "mxfp4", scale_rule=rule).scale[0, 0]) - 127
+        rule: int(scaled.BlockArray.from_array(jnp.asarray(x), "mxfp4", scale_rule=rule).scale[0, 0]) - 127
         for rule in codes
     }
     assert codes == {"ocp": 0, "ceil": 1, "even": 1, "ceil_log2": 1}

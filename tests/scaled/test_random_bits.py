@@ -1,5 +1,5 @@
 """Explicit random bits in the scaled recipes (issue 15): ``random=`` instead of ``key=`` in
-`ScaledArray.from_array` and `quantize_dequantize`.
+`BlockArray.from_array` and `quantize_dequantize`.
 
 The scaled path rounds its elements with `fpemu.quantize` in ``x``'s own shape, so ``key=key`` draws
 ``fpemu.stochastic_bits(key, x.shape, random_bits)`` whatever the recipe, axis or block layout
@@ -14,7 +14,7 @@ import pytest
 
 import fpemu
 from fpemu import scaled
-from fpemu.scaled import ScaledArray, quantize_dequantize
+from fpemu.scaled import BlockArray, quantize_dequantize
 from fpemu.testing import scaled_reference as reference
 
 KEY = jax.random.key(29)
@@ -26,7 +26,7 @@ def _x(shape=(4, 64), seed=1) -> np.ndarray:
     return x.astype(np.float32)
 
 
-def _leaves(sa: ScaledArray) -> list[np.ndarray]:
+def _leaves(sa: BlockArray) -> list[np.ndarray]:
     return [np.asarray(leaf) for leaf in (sa.values, sa.scale, sa.global_scale) if leaf is not None]
 
 
@@ -46,8 +46,8 @@ def test_the_keys_bits_give_the_keyed_result(recipe, axis, k):
     kw = dict(axis=axis, rounding="stochastic", random_bits=k)
     bits = fpemu.stochastic_bits(KEY, x.shape, random_bits=k)
     keyed, explicit = (
-        ScaledArray.from_array(x, recipe, key=KEY, **kw),
-        ScaledArray.from_array(x, recipe, random=bits, **kw),
+        BlockArray.from_array(x, recipe, key=KEY, **kw),
+        BlockArray.from_array(x, recipe, random=bits, **kw),
     )
     for a, b in zip(_leaves(explicit), _leaves(keyed), strict=True):
         _assert_same_array(a, b)
@@ -62,7 +62,7 @@ def test_arbitrary_bits_against_the_reference(recipe, variant):
     bits = np.random.default_rng(3).integers(0, 16, (1, 64), dtype=np.int64)  # broadcast over the rows
     kw = dict(rounding="stochastic", random_bits=4, stochastic_variant=variant)
     expected = reference.quantize(x, recipe, random=np.broadcast_to(bits, x.shape), **kw)
-    reference.assert_equal(ScaledArray.from_array(x, recipe, random=bits, **kw), expected, recipe)
+    reference.assert_equal(BlockArray.from_array(x, recipe, random=bits, **kw), expected, recipe)
     reference.assert_equal(quantize_dequantize(x, recipe, random=bits, **kw), expected.dequantized, "fused")
 
 
@@ -72,7 +72,7 @@ def test_with_a_given_scale_and_a_short_last_block():
     scale = np.array([[2.0**-3, 2.0**-1]], np.float32)
     kw = dict(rounding="stochastic", pad=True, scale=scale)
     expected = reference.quantize(x, "mxfp8_e5m2", random=bits, **kw)
-    reference.assert_equal(ScaledArray.from_array(x, "mxfp8_e5m2", random=bits, **kw), expected)
+    reference.assert_equal(BlockArray.from_array(x, "mxfp8_e5m2", random=bits, **kw), expected)
 
 
 def test_all_zero_and_all_one_bits_round_down_and_up():
@@ -94,7 +94,7 @@ def test_traced_bits_and_the_gradient():
 
 
 def test_delayed_scaling_takes_the_bits():
-    ds = scaled.DelayedScaling(recipe="mxfp6_e3m2", axis=-1, history_length=2)
+    ds = scaled.DelayedScaling(block_format="mxfp6_e3m2", axis=-1, history_length=2)
     x = jnp.asarray(_x())
     state = ds.init(x)
     _, state = ds.quantize_dequantize(x, state)  # a scale from the history
@@ -124,7 +124,7 @@ def test_delayed_scaling_takes_the_bits():
 )
 def test_bad_random(kwargs, error, match):
     x = jnp.ones((2, 32), jnp.float32)
-    for fn in (ScaledArray.from_array, quantize_dequantize):
+    for fn in (BlockArray.from_array, quantize_dequantize):
         with pytest.raises(error, match=match):
             fn(x, "mxfp4", rounding="stochastic", **kwargs)
     with pytest.raises(ValueError, match="random is only used with rounding='stochastic'"):

@@ -1,4 +1,4 @@
-"""IEEE P3109's saturation modes in the scaled recipes (issue 15): `Recipe.saturate` and the
+"""IEEE P3109's saturation modes in the scaled recipes (issue 15): `BlockFormat.saturate` and the
 ``saturate=`` override take what `fpemu.quantize` takes (False, True, "sat_finite",
 "sat_propagate", "ovf_inf") and pass it to the element rounding.
 
@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fpemu.scaled import Recipe, ScaledArray, get_recipe, quantize_dequantize
+from fpemu.scaled import BlockArray, BlockFormat, get_block_format, quantize_dequantize
 from fpemu.testing import scaled_reference as reference
 
 MODES = [False, True, "sat_finite", "sat_propagate", "ovf_inf"]
@@ -41,8 +41,8 @@ def _blocks() -> np.ndarray:
     return x
 
 
-def _recipe(name: str, saturate) -> Recipe:
-    return dataclasses.replace(get_recipe(name), name=f"{name}-{saturate}", saturate=saturate)
+def _recipe(name: str, saturate) -> BlockFormat:
+    return dataclasses.replace(get_block_format(name), name=f"{name}-{saturate}", saturate=saturate)
 
 
 @pytest.mark.parametrize(
@@ -67,7 +67,7 @@ def test_current_scaling_against_the_reference(recipe, rounding, saturate):
         kw.update(random=bits, random_bits=8)
         ref_kw.update(random=bits, random_bits=8)
     expected = reference.quantize(x, r, **ref_kw)
-    reference.assert_equal(ScaledArray.from_array(x, r, **kw), expected, f"{recipe} {saturate}")
+    reference.assert_equal(BlockArray.from_array(x, r, **kw), expected, f"{recipe} {saturate}")
     reference.assert_equal(quantize_dequantize(x, r, **kw), expected.dequantized, "fused")
 
 
@@ -85,7 +85,7 @@ def test_a_given_scale_lets_infinities_and_overflow_through(recipe, rounding, sa
     r = _recipe(recipe, saturate)
     scale = np.float32(2.0) if recipe.startswith("fp8") else np.array([[2.0]], np.float32)
     expected = reference.quantize(x, r, rounding=rounding, scale=scale)
-    reference.assert_equal(ScaledArray.from_array(x, r, rounding=rounding, scale=scale), expected, str(saturate))
+    reference.assert_equal(BlockArray.from_array(x, r, rounding=rounding, scale=scale), expected, str(saturate))
     reference.assert_equal(quantize_dequantize(x, r, rounding=rounding, scale=scale), expected.dequantized, "fused")
 
 
@@ -112,11 +112,11 @@ def test_current_scaling_gives_an_infinite_group_the_nan_scale_in_every_mode():
 
 
 def test_a_recipe_holds_the_mode():
-    r = Recipe(name="p3109", element="e5m2", block_size=32, scale_format="e8m0fnu", scale_rule="ceil",
+    r = BlockFormat(name="p3109", element="e5m2", block_size=32, scale_format="e8m0fnu", scale_rule="ceil",
                saturate="sat_propagate")  # fmt: skip
     assert r.saturate == "sat_propagate"
     assert dataclasses.replace(r, saturate="ovf_inf").saturate == "ovf_inf"
-    with pytest.raises(ValueError, match=r"recipe 'p3109': saturate must be a bool .* 'sat_finite'"):
-        Recipe(name="p3109", element="e5m2", saturate="satfinite")
+    with pytest.raises(ValueError, match=r"block format 'p3109': saturate must be a bool .* 'sat_finite'"):
+        BlockFormat(name="p3109", element="e5m2", saturate="satfinite")
     with pytest.raises(ValueError, match="saturate must be a bool"):
         quantize_dequantize(jnp.ones((32,)), "mxfp4", saturate=0)

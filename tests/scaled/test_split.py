@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fpemu.scaled import get_recipe, quantize_dequantize, quantize_dequantize_split, recipes
+from fpemu.scaled import block_formats, get_block_format, quantize_dequantize, quantize_dequantize_split
 from fpemu.testing import assert_bit_exact
 from fpemu.testing import scaled_reference as reference
 
@@ -34,10 +34,12 @@ def _data(kind: str) -> np.ndarray:
 
 
 def _axes(name: str) -> list:
-    return [-1] if get_recipe(name).block_size else [None, -1]
+    return [-1] if get_block_format(name).block_size else [None, -1]
 
 
-CASES = [(name, axis, kind) for name in recipes() for axis in _axes(name) for kind in ("normal", "wide", "specials")]
+CASES = [
+    (name, axis, kind) for name in block_formats() for axis in _axes(name) for kind in ("normal", "wide", "specials")
+]
 
 
 def expected_split(x: np.ndarray, name: str, axis, random=None, random_bits=32):
@@ -69,7 +71,7 @@ def test_blocks_and_tensor_scale_match_the_reference(name, axis, kind):
 def test_stochastic_rounding_with_explicit_bits_matches_the_reference(name, kind):
     x = _data(kind)
     bits = np.random.default_rng(9).integers(0, 1 << 8, SHAPE, dtype=np.uint32)
-    axis = -1 if get_recipe(name).block_size else None
+    axis = -1 if get_block_format(name).block_size else None
     options = dict(axis=axis, pad=True, rounding="stochastic", random=bits, random_bits=8)
     blocks, t = quantize_dequantize_split(x, name, **options)
     want_blocks, want_t = expected_split(x, name, axis, random=bits, random_bits=8)

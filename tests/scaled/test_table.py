@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import fpemu
-from fpemu.scaled import _core, _table, get_recipe
+from fpemu.scaled import _core, _table, get_block_format
 
 TABLE_FORMATS = [fmt.name for fmt in fpemu.formats() if _table.applies(fmt)]
 
@@ -26,8 +26,8 @@ def test_e2m1_uses_tables_and_wider_formats_do_not():
     assert "e2m1fn" in TABLE_FORMATS
     assert not _table.applies(fpemu.get_format("e3m2fn"))  # 31 positive values
     assert not _table.applies(fpemu.get_format("e4m3fn"))  # NaN
-    assert _core._by_table(get_recipe("nvfp4"), None, "nearest_even")  # NVFP4 takes this path
-    assert not _core._by_table(get_recipe("nvfp4"), None, "stochastic")
+    assert _core._by_table(get_block_format("nvfp4"), None, "nearest_even")  # NVFP4 takes this path
+    assert not _core._by_table(get_block_format("nvfp4"), None, "stochastic")
 
 
 @pytest.mark.parametrize("name", TABLE_FORMATS)

@@ -14,13 +14,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fpemu.scaled import get_recipe, quantize_dequantize, quantize_dequantize_split, recipes
+from fpemu.scaled import block_formats, get_block_format, quantize_dequantize, quantize_dequantize_split
 from fpemu.testing import assert_bit_exact
 from fpemu.testing import scaled_reference as reference
 
 F32 = np.float32
 SHAPE = (40, 72)  # partial tiles in both dimensions for blocks of 16 and 32
-BLOCK_RECIPES = [name for name in recipes() if get_recipe(name).block_size is not None]
+BLOCK_RECIPES = [name for name in block_formats() if get_block_format(name).block_size is not None]
 
 
 def _data(kind: str) -> np.ndarray:
@@ -44,7 +44,7 @@ def _tiles(m: np.ndarray, b: int) -> tuple[np.ndarray, tuple[np.ndarray, np.ndar
 
 def _expected(x: np.ndarray, name: str, axis: int, **kw) -> reference.Result:
     """The reference on ``x``'s tiles (rows of ``tile_axis``, columns of ``axis``), back in ``x``'s layout."""
-    recipe = get_recipe(name)
+    recipe = get_block_format(name)
     b = recipe.block_size
     m = x if axis == 1 else x.T
     t, where = _tiles(m, b)

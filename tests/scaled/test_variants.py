@@ -1,4 +1,4 @@
-"""Stochastic-rounding variants of the scaled formats: `ScaledArray.from_array` and
+"""Stochastic-rounding variants of the scaled formats: `BlockArray.from_array` and
 `quantize_dequantize` with ``stochastic_variant`` against the independent reference
 (`fpemu.testing.scaled_reference`, whose element rounding is `fpemu.testing.reference`), bit for bit,
 with the random bits the key gives."""
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from fpemu._engine import rng as _random
-from fpemu.scaled import ScaledArray, quantize_dequantize
+from fpemu.scaled import BlockArray, quantize_dequantize
 from fpemu.testing import scaled_reference as reference
 
 VARIANTS = ["floor", "nearest_even", "nearest_odd", "nearest_away"]
@@ -36,7 +36,7 @@ def test_variant_matches_reference(recipe, variant):
     x, k = _x(), 3
     kw = dict(rounding="stochastic", random_bits=k, stochastic_variant=variant)
     expected = reference.quantize(x, recipe, random=_random_bits(x.shape, k), **kw)
-    sa = ScaledArray.from_array(jnp.asarray(x), recipe, key=KEY, **kw)
+    sa = BlockArray.from_array(jnp.asarray(x), recipe, key=KEY, **kw)
     reference.assert_equal(sa, expected, f"{recipe} {variant}")
     reference.assert_equal(quantize_dequantize(jnp.asarray(x), recipe, key=KEY, **kw), expected.dequantized, "fused")
 
@@ -66,4 +66,4 @@ def test_bad_variants_name_the_argument_and_the_choices():
     with pytest.raises(ValueError, match=r"stochastic_variant must be one of 'floor', 'nearest_even', 'nearest_odd'"):
         quantize_dequantize(x, "mxfp4", rounding="stochastic", key=KEY, stochastic_variant="nearest")
     with pytest.raises(ValueError, match="stochastic_variant is only used with rounding='stochastic'"):
-        ScaledArray.from_array(x, "mxfp4", stochastic_variant="nearest_even")
+        BlockArray.from_array(x, "mxfp4", stochastic_variant="nearest_even")

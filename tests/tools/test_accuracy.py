@@ -19,7 +19,7 @@ from fpemu import scaled
 from fpemu.tools import data
 from fpemu.tools.accuracy import (
     DISTRIBUTIONS,
-    MATMUL_RECIPES,
+    MATMUL_FORMATS,
     MatmulError,
     data_sizes,
     markdown_table,
@@ -75,14 +75,14 @@ def _floor_rule_clip(fmt) -> float:
 def _u_eff(recipe: str) -> float:
     if recipe in ("bf16", "fp16"):
         return _unit_roundoff(fpemu.get_format(recipe))
-    r = scaled.get_recipe(recipe)
+    r = scaled.get_block_format(recipe)
     if recipe == "mxint8":  # fixed point: 2**-(m) * amax absolute, amax / rms <= sqrt(block size)
         return 2.0**-r.element.mantissa_bits * math.sqrt(r.block_size)
     u = _unit_roundoff(r.element)
     return max(u, _floor_rule_clip(r.element)) if r.scale_rule == "ocp" else u
 
 
-U_EFF = {recipe: _u_eff(recipe) for recipe in MATMUL_RECIPES if recipe != "fp32"}
+U_EFF = {recipe: _u_eff(recipe) for recipe in MATMUL_FORMATS if recipe != "fp32"}
 
 
 def bound(recipe: str) -> float:
@@ -92,11 +92,11 @@ def bound(recipe: str) -> float:
 
 
 def test_every_recipe_has_a_bound():
-    assert set(U_EFF) | {"fp32"} == set(MATMUL_RECIPES)
+    assert set(U_EFF) | {"fp32"} == set(MATMUL_FORMATS)
 
 
 @pytest.mark.parametrize("distribution", DISTRIBUTIONS)
-@pytest.mark.parametrize("recipe", MATMUL_RECIPES)
+@pytest.mark.parametrize("recipe", MATMUL_FORMATS)
 def test_error_within_precision_bound(errors, recipe, distribution):
     e = errors[recipe, distribution]
     assert (e.recipe, e.distribution, e.size) == (recipe, distribution, N)
@@ -112,7 +112,7 @@ def test_error_within_precision_bound(errors, recipe, distribution):
 
 @pytest.mark.parametrize("distribution", DISTRIBUTIONS)
 def test_error_ordering(errors, distribution):
-    rel = {r: errors[r, distribution].relative_error for r in MATMUL_RECIPES}
+    rel = {r: errors[r, distribution].relative_error for r in MATMUL_FORMATS}
     # Each step loses at least one significand bit (u doubles or more) at an unchanged range:
     # fp32 (no operand rounding) < fp16 (11 bits) < bf16 (8) < fp8_e4m3 (4) < fp8_e5m2 (3).
     assert rel["fp32"] < rel["fp16"] < rel["bf16"] < rel["fp8_e4m3"] < rel["fp8_e5m2"]
@@ -359,7 +359,7 @@ def test_unknown_recipe_lists_the_recipes():
     ):
         with pytest.raises(ValueError, match="unknown recipe") as info:
             call()
-        assert all(name in str(info.value) for name in MATMUL_RECIPES)
+        assert all(name in str(info.value) for name in MATMUL_FORMATS)
 
 
 def test_unknown_distribution_lists_the_distributions():
@@ -426,7 +426,7 @@ def test_markdown_table():
 def test_markdown_table_of_a_run(errors):
     lines = markdown_table(list(errors.values())).splitlines()
     assert lines[0] == f"| recipe | gaussian {N} | heavy_tailed {N} | outlier_channels {N} |"
-    assert [line.split(" | ")[0] for line in lines[2:]] == [f"| `{r}`" for r in MATMUL_RECIPES]
+    assert [line.split(" | ")[0] for line in lines[2:]] == [f"| `{r}`" for r in MATMUL_FORMATS]
 
 
 def test_markdown_table_errors():
@@ -452,3 +452,10 @@ def test_bench_script(capsys, tmp_path):
     assert "| recipe | gaussian 16 |" in out and "| `bf16` |" in out
     payload = json.loads(out_json.read_text())
     assert [r["recipe"] for r in payload["rows"]] == ["fp32", "bf16"]
+
+
+def test_the_accuracy_tables_old_name_of_the_matmul_formats_warns():
+    import fpemu.tools.accuracy as accuracy
+
+    with pytest.warns(DeprecationWarning, match="accuracy.MATMUL_FORMATS is deprecated.*MATMUL_FORMATS"):
+        assert accuracy.MATMUL_FORMATS is accuracy.MATMUL_FORMATS

@@ -231,7 +231,7 @@ def test_select_defaults():
         (dict(formats=["e4m3f"]), fpemu.UnknownFormatError, "did you mean 'e4m3fn'"),
         (dict(formats=["fp64"]), ValueError, "fp64 does not fit in float32; choose from: fp32, tf32"),
         (dict(formats=[]), ValueError, "no formats given"),
-        (dict(recipes=["mxfp9"]), fpemu.scaled.UnknownRecipeError, "recipes: mxfp8_e4m3"),
+        (dict(recipes=["mxfp9"]), fpemu.scaled.UnknownBlockFormatError, "block formats: mxfp8_e4m3"),
         (dict(modes=["nearest"]), ValueError, "did you mean 'nearest_even', 'nearest_away'? choose from: nearest_even"),
         (dict(sizes=[0]), ValueError, "sizes must be positive integers"),
         (dict(matmul_sizes=[2.5]), ValueError, "matmul sizes must be positive integers"),
@@ -300,7 +300,10 @@ def test_cli_runs_the_chosen_rows(tmp_path, capsys):
     [
         (["--formats", "e4m3f"], "argument --formats: unknown format 'e4m3f'; did you mean 'e4m3fn'"),
         (["--formats", "fp64"], "argument --formats: the bench rounds float32 inputs and fp64 does not fit"),
-        (["--recipes", "nv"], "argument --recipes: unknown recipe 'nv'; did you mean 'nvfp4'? recipes: mxfp8_e4m3"),
+        (
+            ["--recipes", "nv"],
+            "argument --recipes: unknown block format 'nv'; did you mean 'nvfp4'? block formats: mxfp8_e4m3",
+        ),
         (
             ["--modes", "stoch"],
             "argument --modes: unknown rounding mode 'stoch'; did you mean 'stochastic'? choose from",

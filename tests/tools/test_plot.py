@@ -152,7 +152,7 @@ def test_plot_qsnr_and_its_csv(tmp_path):
 
 
 def test_unknown_recipe_lists_the_names():
-    with pytest.raises(fpemu.scaled.UnknownRecipeError, match="mxfp4"):
+    with pytest.raises(fpemu.scaled.UnknownBlockFormatError, match="mxfp4"):
         _plot.plot_qsnr(["mxfp9"], "unused.png")
 
 
@@ -160,9 +160,9 @@ def test_unknown_recipe_lists_the_names():
 
 
 def test_recipe_styles_are_distinct():
-    styles = [_plot.recipe_style(r) for r in accuracy.MATMUL_RECIPES]
+    styles = [_plot.recipe_style(r) for r in accuracy.MATMUL_FORMATS]
     assert len({color for color, _ in styles}) == len({marker for _, marker in styles}) == len(styles)
-    assert set(_plot.RECIPE_STYLES) == set(accuracy.MATMUL_RECIPES)
+    assert set(_plot.RECIPE_STYLES) == set(accuracy.MATMUL_FORMATS)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -194,7 +194,7 @@ def fake_accuracy(monkeypatch):
         ]  # fmt: skip
 
     module = types.ModuleType("fpemu.tools.accuracy")
-    module.MATMUL_RECIPES = ("fp32", "bf16", "mxfp4")
+    module.MATMUL_FORMATS = ("fp32", "bf16", "mxfp4")
     module.DISTRIBUTIONS = ("gaussian", "heavy_tailed")
     module.MatmulData = accuracy.MatmulData
     module.matmul_accuracy = matmul_accuracy
@@ -230,7 +230,7 @@ def test_plot_matmul_error_refuses_bad_arguments(tmp_path, fake_accuracy):
 
 
 def test_plot_matmul_error_takes_fpemu_scaleds_recipe_aliases(tmp_path, fake_accuracy):
-    """A recipe alias of `fpemu.scaled.get_recipe` means the same recipe here (``"mxfp4_e2m1"`` is ``mxfp4``)."""
+    """A recipe alias of `fpemu.scaled.get_block_format` means the same recipe here (``"mxfp4_e2m1"`` is ``mxfp4``)."""
     _plot.plot_matmul_error(["mxfp4_e2m1", "bf16", "mxfp4"], [16], tmp_path / "mm.png", outer=8)
     assert [call["recipes"] for call in fake_accuracy] == [["mxfp4", "bf16"]]
 
@@ -321,7 +321,7 @@ def test_cli_data_round_trip(tmp_path, capsys):
         (["values", "--formats", "e4m3fn,,bf16"], "argument --formats: expected a comma-separated list"),
         (["rounding-error", "--formats", "bogus"], "registered formats: fp64, fp32"),
         (["values", "--formats", "fp32"], "argument --formats: values: fp32 has 2,139,095,039"),
-        (["qsnr", "--recipes", "mxfp9"], "argument --recipes: qsnr: unknown recipe 'mxfp9'"),
+        (["qsnr", "--recipes", "mxfp9"], "argument --recipes: qsnr: unknown block format 'mxfp9'"),
         (["matmul-error", "--recipes", "mxfp"], "did you mean 'mxfp8_e4m3', 'mxfp8_e5m2'"),  # prefix matches
         (
             ["matmul-error", "--recipes", "nv"],
@@ -357,7 +357,7 @@ def test_cli_usage_errors(capsys, argv, message):
 
 def test_cli_unknown_matmul_recipe_lists_the_recipes(capsys):
     err = usage_error(capsys, "plot", "matmul-error", "--recipes", "bf17")
-    assert "unknown matmul recipe 'bf17'" in err and ", ".join(accuracy.MATMUL_RECIPES) in err
+    assert "unknown matmul recipe 'bf17'" in err and ", ".join(accuracy.MATMUL_FORMATS) in err
 
 
 def test_cli_bad_npy_names_the_file(tmp_path, capsys):

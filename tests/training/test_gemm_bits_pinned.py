@@ -127,7 +127,7 @@ def test_training_recipe_bits_are_pinned(name):
     _assert_same_bits(recipe_arrays(name), _pinned(), f"{name}/")
 
 
-@pytest.mark.parametrize("recipe", scaled.MATMUL_RECIPES)
+@pytest.mark.parametrize("recipe", scaled.MATMUL_FORMATS)
 def test_scaled_matmul_bits_are_pinned(recipe):
     _assert_same_bits(matmul_arrays(recipe), _pinned(), f"scaled.matmul/{recipe}")
 
@@ -136,7 +136,7 @@ def _write() -> None:
     arrays: dict[str, np.ndarray] = {"__version__": np.asarray(_version())}
     for name in TRAINING_RECIPES:
         arrays |= recipe_arrays(name)
-    for recipe in scaled.MATMUL_RECIPES:
+    for recipe in scaled.MATMUL_FORMATS:
         arrays |= matmul_arrays(recipe)
     np.savez_compressed(DATA, **arrays)
     print(f"{DATA}: {len(arrays) - 1} arrays, {_version()}, fpemu {fpemu.__version__}")

@@ -125,7 +125,7 @@ def test_block_2d_tiles_a_weight_once_for_both_of_its_gemms():
     forward = np.asarray(quantize_operand(jnp.asarray(w), [0], q))  # y = x . W contracts W's rows
     dgrad = np.asarray(quantize_operand(jnp.asarray(w), [1], q))  # dx = g . W^T contracts W's columns
     assert_bit_exact(forward, dgrad)
-    per_tile = scaled.Recipe(name="tile", element="e4m3fn", scale_format="e8m0fnu", scale_rule="ocp")
+    per_tile = scaled.BlockFormat(name="tile", element="e4m3fn", scale_format="e8m0fnu", scale_rule="ocp")
     for r in range(0, 16, 8):
         for c in range(0, 16, 8):
             tile = jnp.asarray(w[r : r + 8, c : c + 8])
@@ -219,7 +219,7 @@ def test_delayed_scaling_matches_the_reference(q, amax):
 def test_delayed_scale_is_the_one_delayed_scaling_computes_from_the_history():
     """fpemu.scaled.DelayedScaling's scale after a step whose amax is 1.7 quantizes the next step the same."""
     x = jnp.asarray(data((4, 8), seed=9) / 4)
-    ds = scaled.DelayedScaling(recipe="fp8_e4m3", history_length=4)
+    ds = scaled.DelayedScaling(block_format="fp8_e4m3", history_length=4)
     state = ds.update(jnp.array([1.7, -0.5]), ds.init(jnp.zeros(2)))
     one = scaled.DelayedScalingState(state.amax_history[:, :1].reshape(4, 1, 1), state.scale[:1].reshape(1, 1))
     expected, _ = ds.quantize_dequantize(x, one)
