@@ -60,7 +60,14 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=_sizes, default=list(SIZES), help="comma-separated n (default: %(default)s)")
-    parser.add_argument("--recipes", type=_list, default=None, help=f"comma-separated ({', '.join(MATMUL_FORMATS)})")
+    parser.add_argument(
+        "--block-formats",
+        "--recipes",
+        dest="block_formats",
+        type=_list,
+        default=None,
+        help=f"comma-separated ({', '.join(MATMUL_FORMATS)}); --recipes is its name of earlier releases",
+    )
     parser.add_argument(
         "--distributions",
         type=_list,
@@ -86,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.data is not None and len(args.data) != 2:
             raise ValueError(f"--data takes two .npy files, LHS,RHS, got {len(args.data)}")
         data = load_matmul_data(*args.data) if args.data is not None else None
-        rows = matmul_accuracy(args.recipes, distributions, args.sizes, seed=args.seed, outer=args.outer, data=data,
+        rows = matmul_accuracy(args.block_formats, distributions, args.sizes, seed=args.seed, outer=args.outer, data=data,
                                progress=progress)  # fmt: skip
     except ValueError as e:
         parser.error(str(e))

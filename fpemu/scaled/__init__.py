@@ -8,9 +8,9 @@ carried in a functional state. `matmul` multiplies two matrices as a block forma
 `qsnr` and `relative_error` measure the result. `fpemu.testing.scaled_reference` is the slow NumPy oracle the
 fast path is tested against. docs/scaling.md has every formula.
 
-The names of earlier releases (`BlockFormat`, `BlockFormatLike`, `UnknownBlockFormatError`, `get_block_format`, `recipes`,
-`BlockArray`, `MatmulFormat`, `MATMUL_FORMATS`) stay importable for one release: each is the new
-object, and using it warns (`DeprecationWarning`) with the name that replaced it. "BlockFormat" now means
+The names of earlier releases (`Recipe`, `RecipeLike`, `UnknownRecipeError`, `get_recipe`, `recipes`,
+`ScaledArray`, `MatmulRecipe`, `MATMUL_RECIPES`) stay importable for one release: each is the new
+object, and using it warns (`DeprecationWarning`) with the name that replaced it. "Recipe" now means
 a training or inference recipe only (`fpemu.training_recipe`, `fpemu.inference_recipe`), and
 `ScaledArray` is `fpemu.scalify`'s scale-carrying array only.
 """
@@ -62,14 +62,14 @@ __all__ = [
 
 #: Names of earlier releases, each to the name that replaced it (kept for one release).
 _RENAMED = {
-    "BlockFormat": "BlockFormat",
-    "BlockFormatLike": "BlockFormatLike",
-    "UnknownBlockFormatError": "UnknownBlockFormatError",
-    "get_block_format": "get_block_format",
+    "Recipe": "BlockFormat",
+    "RecipeLike": "BlockFormatLike",
+    "UnknownRecipeError": "UnknownBlockFormatError",
+    "get_recipe": "get_block_format",
     "recipes": "block_formats",
-    "BlockArray": "BlockArray",
-    "MatmulFormat": "MatmulFormat",
-    "MATMUL_FORMATS": "MATMUL_FORMATS",
+    "ScaledArray": "BlockArray",
+    "MatmulRecipe": "MatmulFormat",
+    "MATMUL_RECIPES": "MATMUL_FORMATS",
 }
 
 

@@ -288,7 +288,7 @@ def matmul_error(recipe: str, distribution: str, size: int, *, seed: int = 0, ou
       >>> e.recipe, e.size, 2**-12 < e.relative_error < 2**-7
       ('bf16', 64, True)
     """
-    recipe = choices.matmul_recipe(recipe, "recipe")
+    recipe = choices.matmul_format(recipe, "recipe")
     distribution = _choice(distribution, DISTRIBUTIONS, "distribution")
     size, seed, outer = _size(size), _seed(seed), _outer(outer)
     a, b = matmul_inputs(distribution, size, seed=seed, outer=outer)
@@ -331,7 +331,7 @@ def matmul_accuracy(
     recipes = (
         MATMUL_FORMATS
         if recipes is None
-        else tuple(choices.matmul_recipe(r, "recipe") for r in ((recipes,) if isinstance(recipes, str) else recipes))
+        else tuple(choices.matmul_format(r, "recipe") for r in ((recipes,) if isinstance(recipes, str) else recipes))
     )
     distributions = _names(distributions, DISTRIBUTIONS, "distribution")
     size_list = tuple(dict.fromkeys(_size(s) for s in ((sizes,) if isinstance(sizes, (int, np.integer)) else sizes)))
@@ -424,11 +424,11 @@ def markdown_table(rows: list[MatmulError], *, metric: str = "relative_error") -
 
 
 def __getattr__(name: str) -> Any:
-    """``MATMUL_FORMATS``, this module's name of `MATMUL_FORMATS` in earlier releases: kept for one
+    """``MATMUL_RECIPES``, this module's name of `MATMUL_FORMATS` in earlier releases: kept for one
     release, with a `DeprecationWarning`."""
-    if name == "MATMUL_FORMATS":
+    if name == "MATMUL_RECIPES":
         warnings.warn(
-            "fpemu.tools.accuracy.MATMUL_FORMATS is deprecated and will be removed in the next release; use "
+            "fpemu.tools.accuracy.MATMUL_RECIPES is deprecated and will be removed in the next release; use "
             "fpemu.tools.accuracy.MATMUL_FORMATS",
             DeprecationWarning,
             stacklevel=2,

@@ -2,7 +2,7 @@
 
 Every check raises `ValueError` with a message that names what was wrong, suggests the closest valid
 names and lists every valid one; `option` turns such a check into an argparse ``type=``, so that the
-usage error also names the flag (``argument --recipes: unknown matmul recipe 'mxfp8'; did you mean
+usage error also names the flag (``argument --block-formats: unknown matmul format 'mxfp9'; did you mean
 'mxfp8_e4m3', 'mxfp8_e5m2'? choose from: ...``).
 
 Suggestions put the valid names that *start with* what was typed first (``mxfp8`` -> ``mxfp8_e4m3``,
@@ -73,13 +73,13 @@ def check_names(what: str, names: Sequence[str], choices: Sequence[str]) -> list
     return list(names)
 
 
-def matmul_recipe(name: object, what: str = "matmul recipe", valid: Sequence[str] | None = None) -> str:
-    """A `fpemu.scaled.matmul` recipe's name: one of ``MATMUL_FORMATS``, or an alias that
+def matmul_format(name: object, what: str = "matmul format", valid: Sequence[str] | None = None) -> str:
+    """A `fpemu.scaled.matmul` format's name: one of ``MATMUL_FORMATS``, or an alias that
     `fpemu.scaled.get_block_format` accepts for one (``"mxfp8"`` -> ``"mxfp8_e4m3"``, as `fpemu.scaled.matmul`
     takes it); else ValueError (`unknown`'s message).
 
     Example:
-      >>> matmul_recipe("mxfp8"), matmul_recipe("bf16")
+      >>> matmul_format("mxfp8"), matmul_format("bf16")
       ('mxfp8_e4m3', 'bf16')
     """
     valid = fpemu.scaled.MATMUL_FORMATS if valid is None else valid
@@ -95,13 +95,13 @@ def matmul_recipe(name: object, what: str = "matmul recipe", valid: Sequence[str
     raise ValueError(unknown(what, [str(name)], valid))
 
 
-def matmul_recipe_names(names: Sequence[str], valid: Sequence[str] | None = None) -> list[str]:
-    """`matmul_recipe` of each name (``valid``: the recipes, default ``MATMUL_FORMATS``), without repeats;
-    an empty list is refused, listing the recipes."""
+def matmul_format_names(names: Sequence[str], valid: Sequence[str] | None = None) -> list[str]:
+    """`matmul_format` of each name (``valid``: the formats, default ``MATMUL_FORMATS``), without repeats;
+    an empty list is refused, listing the formats."""
     if not names:
         choices = fpemu.scaled.MATMUL_FORMATS if valid is None else valid
-        raise ValueError(f"no matmul recipes given; choose from: {', '.join(choices)}")
-    return list(dict.fromkeys(matmul_recipe(name, valid=valid) for name in names))
+        raise ValueError(f"no matmul formats given; choose from: {', '.join(choices)}")
+    return list(dict.fromkeys(matmul_format(name, valid=valid) for name in names))
 
 
 def split_list(text: str) -> list[str]:
@@ -164,9 +164,9 @@ def format_names(text: str) -> list[fpemu.Format]:
     return list(dict.fromkeys(formats))
 
 
-def recipe_names(text: str) -> list[str]:
-    """Comma-separated `fpemu.scaled` recipes, as their canonical names (`fpemu.scaled.get_block_format`'s aliases
-    are accepted); an unknown one gives get_block_format's message (close names, all recipes)."""
+def block_format_names(text: str) -> list[str]:
+    """Comma-separated `fpemu.scaled` block formats, as their canonical names (`fpemu.scaled.get_block_format`'s
+    aliases are accepted); an unknown one gives get_block_format's message (close names, all of them)."""
     out = []
     for name in split_list(text):
         try:

@@ -6,10 +6,10 @@ Usage::
     fpemu info FORMAT
     fpemu cast VALUE --to FORMAT [--rounding MODE] [--saturate] [--no-subnormals] [--seed N] [--random-bits K]
     fpemu demo
-    fpemu bench [--quick] [--formats A,B,...] [--recipes R,S,...] [--modes M,N,...] [--sizes N,M,...]
+    fpemu bench [--quick] [--formats A,B,...] [--block-formats R,S,...] [--modes M,N,...] [--sizes N,M,...]
                 [--matmul-sizes N,M,...] [--json FILE] [--plot DIR] [--no-progress]
     fpemu plot {values,rounding-error,qsnr,matmul-error,all} [--formats A,B,...] [--modes M,N,...]
-               [--recipes R,S,...] [--distributions D,E,...] [--data A.npy,B.npy] [--sizes K,L,...]
+               [--block-formats R,S,...] [--distributions D,E,...] [--data A.npy,B.npy] [--sizes K,L,...]
                [--outer M] [--seed S] [--out DIR]
 
 This module is the parser and `main`; the commands are `fpemu.tools.commands`, the exact rendering of

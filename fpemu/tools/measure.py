@@ -2,7 +2,7 @@
 
 Every option is checked where it is parsed, and a bad value is a usage error (exit status 2) that
 names the flag, what was wrong, the closest valid names (those that start with what was typed
-first: ``--recipes mxfp8`` suggests ``mxfp8_e4m3`` and ``mxfp8_e5m2``) and every valid one
+first: ``--block-formats mxfp8`` suggests ``mxfp8_e4m3`` and ``mxfp8_e5m2``) and every valid one
 (`fpemu.tools.choices`). An option that the chosen plot does not use is refused too.
 docs/benchmarks.md describes both commands.
 """
@@ -30,13 +30,28 @@ PLOT_FILES = {kind: kind.replace("-", "_") + ".png" for kind in PLOT_KINDS}
 PLOT_OPTIONS = {
     "formats": ("values", "rounding-error"),
     "modes": ("rounding-error",),
-    "recipes": ("qsnr", "matmul-error"),
+    "block_formats": ("qsnr", "matmul-error"),
     "distributions": ("qsnr", "matmul-error"),
     "data": ("qsnr", "matmul-error"),
     "sizes": ("matmul-error",),
     "outer": ("matmul-error",),
     "seed": ("rounding-error", "qsnr", "matmul-error"),
 }
+
+
+class _RenamedFlag(argparse.Action):
+    """``--block-formats``, and ``--recipes``, its name of earlier releases: kept for one release, with a
+    note on stderr that names the new flag ("recipe" now means a training or inference recipe only)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:  # fmt: skip
+        if option_string == "--recipes":
+            print(
+                f"{parser.prog}: --recipes is deprecated and will be removed in the next release; use "
+                "--block-formats (the same values)",
+                file=sys.stderr,
+            )
+        setattr(namespace, self.dest, values)
 
 
 def _rounding_modes(text: str) -> list[str]:
@@ -82,7 +97,7 @@ def add_bench_parser(subcommands: Any) -> argparse.ArgumentParser:
         "jitted astype round trips, the ml_dtypes NumPy round trip, gfloat (if installed) and a NumPy copy.\n"
         "Prints ns/element, GB/s and the ratios to the copy and to fpemu, with the device and versions.",
         epilog="examples:\n  fpemu bench --quick\n  fpemu bench --json bench.json --plot bench-plots\n"
-        "  fpemu bench --quick --formats e4m3fn,e2m1fn --recipes mxfp4,nvfp4 --modes toward_zero --sizes 2^16,2^20",
+        "  fpemu bench --quick --formats e4m3fn,e2m1fn --block-formats mxfp4,nvfp4 --modes toward_zero --sizes 2^16,2^20",
     )
     timer.set_defaults(bench_parser=timer)
     timer.add_argument(
@@ -96,10 +111,17 @@ def add_bench_parser(subcommands: Any) -> argparse.ArgumentParser:
         f"{','.join(f for f in bench.FULL_FORMATS if f not in bench.QUICK_FORMATS)} without --quick)",
     )  # fmt: skip
     timer.add_argument(
-        "--recipes", type=choices.option(choices.recipe_names), default=None, metavar="R,S,...",
-        help="fpemu.scaled recipes: a scaled-qdq row each, and a matmul row for fpemu.scaled.matmul's recipes "
+        "--block-formats", type=choices.option(choices.block_format_names), default=None, metavar="R,S,...",
+        help="fpemu.scaled block formats: a scaled-qdq row each, and a matmul row for fpemu.scaled.matmul's formats "
         f"(default {','.join(bench.QUICK_RECIPES)}; {','.join(bench.FULL_RECIPES)} without --quick)",
     )  # fmt: skip
+    timer.add_argument(  # --block-formats' name of earlier releases, for one release
+        "--recipes",
+        type=choices.option(choices.block_format_names),
+        dest="block_formats",
+        action=_RenamedFlag,
+        help=argparse.SUPPRESS,
+    )
     timer.add_argument(
         "--modes", type=choices.option(_rounding_modes), default=None, metavar="M,N,...",
         help=f"rounding modes of the quantize rows, from {', '.join(fpemu.ROUNDING_MODES)} (nearest_even, the "
@@ -140,16 +162,16 @@ def add_plot_parser(subcommands: Any) -> argparse.ArgumentParser:
         "  values          every finite positive value of each format on a log2 axis (--formats)\n"
         "  rounding-error  the largest relative rounding error per binade, a panel per family of\n"
         "                  formats (--formats, --modes)\n"
-        "  qsnr            QSNR of scaling recipes on each data distribution (--recipes, --distributions,\n"
+        "  qsnr            QSNR of block formats on each data distribution (--block-formats, --distributions,\n"
         "                  --data)\n"
         "  matmul-error    QSNR of quantized matmuls against the inner dimension K, a panel per\n"
-        "                  distribution (--recipes, --sizes, --outer, --distributions, --data)\n"
+        "                  distribution (--block-formats, --sizes, --outer, --distributions, --data)\n"
         "  all             the four of them",
         epilog="examples:\n"
         "  fpemu plot values --formats e4m3fn,e5m2,e2m1fn\n"
         "  fpemu plot rounding-error --modes nearest_even,toward_zero,stochastic\n"
-        "  fpemu plot qsnr --recipes mxfp8_e4m3,mxfp4,nvfp4 --out plots\n"
-        "  fpemu plot matmul-error --recipes bf16,mxfp8_e4m3,nvfp4 --sizes 64,256,1024 --distributions heavy_tailed\n"
+        "  fpemu plot qsnr --block-formats mxfp8_e4m3,mxfp4,nvfp4 --out plots\n"
+        "  fpemu plot matmul-error --block-formats bf16,mxfp8_e4m3,nvfp4 --sizes 64,256,1024 --distributions heavy_tailed\n"
         "  fpemu plot matmul-error --data activations.npy,weights.npy --distributions none\n"
         "  fpemu plot all --out plots",
     )
@@ -166,10 +188,17 @@ def add_plot_parser(subcommands: Any) -> argparse.ArgumentParser:
         help=f"rounding-error: rounding modes, from {', '.join(fpemu.ROUNDING_MODES)} (default nearest_even)",
     )  # fmt: skip
     draw.add_argument(
-        "--recipes", type=choices.option(choices.split_list), default=None, metavar="R,S,...",
-        help="qsnr: fpemu.scaled recipes (default all); matmul-error: fpemu.scaled.matmul's recipes "
+        "--block-formats", type=choices.option(choices.split_list), default=None, metavar="R,S,...",
+        help="qsnr: fpemu.scaled block formats (default all); matmul-error: fpemu.scaled.matmul's formats "
         f"({', '.join(accuracy.MATMUL_FORMATS)}; default all)",
     )  # fmt: skip
+    draw.add_argument(  # --block-formats' name of earlier releases, for one release
+        "--recipes",
+        type=choices.option(choices.split_list),
+        dest="block_formats",
+        action=_RenamedFlag,
+        help=argparse.SUPPRESS,
+    )
     draw.add_argument(
         "--distributions", type=choices.option(_distributions), default=None, metavar="D,E,...",
         help=f"qsnr, matmul-error: data distributions, from {', '.join(data.DISTRIBUTIONS)} (default all), or "
@@ -286,7 +315,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             print(f"fpemu bench: error: --plot: {error}", file=sys.stderr)
             return 1
     settings = bench.QUICK if args.quick else bench.FULL
-    selection = bench.select(settings, formats=args.formats, recipes=args.recipes, modes=args.modes,
+    selection = bench.select(settings, formats=args.formats, recipes=args.block_formats, modes=args.modes,
                              sizes=args.sizes, matmul_sizes=args.matmul_sizes)  # fmt: skip
     bar = ProgressBar(sys.stderr) if not args.no_progress and sys.stderr.isatty() else None
 
@@ -315,21 +344,22 @@ def cmd_bench(args: argparse.Namespace) -> int:
 # -- plot ----------------------------------------------------------------------------------------------
 
 
-def _check_recipes(parser: argparse.ArgumentParser, kinds: tuple[str, ...], names: list[str] | None) -> list[str]:
-    """The ``--recipes`` of the chosen plots: fpemu.scaled recipes for qsnr, matmul recipes for matmul-error."""
+def _check_block_formats(parser: argparse.ArgumentParser, kinds: tuple[str, ...], names: list[str] | None) -> list[str]:
+    """The ``--block-formats`` of the chosen plots: fpemu.scaled block formats for qsnr, `fpemu.scaled.matmul`'s
+    formats for matmul-error."""
     if names is None:
         return []
     out = names
     if "qsnr" in kinds:
         try:
-            out = choices.recipe_names(",".join(names))
+            out = choices.block_format_names(",".join(names))
         except ValueError as error:
-            parser.error(f"argument --recipes: qsnr: {error}")
+            parser.error(f"argument --block-formats: qsnr: {error}")
     if "matmul-error" in kinds:
         try:
-            out = choices.matmul_recipe_names(names, accuracy.MATMUL_FORMATS)
+            out = choices.matmul_format_names(names, accuracy.MATMUL_FORMATS)
         except ValueError as error:
-            parser.error(f"argument --recipes: matmul-error: {error}")
+            parser.error(f"argument --block-formats: matmul-error: {error}")
     return out
 
 
@@ -354,7 +384,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
     for option, used_by in PLOT_OPTIONS.items():
         if getattr(args, option) is not None and not set(kinds) & set(used_by):
             plural = "s" if len(used_by) > 1 else ""
-            parser.error(f"--{option} is only used by the {' and '.join(used_by)} plot{plural}")
+            flag = option.replace("_", "-")
+            parser.error(f"--{flag} is only used by the {' and '.join(used_by)} plot{plural}")
     if args.distributions == [] and args.data is None:
         parser.error("argument --distributions: 'none' leaves nothing to draw without --data")
     values_formats = args.formats or [fpemu.get_format(name) for name in plot.DEFAULT_FORMATS]
@@ -364,7 +395,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
                 plot.check_drawable(fmt)
             except ValueError as error:
                 parser.error(f"argument --formats: values: {error}")
-    recipes = _check_recipes(parser, kinds, args.recipes) or None
+    recipes = _check_block_formats(parser, kinds, args.block_formats) or None
     arrays, operands = _load_data(parser, kinds, args.data)
     try:
         plot.require_matplotlib()

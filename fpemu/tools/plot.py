@@ -525,7 +525,7 @@ def plot_matmul_error(
     from matplotlib.lines import Line2D
 
     known = list(accuracy.MATMUL_FORMATS)
-    recipe_names = known if recipes is None else choices.matmul_recipe_names([str(r) for r in recipes], known)
+    recipe_names = known if recipes is None else choices.matmul_format_names([str(r) for r in recipes], known)
     names = list(accuracy.DISTRIBUTIONS if distributions is None else distributions)
     if names:
         choices.check_names("distribution", names, accuracy.DISTRIBUTIONS)

@@ -22,14 +22,14 @@ def test_the_scaled_reference_moved_to_the_testing_layer():
 
 
 RENAMED = [
-    ("BlockFormat", "BlockFormat"),
-    ("BlockFormatLike", "BlockFormatLike"),
-    ("UnknownBlockFormatError", "UnknownBlockFormatError"),
-    ("get_block_format", "get_block_format"),
+    ("Recipe", "BlockFormat"),
+    ("RecipeLike", "BlockFormatLike"),
+    ("UnknownRecipeError", "UnknownBlockFormatError"),
+    ("get_recipe", "get_block_format"),
     ("recipes", "block_formats"),
-    ("BlockArray", "BlockArray"),
-    ("MatmulFormat", "MatmulFormat"),
-    ("MATMUL_FORMATS", "MATMUL_FORMATS"),
+    ("ScaledArray", "BlockArray"),
+    ("MatmulRecipe", "MatmulFormat"),
+    ("MATMUL_RECIPES", "MATMUL_FORMATS"),
 ]
 
 
@@ -43,9 +43,9 @@ def test_a_renamed_scaled_name_is_the_new_object_and_warns_with_its_new_name(old
 
 def test_from_import_of_a_renamed_name_warns_too():
     with pytest.warns(DeprecationWarning, match="use fpemu.scaled.BlockArray"):
-        from fpemu.scaled import BlockArray
+        from fpemu.scaled import ScaledArray
 
-    assert BlockArray is scaled.BlockArray
+    assert ScaledArray is scaled.BlockArray
 
 
 def test_an_unknown_name_is_still_an_attribute_error():

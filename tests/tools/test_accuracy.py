@@ -445,7 +445,7 @@ def test_bench_script(capsys, tmp_path):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     out_json = tmp_path / "rows.json"
-    args = ["--sizes", "16", "--recipes", "fp32,bf16", "--distributions", "gaussian", "--json", str(out_json)]
+    args = ["--sizes", "16", "--block-formats", "fp32,bf16", "--distributions", "gaussian", "--json", str(out_json)]
     assert module.main(args) == 0
     out = capsys.readouterr().out
     assert "- versions: " in out and "'jax': " in out and "- git_commit: " in out and "- device: " in out
@@ -457,5 +457,5 @@ def test_bench_script(capsys, tmp_path):
 def test_the_accuracy_tables_old_name_of_the_matmul_formats_warns():
     import fpemu.tools.accuracy as accuracy
 
-    with pytest.warns(DeprecationWarning, match="accuracy.MATMUL_FORMATS is deprecated.*MATMUL_FORMATS"):
-        assert accuracy.MATMUL_FORMATS is accuracy.MATMUL_FORMATS
+    with pytest.warns(DeprecationWarning, match="accuracy.MATMUL_RECIPES is deprecated.*MATMUL_FORMATS"):
+        assert accuracy.MATMUL_RECIPES is accuracy.MATMUL_FORMATS

@@ -269,7 +269,7 @@ def test_plan_with_choices():
 def test_cli_runs_the_chosen_rows(tmp_path, capsys):
     """A small run with every option: the JSON has exactly the chosen rows, each compared with its own size's copy."""
     out = tmp_path / "bench.json"
-    assert main(["bench", "--quick", "--formats", "e2m1fn", "--recipes", "mxfp4", "--modes", "toward_zero",
+    assert main(["bench", "--quick", "--formats", "e2m1fn", "--block-formats", "mxfp4", "--modes", "toward_zero",
                  "--sizes", "2^10,2^11", "--matmul-sizes", "16", "--json", str(out), "--no-progress"]) == 0  # fmt: skip
     text = capsys.readouterr().out
     assert "quick: 2^10, 2^11 float32 elements per elementwise row, matmul 16x16x16" in text
@@ -301,8 +301,8 @@ def test_cli_runs_the_chosen_rows(tmp_path, capsys):
         (["--formats", "e4m3f"], "argument --formats: unknown format 'e4m3f'; did you mean 'e4m3fn'"),
         (["--formats", "fp64"], "argument --formats: the bench rounds float32 inputs and fp64 does not fit"),
         (
-            ["--recipes", "nv"],
-            "argument --recipes: unknown block format 'nv'; did you mean 'nvfp4'? block formats: mxfp8_e4m3",
+            ["--block-formats", "nv"],
+            "argument --block-formats: unknown block format 'nv'; did you mean 'nvfp4'? block formats: mxfp8_e4m3",
         ),
         (
             ["--modes", "stoch"],

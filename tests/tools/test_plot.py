@@ -219,7 +219,7 @@ def test_plot_matmul_error_calls_accuracy(tmp_path, fake_accuracy):
 
 
 def test_plot_matmul_error_refuses_bad_arguments(tmp_path, fake_accuracy):
-    with pytest.raises(ValueError, match=r"unknown matmul recipe 'mxfp3'; did you mean 'mxfp4'") as exc_info:
+    with pytest.raises(ValueError, match=r"unknown matmul format 'mxfp3'; did you mean 'mxfp4'") as exc_info:
         _plot.plot_matmul_error(["mxfp3"], [16], tmp_path / "no.png")
     assert str(exc_info.value).endswith("choose from: fp32, bf16, mxfp4")
     with pytest.raises(ValueError, match="choose from: gaussian, heavy_tailed"):
@@ -236,8 +236,8 @@ def test_plot_matmul_error_takes_fpemu_scaleds_recipe_aliases(tmp_path, fake_acc
 
 
 def test_mxfp8_is_one_recipe_in_the_matmul_error_and_qsnr_plots(tmp_path, capsys):
-    """``--recipes mxfp8`` is ``mxfp8_e4m3`` in both kinds, as in `fpemu.scaled` (it was refused by matmul-error)."""
-    args = ["--recipes", "mxfp8", "--distributions", "gaussian", "--out", str(tmp_path)]
+    """``--block-formats mxfp8`` is ``mxfp8_e4m3`` in both kinds, as in `fpemu.scaled` (it was refused by matmul-error)."""
+    args = ["--block-formats", "mxfp8", "--distributions", "gaussian", "--out", str(tmp_path)]
     assert main(["plot", "matmul-error", "--sizes", "16", *args]) == 0
     assert main(["plot", "qsnr", *args]) == 0
     assert {r["recipe"] for r in read_csv(tmp_path / "matmul_error.csv")} == {"mxfp8_e4m3"}
@@ -282,7 +282,7 @@ def test_plot_bench_from_json_dicts(tmp_path):
 
 def test_cli_plot_all(tmp_path, capsys):
     out = tmp_path / "plots"
-    lines = run_cli(capsys, "plot", "all", "--formats", "e4m3fn,e2m1fn", "--recipes", "mxfp4", "--sizes", "16,32",
+    lines = run_cli(capsys, "plot", "all", "--formats", "e4m3fn,e2m1fn", "--block-formats", "mxfp4", "--sizes", "16,32",
                     "--outer", "8", "--distributions", "gaussian", "--out", str(out))  # fmt: skip
     names = ["values", "rounding_error", "qsnr", "matmul_error"]
     assert lines == [str(out / f"{name}{suffix}") for name in names for suffix in (".png", ".csv")]
@@ -299,7 +299,7 @@ def test_cli_data_round_trip(tmp_path, capsys):
     np.save(tmp_path / "x.npy", rng.standard_normal((8, 40), dtype=np.float32))
     np.save(tmp_path / "w.npy", rng.standard_t(3, (40, 6)).astype(np.float32))
     files = f"{tmp_path / 'x.npy'},{tmp_path / 'w.npy'}"
-    run_cli(capsys, "plot", "matmul-error", "--data", files, "--distributions", "none", "--recipes", "bf16",
+    run_cli(capsys, "plot", "matmul-error", "--data", files, "--distributions", "none", "--block-formats", "bf16",
             "--sizes", "16", "--out", str(tmp_path))  # fmt: skip
     operands = data.load_matmul_data(tmp_path / "x.npy", tmp_path / "w.npy")
     expected = accuracy.matmul_accuracy(["bf16"], (), [16], data=operands)
@@ -307,7 +307,7 @@ def test_cli_data_round_trip(tmp_path, capsys):
     assert [(r["distribution"], int(r["k"]), int(r["m"]), int(r["n"])) for r in rows] == [
         ("x.npy @ w.npy", 16, 8, 6), ("x.npy @ w.npy", 40, 8, 6)]  # fmt: skip
     assert [float(r["qsnr_db"]) for r in rows] == [e.qsnr_db for e in expected]
-    run_cli(capsys, "plot", "qsnr", "--data", files, "--distributions", "none", "--recipes", "mxfp4",
+    run_cli(capsys, "plot", "qsnr", "--data", files, "--distributions", "none", "--block-formats", "mxfp4",
             "--out", str(tmp_path))  # fmt: skip
     table = _plot.qsnr_table(["mxfp4"], distributions=(), arrays={"x.npy": operands.lhs, "w.npy": operands.rhs})
     assert {(r["data"], float(r["qsnr_db"])) for r in read_csv(tmp_path / "qsnr.csv")} == {
@@ -321,11 +321,11 @@ def test_cli_data_round_trip(tmp_path, capsys):
         (["values", "--formats", "e4m3fn,,bf16"], "argument --formats: expected a comma-separated list"),
         (["rounding-error", "--formats", "bogus"], "registered formats: fp64, fp32"),
         (["values", "--formats", "fp32"], "argument --formats: values: fp32 has 2,139,095,039"),
-        (["qsnr", "--recipes", "mxfp9"], "argument --recipes: qsnr: unknown block format 'mxfp9'"),
-        (["matmul-error", "--recipes", "mxfp"], "did you mean 'mxfp8_e4m3', 'mxfp8_e5m2'"),  # prefix matches
+        (["qsnr", "--block-formats", "mxfp9"], "argument --block-formats: qsnr: unknown block format 'mxfp9'"),
+        (["matmul-error", "--block-formats", "mxfp"], "did you mean 'mxfp8_e4m3', 'mxfp8_e5m2'"),  # prefix matches
         (
-            ["matmul-error", "--recipes", "nv"],
-            "argument --recipes: matmul-error: unknown matmul recipe 'nv'; did you mean 'nvfp4'",
+            ["matmul-error", "--block-formats", "nv"],
+            "argument --block-formats: matmul-error: unknown matmul format 'nv'; did you mean 'nvfp4'",
         ),
         (
             ["rounding-error", "--modes", "nearest"],
@@ -356,8 +356,8 @@ def test_cli_usage_errors(capsys, argv, message):
 
 
 def test_cli_unknown_matmul_recipe_lists_the_recipes(capsys):
-    err = usage_error(capsys, "plot", "matmul-error", "--recipes", "bf17")
-    assert "unknown matmul recipe 'bf17'" in err and ", ".join(accuracy.MATMUL_FORMATS) in err
+    err = usage_error(capsys, "plot", "matmul-error", "--block-formats", "bf17")
+    assert "unknown matmul format 'bf17'" in err and ", ".join(accuracy.MATMUL_FORMATS) in err
 
 
 def test_cli_bad_npy_names_the_file(tmp_path, capsys):
@@ -505,3 +505,12 @@ def test_bench_chart_puts_sizes_on_an_axis(tmp_path, figures):
     assert fig.axes[0].get_ylim() == fig.axes[1].get_ylim() != fig.axes[2].get_ylim()
     assert "multiply-add" in fig.axes[2].get_ylabel() and "per element" in fig.axes[0].get_ylabel()
     assert len(read_csv(tmp_path / "bench.csv")) == len(rows)
+
+
+def test_the_old_recipes_flag_still_works_and_names_its_new_name(capsys):
+    """``--recipes`` is ``--block-formats``'s name of earlier releases: the same values, and a note on stderr."""
+    err = usage_error(capsys, "plot", "qsnr", "--recipes", "mxfp9")
+    assert "--recipes is deprecated and will be removed in the next release; use --block-formats" in err
+    assert "argument --block-formats: qsnr: unknown block format 'mxfp9'" in err
+    err = usage_error(capsys, "plot", "values", "--recipes", "mxfp4")
+    assert "--block-formats is only used by the qsnr and matmul-error plots" in err
