@@ -22,7 +22,13 @@ from fpemu.scaled import _bits, _rne, _table
 from fpemu.scaled._bits import ABS, IMPLICIT, INF, NAN, SIGN, U32
 from fpemu.scaled._layout import Layout, Work, group_max
 from fpemu.scaled._recipes import Recipe
-from fpemu.scaled._scale import float_encode_scale, global_scale_is_normal, pow2_exponent, two_level_scales
+from fpemu.scaled._scale import (
+    float_encode_scale,
+    global_scale_is_normal,
+    pow2_exponent,
+    smallest_exponent,
+    two_level_scales,
+)
 
 F32 = jnp.float32
 I32 = jnp.int32
@@ -212,7 +218,7 @@ def _pow2_scales(bits: jnp.ndarray, recipe: Recipe, layout: Layout, scale) -> tu
 def _rne_on_grid(xb: jnp.ndarray, k: jnp.ndarray, recipe: Recipe, w: Work) -> jnp.ndarray:
     """float32 bits of round_nearest_even(x / 2**k) * 2**k (the element values times their scale)."""
     fmt = recipe.element
-    grid = _rne.Grid(*w.per_element(*_rne.Grid.for_scale(fmt, k)))
+    grid = _rne.Grid(*w.per_element(*_rne.Grid.for_scale(fmt, k, k_min=smallest_exponent(recipe))))
     saturate = recipe.saturate  # nearest even on a signed element: "sat_finite" is True, "ovf_inf" False
     clamp = saturate in (True, "sat_finite", "sat_propagate")
     keep_inf = saturate == "sat_propagate" and fmt.has_inf
@@ -256,9 +262,9 @@ def quantize_dequantize(
         return decode(values, scale_leaf, global_leaf, recipe, layout, computed_global=True)
     bits = _bits.to_bits(x)
     w = Work(x.shape, layout)
-    k, nan = _pow2_scales(bits, recipe, layout, scale)
+    k, nan = w.materialized(*_pow2_scales(bits, recipe, layout, scale))  # once, not in each grid constant's loop
     out = _rne_on_grid(bits, k, recipe, w)
-    out = jnp.where(w.per_element(nan), U32(NAN), out)
+    out = jnp.where(w.broadcast(nan), U32(NAN), out)
     return _bits.from_bits(out)
 
 

@@ -11,12 +11,14 @@ from collections.abc import Callable
 import jax.numpy as jnp
 import numpy as np
 
+from fpemu._core.registry import get_format
 from fpemu.scaled import _bits, _rne
 from fpemu.scaled._bits import FLT_MAX, IMPLICIT, INF, U32
 from fpemu.scaled._recipes import Recipe, pow2_constants
 
 I32 = jnp.int32
 F32 = jnp.float32
+_FP32 = get_format("fp32")
 ENCODE_CAP = 2.0**126  # float encode scales are capped here so that 1 / scale is a normal float32
 ENCODE_FLOOR = 2.0**-126
 
@@ -25,6 +27,12 @@ def pow2_range(recipe: Recipe) -> tuple[int, int]:
     """The exponents a power-of-two scale may take: the scale format's normal range."""
     s = recipe.scale_format
     return s.emin, s.emax
+
+
+def smallest_exponent(recipe: Recipe) -> int:
+    """A lower bound on the exponent ``k`` of every power-of-two scale of ``recipe``: `pow2_range`'s
+    (computed scales), and float32's ``-bias`` (-127) for given scales, read from the exponent field."""
+    return min(pow2_range(recipe)[0], -_FP32.bias)
 
 
 def zero_exponent(recipe: Recipe) -> int:
@@ -124,7 +132,7 @@ def two_level_scales(
     mult = s * F32(np.float32(1) / np.float32(e_fmt.max))
     block = jnp.where(nonfinite, U32(0), amax_block)
     wanted = _bits.to_bits(jnp.minimum(_bits.mul_flushing(block, mult), F32(s_fmt.max)))  # finite, >= 0
-    grid = _rne.Grid.for_scale(s_fmt, jnp.zeros((), I32))  # the scale format's own values
+    grid = _rne.Grid.for_scale(s_fmt, jnp.zeros((), I32), k_min=0)  # the scale format's own values
     (d,) = once(_rne.round_rne(wanted, grid, s_fmt, saturate=True, negative_zero=False))
     # d is normal or zero where every value of the scale format is
     normal = s_fmt.min_subnormal >= 2.0**-126 and global_scale_is_normal(recipe)

@@ -158,3 +158,26 @@ def test_rne_shift(sh):
         half = (1 << sh) / 2
         expected.append(q + (r > half or (r == half and sh > 0 and q % 2 == 1)))
     np.testing.assert_array_equal(got, np.array(expected, np.uint64).astype(np.uint32))
+
+
+def _grid_constants():
+    """The constants `_rne.Grid.for_scale` scales: every registered format's largest value, smallest
+    value and half of it (those that are positive normal float32 values), and some that take
+    `scale_up`'s general path (a long significand, a value that the lowest scale rounds)."""
+    from fpemu._core.registry import formats
+
+    values = {3.0 * 2.0**-20, float(np.float32(1.0 + 2.0**-23)), 2.0**-100, 448.0, 2.0**127}
+    for fmt in formats():
+        for v in (fmt.max, fmt.min_subnormal, fmt.min_subnormal / 2):
+            if 2.0**-126 <= v <= float(np.finfo(np.float32).max) and float(np.float32(v)) == v:
+                values.add(v)
+    return sorted(values)
+
+
+@pytest.mark.parametrize("k_min", [-127, -126, 0])
+def test_scale_up_constant_is_scale_up(k_min):
+    k = jnp.arange(k_min, 300, dtype=jnp.int32)
+    for value in _grid_constants():
+        got = jax.jit(lambda k, v=value: _bits.scale_up_constant(v, k, k_min))(k)
+        expected = _bits.scale_up(jnp.full(k.shape, _bits_of(np.float32(value)), jnp.uint32), k)
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(expected), err_msg=f"{value!r}")
