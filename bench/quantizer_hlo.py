@@ -2,12 +2,13 @@
 
 Usage::
 
-    PYTHONPATH=. python3 bench/quantizer_hlo.py [--rows fp8_current_e4m3,nvfp4_1x16,...] [--runs 5]
+    PYTHONPATH=. python3 bench/quantizer_hlo.py [--rows "mxfp8 e4m3,nvfp4 1x16 split,..."] [--runs 5] [--small]
 
 Each row is one call of `fpemu.scaled.quantize_dequantize` or `fpemu.scaled.quantize_dequantize_split`
 (``split``) with the recipe and options a training recipe's operand quantizer passes
 (`fpemu._training.quantizer`), on a float32 array of shape (8, 128, 1024) (the 2-D tiles on the
-(1024, 1024) matrix), beside ``x.astype(bf16).astype(f32)``. Columns: the optimized HLO text's lines
+(1024, 1024) matrix; ``--small``: (64, 128) and (128, 128), the digits MLP's sizes, below
+`fpemu._ops.fusion.MATERIALIZE_MIN_SIZE`, where per-group values are not materialized), beside ``x.astype(bf16).astype(f32)``. Columns: the optimized HLO text's lines
 and instructions (``jax.jit(f).lower(x).compile().as_text()``), the lower + compile time of a fresh
 function with every JAX cache cleared, and the median run time over ``--runs`` calls. Compile and
 run times are as noisy as the machine: compare rows of one run.
@@ -107,7 +108,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", default="", help="comma-separated row names (default: all)")
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--small", action="store_true", help="(64, 128) and (128, 128) inputs")
     args = parser.parse_args()
+    if args.small:
+        global SHAPE, MATRIX
+        SHAPE, MATRIX = (64, 128), (128, 128)
     table = rows()
     wanted = [r.strip() for r in args.rows.split(",") if r.strip()] or list(table)
     print(machine_line())

@@ -187,8 +187,11 @@ def reciprocal(p: jnp.ndarray) -> jnp.ndarray:
     sub = (p < U32(IMPLICIT)) & (p != U32(0))
     fa = to_bits(jnp.where(sub, p, U32(1)).astype(jnp.float32))  # p * 2**149, normal
     scaled = from_bits(fa - U32(117 << 23))  # p * 2**32: normal, exactly
-    one = jnp.float32(1)
-    return jnp.where(sub, (one / scaled) * jnp.float32(2.0**32), one / from_bits(p))
+    # one division, the last operation (XLA copies the chain before a division into each division's
+    # loop, and the operations after it into each consumer's): 1 / p, or 2**32 / (p * 2**32) for
+    # subnormal p, the same as (1 / (p * 2**32)) * 2**32: scaling by a power of two commutes with
+    # rounding where the result is normal or overflows (1 / p >= 2**126 here)
+    return jnp.where(sub, jnp.float32(2.0**32), jnp.float32(1)) / jnp.where(sub, scaled, from_bits(p))
 
 
 def mul_flushing(x: jnp.ndarray, m: jnp.ndarray) -> jnp.ndarray:

@@ -18,6 +18,7 @@ from fpemu._engine import stochastic
 from fpemu._ops import codec
 from fpemu._ops import quantize as element_quantize
 from fpemu._ops import rounding_spec as element_spec
+from fpemu._ops.fusion import materialize
 from fpemu.scaled import _bits, _rne, _table
 from fpemu.scaled._bits import ABS, IMPLICIT, INF, NAN, SIGN, U32
 from fpemu.scaled._layout import Layout, Work, group_max
@@ -108,11 +109,16 @@ def encode(
 
 
 def _narrow_scales(bits: jnp.ndarray, recipe: Recipe, layout: Layout):
-    """`two_level_scales` (d, g, enc_b, NaN mask) from the blocks' and the tensor's amax."""
+    """`two_level_scales` (d, g, enc_b, NaN mask) from the blocks' and the tensor's amax.
+
+    ``d`` is materialized whatever the array's size: its rounding into the scale format (dozens of
+    operations per block) would otherwise be copied into each of its consumers' loops (the encode
+    scale, the table or the codes, the elements' loop), which costs more compile time than the
+    materialization's conditional, also on arrays below `fpemu._ops.fusion.MATERIALIZE_MIN_SIZE`."""
     amax_block = group_max(bits & U32(ABS), layout)
     finite = jnp.where(amax_block < U32(INF), amax_block, U32(0))  # blocks with NaN/inf do not count
     amax_tensor = jnp.max(finite, axis=tuple(range(bits.ndim)), keepdims=True, initial=U32(0))
-    return two_level_scales(amax_tensor, amax_block, recipe, once=Work(bits.shape, layout).materialized)
+    return two_level_scales(amax_tensor, amax_block, recipe, once=lambda *arrays: materialize(arrays))
 
 
 def _by_table(recipe: Recipe, scale: jnp.ndarray | None, rounding: Rounding) -> bool:

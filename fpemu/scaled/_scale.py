@@ -73,8 +73,13 @@ def _const_over(numerator: float, amax: jnp.ndarray) -> jnp.ndarray:
     fa = _bits.to_bits(jnp.where(sub, amax, U32(1)).astype(F32))  # amax * 2**149
     scaled = _bits.from_bits(fa - U32(125 << 23))  # amax * 2**24, normal
     num = F32(numerator)
-    safe = jnp.where(sub | (amax >= U32(INF)), U32(IMPLICIT), amax)
-    return jnp.where(sub, (num / scaled) * F32(2.0**24), num / _bits.from_bits(safe))
+    safe = jnp.where(amax >= U32(INF), U32(IMPLICIT), amax)
+    # one division, as in `_bits.reciprocal`: num / amax, or (num * 2**24) / (amax * 2**24) (an exact
+    # constant), the same as (num / (amax * 2**24)) * 2**24 where the quotient is normal or overflows
+    # (for a numerator >= 1 and a subnormal amax, it exceeds 2**126)
+    assert 1 <= numerator <= 2.0**100, numerator
+    num_scaled = F32(numerator * 2.0**24)
+    return jnp.where(sub, num_scaled, num) / jnp.where(sub, scaled, _bits.from_bits(safe))
 
 
 def float_encode_scale(amax: jnp.ndarray, recipe: Recipe) -> tuple[jnp.ndarray, jnp.ndarray]:
@@ -105,7 +110,7 @@ def two_level_scales(
     """(d, g, enc_b, nonfinite) for a narrow block scale format (NVFP4 and friends): ``d`` the block
     decode scales (float32 values of the scale format, whose codes `fpemu.encode` gives exactly).
 
-    ``once`` takes ``d`` and returns it computed once (``Work.materialized``), so that its consumers
+    ``once`` takes ``d`` and returns it computed once (`fpemu._ops.fusion.materialize`), so that its consumers
     (``enc_b``, the caller's table or codes) do not each repeat the chain that rounds it.
 
     ``amax_tensor``: bits of the largest magnitude in the tensor's finite blocks (one per tensor);

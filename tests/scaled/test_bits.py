@@ -181,3 +181,18 @@ def test_scale_up_constant_is_scale_up(k_min):
         got = jax.jit(lambda k, v=value: _bits.scale_up_constant(v, k, k_min))(k)
         expected = _bits.scale_up(jnp.full(k.shape, _bits_of(np.float32(value)), jnp.uint32), k)
         np.testing.assert_array_equal(np.asarray(got), np.asarray(expected), err_msg=f"{value!r}")
+
+
+@pytest.mark.parametrize("numerator", [1.0, 6.0, 448.0, 2688.0, 57344.0])
+def test_constant_over_amax_including_subnormals(numerator):
+    """`_const_over`: the float32 quotient, rounded once, for subnormal amax too (where it is not subnormal)."""
+    from fpemu.scaled._scale import _const_over
+
+    b = _random_finite(N) & 0x7FFFFFFF
+    b = b[b != 0]
+    with np.errstate(over="ignore"):
+        expected = np.float32(numerator) / b.view(np.float32)
+    keep = np.abs(expected) >= np.float32(2.0**-126)  # a subnormal quotient is outside its contract (flushed)
+    b, expected = b[keep], expected[keep]
+    got = jax.jit(lambda a: _const_over(numerator, a))(jnp.asarray(b))
+    np.testing.assert_array_equal(_bits_of(got), _bits_of(expected))
