@@ -74,12 +74,12 @@ def _const_over(numerator: float, amax: jnp.ndarray) -> jnp.ndarray:
     scaled = _bits.from_bits(fa - U32(125 << 23))  # amax * 2**24, normal
     num = F32(numerator)
     safe = jnp.where(amax >= U32(INF), U32(IMPLICIT), amax)
+    if numerator * 2.0**24 > float(np.finfo(np.float32).max):  # (num * 2**24 is no float32): two divisions
+        return jnp.where(sub, (num / scaled) * F32(2.0**24), num / _bits.from_bits(safe))
     # one division, as in `_bits.reciprocal`: num / amax, or (num * 2**24) / (amax * 2**24) (an exact
     # constant), the same as (num / (amax * 2**24)) * 2**24 where the quotient is normal or overflows
-    # (for a numerator >= 1 and a subnormal amax, it exceeds 2**126)
-    assert 1 <= numerator <= 2.0**100, numerator
-    num_scaled = F32(numerator * 2.0**24)
-    return jnp.where(sub, num_scaled, num) / jnp.where(sub, scaled, _bits.from_bits(safe))
+    # (for a subnormal amax it exceeds num * 2**126, normal for every positive float32 num)
+    return jnp.where(sub, F32(numerator * 2.0**24), num) / jnp.where(sub, scaled, _bits.from_bits(safe))
 
 
 def float_encode_scale(amax: jnp.ndarray, recipe: Recipe) -> tuple[jnp.ndarray, jnp.ndarray]:

@@ -183,7 +183,7 @@ def test_scale_up_constant_is_scale_up(k_min):
         np.testing.assert_array_equal(np.asarray(got), np.asarray(expected), err_msg=f"{value!r}")
 
 
-@pytest.mark.parametrize("numerator", [1.0, 6.0, 448.0, 2688.0, 57344.0])
+@pytest.mark.parametrize("numerator", [1.0, 6.0, 448.0, 2688.0, 57344.0, 2.0**110, float(np.finfo(np.float32).max)])
 def test_constant_over_amax_including_subnormals(numerator):
     """`_const_over`: the float32 quotient, rounded once, for subnormal amax too (where it is not subnormal)."""
     from fpemu.scaled._scale import _const_over
