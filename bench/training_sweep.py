@@ -17,7 +17,8 @@ step under ``Policy(dot=recipe)`` (form ``dot``) and ``Policy(default="bf16", do
 
 **Compile time** is measured per row on a fresh function with every JAX cache cleared, in three
 phases: ``trace`` (JAX's trace, which includes emulate's interpreter), ``lower`` (to StableHLO) and
-``compile`` (XLA), and given as a multiple of fp32's total. **Step time** is the median over
+``compile`` (XLA), and given as a multiple of fp32's total; beside it, the number of instructions
+in the optimized HLO (a measure of XLA's work that does not depend on the machine's load). **Step time** is the median over
 ``--rounds`` rounds; each round calls every row once, in an order shuffled per round (a fixed
 seed), and a row's ratio is the median of its time over emulated bf16's in the same round. The
 allocator settings (``GLIBC_TUNABLES``) and ``XLA_FLAGS`` are printed with the machine: on CPU a
@@ -112,8 +113,9 @@ def rows_for(
     return rows
 
 
-def compile_phases(build: Callable[[], Callable], args: tuple) -> tuple[float, float, float]:
-    """(trace, lower, XLA compile) seconds of a fresh function, every JAX cache cleared first."""
+def compile_phases(build: Callable[[], Callable], args: tuple) -> tuple[float, float, float, int]:
+    """(trace, lower, XLA compile) seconds of a fresh function, every JAX cache cleared first, and the
+    instructions of its optimized HLO (the lines of ``compile().as_text()`` that assign a value)."""
     jax.clear_caches()
     fn = jax.jit(build())
     start = time.perf_counter()
@@ -121,8 +123,10 @@ def compile_phases(build: Callable[[], Callable], args: tuple) -> tuple[float, f
     traced_at = time.perf_counter()
     lowered = traced.lower()
     lowered_at = time.perf_counter()
-    lowered.compile()
-    return traced_at - start, lowered_at - traced_at, time.perf_counter() - lowered_at
+    compiled = lowered.compile()
+    done = time.perf_counter()
+    instructions = sum(" = " in line for line in compiled.as_text().splitlines())
+    return traced_at - start, lowered_at - traced_at, done - lowered_at, instructions
 
 
 def main() -> None:
@@ -158,13 +162,15 @@ def main() -> None:
         for name in jitted:
             times[name].append(this[name])
             ratios[name].append(this[name] / this["emulated bf16"])
-    fp32_compile = sum(phases["fp32"])
-    header = "| row | trace s | lower s | XLA s | compile vs fp32 | step ms | step vs emulated bf16 |"
+    fp32_compile = sum(phases["fp32"][:3])
+    header = (
+        "| row | trace s | lower s | XLA s | compile vs fp32 | HLO instructions | step ms | step vs emulated bf16 |"
+    )
     print(header)
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for name in jitted:
-        t, lo, c = phases[name]
-        print(f"| {name} | {t:.2f} | {lo:.2f} | {c:.2f} | {(t + lo + c) / fp32_compile:.2f}x | "
+        t, lo, c, n = phases[name]
+        print(f"| {name} | {t:.2f} | {lo:.2f} | {c:.2f} | {(t + lo + c) / fp32_compile:.2f}x | {n} | "
               f"{statistics.median(times[name]) * 1e3:.2f} | {statistics.median(ratios[name]):.2f}x |")  # fmt: skip
 
 

@@ -13,6 +13,7 @@ elementwise (arguments broadcast).
 from __future__ import annotations
 
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from fpemu._core.registry import get_format
@@ -112,6 +113,30 @@ def scale_up(q: jnp.ndarray, k: jnp.ndarray) -> jnp.ndarray:
     return jnp.where((a == U32(0)) | (a >= U32(INF)), q, res)
 
 
+def scale_up_constant(value: float, k: jnp.ndarray, k_min: int) -> jnp.ndarray:
+    """`scale_up` (the same bits) of the positive normal float32 constant ``value`` times ``2**k``, for
+    int32 ``k >= k_min`` (static), in a few operations where every such product is exact.
+
+    Where ``value * 2**k_min`` keeps every significant bit of ``value`` (its significand shifted into
+    float32's subnormal range loses only zeros), no product rounds: a normal result is the exponent
+    field ``e + k`` beside ``value``'s mantissa, a subnormal one its significand shifted right, and a
+    field above 254 overflows to inf, as `scale_up` gives them. Any other constant takes `scale_up`.
+    """
+    q = int(np.float32(value).view(np.uint32))
+    field, mant = q >> 23, q & MANT
+    assert 1 <= field <= 254, value  # a positive normal float32
+    sig = mant | IMPLICIT
+    widest_shift = 1 - (field + k_min)  # the right shift of the significand at k = k_min
+    trailing_zeros = (sig & -sig).bit_length() - 1
+    if widest_shift > trailing_zeros:
+        return scale_up(U32(q), k)
+    f = k + field
+    res = (f.astype(U32) << U32(23)) | U32(mant)
+    if widest_shift > 0:  # exact: only zero bits are shifted out
+        res = jnp.where(f < 1, U32(sig) >> jnp.clip(1 - f, 0, 31).astype(U32), res)
+    return jnp.where(f > 254, U32(INF), res)
+
+
 def mul_exact(a: jnp.ndarray, b: jnp.ndarray) -> jnp.ndarray:
     """The float32 product ``a * b`` rounded to nearest even, subnormals and overflow included.
 
@@ -162,8 +187,11 @@ def reciprocal(p: jnp.ndarray) -> jnp.ndarray:
     sub = (p < U32(IMPLICIT)) & (p != U32(0))
     fa = to_bits(jnp.where(sub, p, U32(1)).astype(jnp.float32))  # p * 2**149, normal
     scaled = from_bits(fa - U32(117 << 23))  # p * 2**32: normal, exactly
-    one = jnp.float32(1)
-    return jnp.where(sub, (one / scaled) * jnp.float32(2.0**32), one / from_bits(p))
+    # one division, the last operation (XLA copies the chain before a division into each division's
+    # loop, and the operations after it into each consumer's): 1 / p, or 2**32 / (p * 2**32) for
+    # subnormal p, the same as (1 / (p * 2**32)) * 2**32: scaling by a power of two commutes with
+    # rounding where the result is normal or overflows (1 / p >= 2**126 here)
+    return jnp.where(sub, jnp.float32(2.0**32), jnp.float32(1)) / jnp.where(sub, scaled, from_bits(p))
 
 
 def mul_flushing(x: jnp.ndarray, m: jnp.ndarray) -> jnp.ndarray:

@@ -18,11 +18,18 @@ from fpemu._engine import stochastic
 from fpemu._ops import codec
 from fpemu._ops import quantize as element_quantize
 from fpemu._ops import rounding_spec as element_spec
+from fpemu._ops.fusion import materialize
 from fpemu.scaled import _bits, _rne, _table
 from fpemu.scaled._bits import ABS, IMPLICIT, INF, NAN, SIGN, U32
 from fpemu.scaled._layout import Layout, Work, group_max
 from fpemu.scaled._recipes import BlockFormat
-from fpemu.scaled._scale import float_encode_scale, global_scale_is_normal, pow2_exponent, two_level_scales
+from fpemu.scaled._scale import (
+    float_encode_scale,
+    global_scale_is_normal,
+    pow2_exponent,
+    smallest_exponent,
+    two_level_scales,
+)
 
 F32 = jnp.float32
 I32 = jnp.int32
@@ -102,11 +109,16 @@ def encode(
 
 
 def _narrow_scales(bits: jnp.ndarray, recipe: BlockFormat, layout: Layout):
-    """`two_level_scales` (d, g, enc_b, NaN mask) from the blocks' and the tensor's amax."""
+    """`two_level_scales` (d, g, enc_b, NaN mask) from the blocks' and the tensor's amax.
+
+    ``d`` is materialized whatever the array's size: its rounding into the scale format (dozens of
+    operations per block) would otherwise be copied into each of its consumers' loops (the encode
+    scale, the table or the codes, the elements' loop), which costs more compile time than the
+    materialization's conditional, also on arrays below `fpemu._ops.fusion.MATERIALIZE_MIN_SIZE`."""
     amax_block = group_max(bits & U32(ABS), layout)
     finite = jnp.where(amax_block < U32(INF), amax_block, U32(0))  # blocks with NaN/inf do not count
     amax_tensor = jnp.max(finite, axis=tuple(range(bits.ndim)), keepdims=True, initial=U32(0))
-    return two_level_scales(amax_tensor, amax_block, recipe, once=Work(bits.shape, layout).materialized)
+    return two_level_scales(amax_tensor, amax_block, recipe, once=lambda *arrays: materialize(arrays))
 
 
 def _by_table(recipe: BlockFormat, scale: jnp.ndarray | None, rounding: Rounding) -> bool:
@@ -214,7 +226,7 @@ def _pow2_scales(bits: jnp.ndarray, recipe: BlockFormat, layout: Layout, scale) 
 def _rne_on_grid(xb: jnp.ndarray, k: jnp.ndarray, recipe: BlockFormat, w: Work) -> jnp.ndarray:
     """float32 bits of round_nearest_even(x / 2**k) * 2**k (the element values times their scale)."""
     fmt = recipe.element
-    grid = _rne.Grid(*w.per_element(*_rne.Grid.for_scale(fmt, k)))
+    grid = _rne.Grid(*w.per_element(*_rne.Grid.for_scale(fmt, k, k_min=smallest_exponent(recipe))))
     saturate = recipe.saturate  # nearest even on a signed element: "sat_finite" is True, "ovf_inf" False
     clamp = saturate in (True, "sat_finite", "sat_propagate")
     keep_inf = saturate == "sat_propagate" and fmt.has_inf
@@ -258,9 +270,9 @@ def quantize_dequantize(
         return decode(values, scale_leaf, global_leaf, recipe, layout, computed_global=True)
     bits = _bits.to_bits(x)
     w = Work(x.shape, layout)
-    k, nan = _pow2_scales(bits, recipe, layout, scale)
+    k, nan = w.materialized(*_pow2_scales(bits, recipe, layout, scale))  # once, not in each grid constant's loop
     out = _rne_on_grid(bits, k, recipe, w)
-    out = jnp.where(w.per_element(nan), U32(NAN), out)
+    out = jnp.where(w.broadcast(nan), U32(NAN), out)
     return _bits.from_bits(out)
 
 

@@ -44,9 +44,9 @@ class Grid(NamedTuple):
     half_smallest: jnp.ndarray
 
     @classmethod
-    def for_scale(cls, fmt: Format, k: jnp.ndarray) -> Grid:
-        """The grid ``{v * 2**k : v in fmt}``."""
-        up = lambda value: _bits.scale_up(_bits.to_bits(jnp.float32(value)), k)  # exact
+    def for_scale(cls, fmt: Format, k: jnp.ndarray, *, k_min: int) -> Grid:
+        """The grid ``{v * 2**k : v in fmt}``, for scale exponents ``k >= k_min``."""
+        up = lambda value: _bits.scale_up_constant(value, k, k_min)  # exact
         return cls(k + (fmt.emin + 127), up(fmt.max), up(fmt.min_subnormal), up(fmt.min_subnormal / 2))
 
 

@@ -11,12 +11,14 @@ from collections.abc import Callable
 import jax.numpy as jnp
 import numpy as np
 
+from fpemu._core.registry import get_format
 from fpemu.scaled import _bits, _rne
 from fpemu.scaled._bits import FLT_MAX, IMPLICIT, INF, U32
 from fpemu.scaled._recipes import BlockFormat, pow2_constants
 
 I32 = jnp.int32
 F32 = jnp.float32
+_FP32 = get_format("fp32")
 ENCODE_CAP = 2.0**126  # float encode scales are capped here so that 1 / scale is a normal float32
 ENCODE_FLOOR = 2.0**-126
 
@@ -25,6 +27,12 @@ def pow2_range(recipe: BlockFormat) -> tuple[int, int]:
     """The exponents a power-of-two scale may take: the scale format's normal range."""
     s = recipe.scale_format
     return s.emin, s.emax
+
+
+def smallest_exponent(recipe: BlockFormat) -> int:
+    """A lower bound on the exponent ``k`` of every power-of-two scale of ``recipe``: `pow2_range`'s
+    (computed scales), and float32's ``-bias`` (-127) for given scales, read from the exponent field."""
+    return min(pow2_range(recipe)[0], -_FP32.bias)
 
 
 def zero_exponent(recipe: BlockFormat) -> int:
@@ -65,8 +73,13 @@ def _const_over(numerator: float, amax: jnp.ndarray) -> jnp.ndarray:
     fa = _bits.to_bits(jnp.where(sub, amax, U32(1)).astype(F32))  # amax * 2**149
     scaled = _bits.from_bits(fa - U32(125 << 23))  # amax * 2**24, normal
     num = F32(numerator)
-    safe = jnp.where(sub | (amax >= U32(INF)), U32(IMPLICIT), amax)
-    return jnp.where(sub, (num / scaled) * F32(2.0**24), num / _bits.from_bits(safe))
+    safe = jnp.where(amax >= U32(INF), U32(IMPLICIT), amax)
+    if numerator * 2.0**24 > float(np.finfo(np.float32).max):  # (num * 2**24 is no float32): two divisions
+        return jnp.where(sub, (num / scaled) * F32(2.0**24), num / _bits.from_bits(safe))
+    # one division, as in `_bits.reciprocal`: num / amax, or (num * 2**24) / (amax * 2**24) (an exact
+    # constant), the same as (num / (amax * 2**24)) * 2**24 where the quotient is normal or overflows
+    # (for a subnormal amax it exceeds num * 2**126, normal for every positive float32 num)
+    return jnp.where(sub, F32(numerator * 2.0**24), num) / jnp.where(sub, scaled, _bits.from_bits(safe))
 
 
 def float_encode_scale(amax: jnp.ndarray, recipe: BlockFormat) -> tuple[jnp.ndarray, jnp.ndarray]:
@@ -97,7 +110,7 @@ def two_level_scales(
     """(d, g, enc_b, nonfinite) for a narrow block scale format (NVFP4 and friends): ``d`` the block
     decode scales (float32 values of the scale format, whose codes `fpemu.encode` gives exactly).
 
-    ``once`` takes ``d`` and returns it computed once (``Work.materialized``), so that its consumers
+    ``once`` takes ``d`` and returns it computed once (`fpemu._ops.fusion.materialize`), so that its consumers
     (``enc_b``, the caller's table or codes) do not each repeat the chain that rounds it.
 
     ``amax_tensor``: bits of the largest magnitude in the tensor's finite blocks (one per tensor);
@@ -124,7 +137,7 @@ def two_level_scales(
     mult = s * F32(np.float32(1) / np.float32(e_fmt.max))
     block = jnp.where(nonfinite, U32(0), amax_block)
     wanted = _bits.to_bits(jnp.minimum(_bits.mul_flushing(block, mult), F32(s_fmt.max)))  # finite, >= 0
-    grid = _rne.Grid.for_scale(s_fmt, jnp.zeros((), I32))  # the scale format's own values
+    grid = _rne.Grid.for_scale(s_fmt, jnp.zeros((), I32), k_min=0)  # the scale format's own values
     (d,) = once(_rne.round_rne(wanted, grid, s_fmt, saturate=True, negative_zero=False))
     # d is normal or zero where every value of the scale format is
     normal = s_fmt.min_subnormal >= 2.0**-126 and global_scale_is_normal(recipe)

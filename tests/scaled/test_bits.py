@@ -158,3 +158,41 @@ def test_rne_shift(sh):
         half = (1 << sh) / 2
         expected.append(q + (r > half or (r == half and sh > 0 and q % 2 == 1)))
     np.testing.assert_array_equal(got, np.array(expected, np.uint64).astype(np.uint32))
+
+
+def _grid_constants():
+    """The constants `_rne.Grid.for_scale` scales: every registered format's largest value, smallest
+    value and half of it (those that are positive normal float32 values), and some that take
+    `scale_up`'s general path (a long significand, a value that the lowest scale rounds)."""
+    from fpemu._core.registry import formats
+
+    values = {3.0 * 2.0**-20, float(np.float32(1.0 + 2.0**-23)), 2.0**-100, 448.0, 2.0**127}
+    for fmt in formats():
+        for v in (fmt.max, fmt.min_subnormal, fmt.min_subnormal / 2):
+            if 2.0**-126 <= v <= float(np.finfo(np.float32).max) and float(np.float32(v)) == v:
+                values.add(v)
+    return sorted(values)
+
+
+@pytest.mark.parametrize("k_min", [-127, -126, 0])
+def test_scale_up_constant_is_scale_up(k_min):
+    k = jnp.arange(k_min, 300, dtype=jnp.int32)
+    for value in _grid_constants():
+        got = jax.jit(lambda k, v=value: _bits.scale_up_constant(v, k, k_min))(k)
+        expected = _bits.scale_up(jnp.full(k.shape, _bits_of(np.float32(value)), jnp.uint32), k)
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(expected), err_msg=f"{value!r}")
+
+
+@pytest.mark.parametrize("numerator", [1.0, 6.0, 448.0, 2688.0, 57344.0, 2.0**110, float(np.finfo(np.float32).max)])
+def test_constant_over_amax_including_subnormals(numerator):
+    """`_const_over`: the float32 quotient, rounded once, for subnormal amax too (where it is not subnormal)."""
+    from fpemu.scaled._scale import _const_over
+
+    b = _random_finite(N) & 0x7FFFFFFF
+    b = b[b != 0]
+    with np.errstate(over="ignore"):
+        expected = np.float32(numerator) / b.view(np.float32)
+    keep = np.abs(expected) >= np.float32(2.0**-126)  # a subnormal quotient is outside its contract (flushed)
+    b, expected = b[keep], expected[keep]
+    got = jax.jit(lambda a: _const_over(numerator, a))(jnp.asarray(b))
+    np.testing.assert_array_equal(_bits_of(got), _bits_of(expected))
