@@ -44,7 +44,7 @@ def _check_operands(a: Any, b: Any) -> tuple[jax.Array, jax.Array]:
         if not isinstance(x, (np.ndarray, jax.Array)):
             raise TypeError(f"{name} must be a float32 NumPy or JAX array, got {type(x).__name__}")
         if x.dtype != np.float32:
-            raise TypeError(f"{name} must be float32 (the block formats quantize float32 operands), got {x.dtype}")
+            raise TypeError(f"{name} must be float32 (fpemu.scaled.matmul quantizes float32 operands), got {x.dtype}")
         if x.ndim != 2:
             raise ValueError(f"{name} must be a matrix (2-D), got shape {x.shape}")
     if a.shape[1] != b.shape[0]:
@@ -62,22 +62,20 @@ def _unscaled_config(fmt: str | None) -> MatmulConfig:
     return matmul_config(f32, f32, MatmulOptions(lhs=fmt, rhs=fmt))
 
 
-def _operand_config(block_format: str, axis: int | None) -> Config:
-    """The checked config of ``quantize_dequantize_split(x, block_format, axis=axis, pad=True)`` (nearest even)."""
-    return Config(get_block_format(block_format), axis, "nearest_even", None)
+def _operand_config(name: str, axis: int | None) -> Config:
+    """The checked config of ``quantize_dequantize_split(x, name, axis=axis, pad=True)`` (nearest even)."""
+    return Config(get_block_format(name), axis, "nearest_even", None)
 
 
-@functools.partial(jax.jit, static_argnames="block_format")
-def _product(a: jax.Array, b: jax.Array, block_format: str) -> jax.Array:
-    if block_format in _UNSCALED:
+@functools.partial(jax.jit, static_argnames="name")
+def _product(a: jax.Array, b: jax.Array, name: str) -> jax.Array:
+    if name in _UNSCALED:
         geometry = dot_geometry(tuple(a.shape), tuple(b.shape), _DN)
-        return compute_dot(
-            a, b, None, None, None, None, cfg=_unscaled_config(_UNSCALED[block_format]), geometry=geometry
-        )
-    per_tensor = get_block_format(block_format).block_size is None  # one float32 scale per operand
+        return compute_dot(a, b, None, None, None, None, cfg=_unscaled_config(_UNSCALED[name]), geometry=geometry)
+    per_tensor = get_block_format(name).block_size is None  # one float32 scale per operand
     # Blocks run along the contraction dimension K; a shorter last block if K is not a multiple.
-    a_q, a_t = split_core(a, None, None, _operand_config(block_format, None if per_tensor else 1))
-    b_q, b_t = split_core(b, None, None, _operand_config(block_format, None if per_tensor else 0))
+    a_q, a_t = split_core(a, None, None, _operand_config(name, None if per_tensor else 1))
+    b_q, b_t = split_core(b, None, None, _operand_config(name, None if per_tensor else 0))
     # What is left once the float per-tensor scales are taken out (elements times power-of-two or
     # E4M3 block scales) has at most 8 significant bits for every block format here: bfloat16 values, so
     # rounding to bf16 is exact and the dot takes bfloat16 operands with float32 accumulation. The
