@@ -9,9 +9,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from fpemu._args import INPUT_DTYPES
+
 __all__ = ["amax_of", "operand_arg"]
 
-_OPERAND_DTYPES = ("float16", "bfloat16", "float32")
+_OPERAND_DTYPES = tuple(d for d in INPUT_DTYPES if d != "float64")  # float64 is refused: no silent rounding
 
 
 def operand_arg(x: Any, name: str = "x") -> jax.Array:

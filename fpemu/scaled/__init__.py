@@ -15,9 +15,9 @@ a training or inference recipe only (`fpemu.training_recipe`, `fpemu.inference_r
 `ScaledArray` is `fpemu.scalify`'s scale-carrying array only.
 """
 
-import warnings
 from typing import Any
 
+from fpemu._args import warn_renamed
 from fpemu.scaled._array import BlockArray as BlockArray
 from fpemu.scaled._array import Packed as Packed
 from fpemu.scaled._delayed import DelayedScaling as DelayedScaling
@@ -77,10 +77,5 @@ def __getattr__(name: str) -> Any:
     new = _RENAMED.get(name)
     if new is None:
         raise AttributeError(f"module 'fpemu.scaled' has no attribute {name!r}")
-    warnings.warn(
-        f"fpemu.scaled.{name} is deprecated and will be removed in the next release; use fpemu.scaled.{new} "
-        "(the same object)",
-        DeprecationWarning,
-        stacklevel=2,
-    )
+    warn_renamed(f"fpemu.scaled.{name}", f"fpemu.scaled.{new} (the same object)")
     return globals()[new]

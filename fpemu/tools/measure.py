@@ -54,6 +54,16 @@ class _RenamedFlag(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
+def _add_block_formats(parser: argparse.ArgumentParser, parse: Any, help: str) -> None:
+    """``--block-formats R,S,...`` (checked by ``parse``), and ``--recipes``, its hidden name of earlier releases."""
+    parser.add_argument(
+        "--block-formats", type=choices.option(parse), default=None, metavar="R,S,...", help=help
+    )  # fmt: skip
+    parser.add_argument(
+        "--recipes", type=choices.option(parse), dest="block_formats", action=_RenamedFlag, help=argparse.SUPPRESS
+    )
+
+
 def _rounding_modes(text: str) -> list[str]:
     return choices.names("rounding mode", fpemu.ROUNDING_MODES)(text)
 
@@ -110,18 +120,11 @@ def add_bench_parser(subcommands: Any) -> argparse.ArgumentParser:
         help=f"formats of the quantize rows (default {','.join(bench.QUICK_FORMATS)}, and "
         f"{','.join(f for f in bench.FULL_FORMATS if f not in bench.QUICK_FORMATS)} without --quick)",
     )  # fmt: skip
-    timer.add_argument(
-        "--block-formats", type=choices.option(choices.block_format_names), default=None, metavar="R,S,...",
-        help="fpemu.scaled block formats: a scaled-qdq row each, and a matmul row for fpemu.scaled.matmul's formats "
+    _add_block_formats(
+        timer, choices.block_format_names,
+        "fpemu.scaled block formats: a scaled-qdq row each, and a matmul row for fpemu.scaled.matmul's formats "
         f"(default {','.join(bench.QUICK_RECIPES)}; {','.join(bench.FULL_RECIPES)} without --quick)",
     )  # fmt: skip
-    timer.add_argument(  # --block-formats' name of earlier releases, for one release
-        "--recipes",
-        type=choices.option(choices.block_format_names),
-        dest="block_formats",
-        action=_RenamedFlag,
-        help=argparse.SUPPRESS,
-    )
     timer.add_argument(
         "--modes", type=choices.option(_rounding_modes), default=None, metavar="M,N,...",
         help=f"rounding modes of the quantize rows, from {', '.join(fpemu.ROUNDING_MODES)} (nearest_even, the "
@@ -187,18 +190,11 @@ def add_plot_parser(subcommands: Any) -> argparse.ArgumentParser:
         "--modes", type=choices.option(_rounding_modes), default=None, metavar="M,N,...",
         help=f"rounding-error: rounding modes, from {', '.join(fpemu.ROUNDING_MODES)} (default nearest_even)",
     )  # fmt: skip
-    draw.add_argument(
-        "--block-formats", type=choices.option(choices.split_list), default=None, metavar="R,S,...",
-        help="qsnr: fpemu.scaled block formats (default all); matmul-error: fpemu.scaled.matmul's formats "
+    _add_block_formats(
+        draw, choices.split_list,
+        "qsnr: fpemu.scaled block formats (default all); matmul-error: fpemu.scaled.matmul's formats "
         f"({', '.join(accuracy.MATMUL_FORMATS)}; default all)",
     )  # fmt: skip
-    draw.add_argument(  # --block-formats' name of earlier releases, for one release
-        "--recipes",
-        type=choices.option(choices.split_list),
-        dest="block_formats",
-        action=_RenamedFlag,
-        help=argparse.SUPPRESS,
-    )
     draw.add_argument(
         "--distributions", type=choices.option(_distributions), default=None, metavar="D,E,...",
         help=f"qsnr, matmul-error: data distributions, from {', '.join(data.DISTRIBUTIONS)} (default all), or "
