@@ -5,8 +5,8 @@ Usage::
     PYTHONPATH=. python3 bench/quantizer_hlo.py [--rows "mxfp8 e4m3,nvfp4 1x16 split,..."] [--runs 5] [--small]
 
 Each row is one call of `fpemu.scaled.quantize_dequantize` or `fpemu.scaled.quantize_dequantize_split`
-(``split``) with the recipe and options a training recipe's operand quantizer passes
-(`fpemu._training.quantizer`), on a float32 array of shape (8, 128, 1024) (the 2-D tiles on the
+(``split``) with the block format and options a training recipe's operand quantizer passes
+(`fpemu._training.quantize_operand`), on a float32 array of shape (8, 128, 1024) (the 2-D tiles on the
 (1024, 1024) matrix; ``--small``: (64, 128) and (128, 128), the digits MLP's sizes, below
 `fpemu._ops.fusion.MATERIALIZE_MIN_SIZE`, where per-group values are not materialized), beside ``x.astype(bf16).astype(f32)``. Columns: the optimized HLO text's lines
 and instructions (``jax.jit(f).lower(x).compile().as_text()``), the lower + compile time of a fresh
@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fpemu import scaled
-from fpemu._training.quantizer import Quantizer, scaled_recipe
+from fpemu._training.quantizer import Quantizer
 from fpemu.tools.bench import machine_line
 
 SHAPE = (8, 128, 1024)
@@ -37,8 +37,10 @@ KEY = jax.random.key(0)
 
 
 def _quantizer_call(q: Quantizer, *, split: bool, tiles: bool = False) -> tuple[Callable[[Any], Any], tuple[int, ...]]:
-    """The scaled call a training operand quantizer makes (its recipe and options), and its input shape."""
-    recipe = scaled_recipe(q)
+    """The scaled call a training operand quantizer makes (its block format and options), and its input shape.
+    ``tiles``: a ``"block"`` quantizer's block format on 2-D tiles of side ``block_size`` (as a ``"block_2d"``
+    quantizer of a matrix quantizes)."""
+    fmt = q.block_format
     kw: dict[str, Any] = {"rounding": q.rounding, "pad": True}
     if q.rounding == "stochastic":
         kw.update(key=KEY, random_bits=q.random_bits)
@@ -47,10 +49,9 @@ def _quantizer_call(q: Quantizer, *, split: bool, tiles: bool = False) -> tuple[
     if q.scaling == "delayed":
         kw["scale"] = np.float32(2.0**-3)
     if tiles:
-        recipe = dataclasses.replace(recipe, block_size=q.block_size)  # one group per tile, as the recipes do
         kw["tile_axis"] = 0
     fn = scaled.quantize_dequantize_split if split else scaled.quantize_dequantize
-    return (lambda x: fn(x, recipe, **kw)), (MATRIX if tiles else SHAPE)
+    return (lambda x: fn(x, fmt, **kw)), (MATRIX if tiles else SHAPE)
 
 
 def rows() -> dict[str, tuple[Callable[[Any], Any], tuple[int, ...]]]:

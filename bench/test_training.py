@@ -181,7 +181,7 @@ def test_compile_time():
 
 # -- where NVFP4's time goes ---------------------------------------------------------------------------
 
-_QUANTIZER = importlib.import_module("fpemu._training.quantizer")
+_QUANTIZER = importlib.import_module("fpemu._training.quantize_operand")
 _HADAMARD = importlib.import_module("fpemu._training.hadamard")
 
 

@@ -4,7 +4,9 @@ The layer between `fpemu.scaled` (which quantizes one tensor) and `fpemu._emulat
 recipe to every dot of a training step):
 
 - `operands`: a GEMM operand's check (`operand_arg`) and its amax (`amax_of`);
-- `quantizer`: `Quantizer` (how one operand of one GEMM is quantized), `quantize_operand`, `scaled_view`;
+- `quantizer`: `Quantizer` (how one operand of one GEMM is quantized: the `fpemu.scaled.BlockFormat` it
+  holds, which elements share a scale, the rounding);
+- `quantize_operand`: `quantize_operand` (one operand quantized by its `Quantizer`), `scaled_view`;
 - `hadamard`: the random Hadamard transform of NVFP4's wgrad;
 - `recipes`: `GemmRecipe`, `TrainingRecipe`, the named recipes (`TRAINING_RECIPES`, `training_recipe`);
 - `gemm_dot`: `quantized_dot_general`, a dot with each operand quantized along its own contraction
@@ -22,11 +24,11 @@ from fpemu._training.gemm_conv import quantized_conv_general as quantized_conv_g
 from fpemu._training.gemm_dot import quantized_dot_general as quantized_dot_general
 from fpemu._training.hadamard import hadamard as hadamard
 from fpemu._training.operands import amax_of as amax_of
+from fpemu._training.quantize_operand import quantize_operand as quantize_operand
+from fpemu._training.quantize_operand import scaled_view as scaled_view
 from fpemu._training.quantizer import SCALINGS as SCALINGS
 from fpemu._training.quantizer import Quantizer as Quantizer
 from fpemu._training.quantizer import Scaling as Scaling
-from fpemu._training.quantizer import quantize_operand as quantize_operand
-from fpemu._training.quantizer import scaled_view as scaled_view
 from fpemu._training.recipes import GEMMS as GEMMS
 from fpemu._training.recipes import TRAINING_RECIPES as TRAINING_RECIPES
 from fpemu._training.recipes import GemmRecipe as GemmRecipe

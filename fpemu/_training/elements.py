@@ -9,7 +9,8 @@ import jax.numpy as jnp
 from jax import lax
 
 from fpemu._ops.quantize import quantize as element_quantize
-from fpemu._training.quantizer import Quantizer, operand_view, scaled_operand
+from fpemu._training.quantize_operand import operand_view, scaled_operand
+from fpemu._training.quantizer import Quantizer
 
 __all__ = ["operand_elements"]
 

@@ -23,7 +23,8 @@ from fpemu._ops.matmul import tensor_scaled_conv
 from fpemu._training.gemm_dot import split_key
 from fpemu._training.hadamard import hadamard_along, hadamard_signs
 from fpemu._training.operands import operand_arg
-from fpemu._training.quantizer import Quantizer, amax_arg, quantize_operand_split, quantizer_key_arg
+from fpemu._training.quantize_operand import quantize_operand_split
+from fpemu._training.quantizer import Quantizer, amax_arg, quantizer_key_arg
 from fpemu._training.recipes import GemmRecipe
 
 __all__ = ["conv_params", "quantized_conv_core", "quantized_conv_general"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -18,14 +18,15 @@ from jax import lax
 from jax.typing import DTypeLike
 
 from fpemu._args import int_arg, key_arg
-from fpemu._core.format import Format, fits
+from fpemu._core.format import fits
 from fpemu._core.registry import get_format
 from fpemu._ops.fusion import computed_once
 from fpemu._ops.matmul import tensor_scaled_dot
 from fpemu._training.hadamard import hadamard_along, hadamard_signs
 from fpemu._training.layout import contracting_dims_arg
 from fpemu._training.operands import operand_arg
-from fpemu._training.quantizer import Quantizer, amax_arg, quantize_operand_split, quantizer_key_arg
+from fpemu._training.quantize_operand import quantize_operand_split
+from fpemu._training.quantizer import Quantizer, amax_arg, quantizer_key_arg
 from fpemu._training.recipes import GemmRecipe
 
 __all__ = ["bf16_exact", "dimension_numbers_arg", "quantized_dot_core", "quantized_dot_general", "split_key"]
@@ -70,7 +71,7 @@ def bf16_exact(q: Quantizer | None) -> bool:
     if q is None or not fits(q.element, _BF16):
         return False
     if q.tensor_scale:  # two levels: the blocks are element times block scale, exact
-        e, s = q.element, cast(Format, q.scale_format)
+        e, s = q.element, q.scale_format
         normal = e.min_subnormal * s.min_subnormal >= _BF16.min_normal and e.max * s.max <= _BF16.max
         return normal and e.precision + s.precision <= _BF16.precision
     return q.pow2 or q.tensor_scaled

@@ -19,10 +19,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from fpemu._args import bool_arg
-from fpemu._core.format import Format
 from fpemu._text import text_table
 from fpemu._training.layout import Contraction, contracting_dims_arg
-from fpemu._training.quantizer import Quantizer, quantize_operand
+from fpemu._training.quantize_operand import quantize_operand
+from fpemu._training.quantizer import Quantizer
 from fpemu._training.recipes import INFERENCE_RECIPES, TRAINING_RECIPES, TrainingRecipe, recipe_by_name
 from fpemu.scaled import qsnr
 
@@ -169,7 +169,7 @@ def _axes_arg(axes: Any) -> list[tuple[str, re.Pattern, Any]]:
 
 def _stored_bytes(q: Quantizer, shape: tuple[int, ...], dims: tuple[int, ...]) -> int:
     """Packed bytes of a leaf of ``shape`` quantized by ``q`` along ``dims`` (padded blocks counted whole)."""
-    element, scale = q.element.bits, cast(Format, q.scale_format).bits
+    element, scale = q.element.bits, q.scale_format.bits
     c = Contraction(shape, dims)
     n = math.prod(shape)
     if q.scaling == "none":

@@ -1,43 +1,33 @@
-"""`Quantizer`: how one operand of one GEMM is quantized, and `quantize_operand`, which does it.
+"""`Quantizer`: how one operand of one GEMM is quantized (the block format it holds, which elements
+share a scale, the rounding), and the checks of the inputs that depend on it.
 
-A `Quantizer` is data (frozen, hashable: a ``jax.jit`` static argument). Its scaled modes are
-carried out by `fpemu.scaled.quantize_dequantize` (one `fpemu.scaled.BlockFormat` per quantizer, built
-once); this module only decides *which* elements share a scale: the operand's contraction axis
-(`fpemu._training.layout`), 1-D blocks along it, or 2-D tiles of the matrix view.
+A `Quantizer` is data (frozen, hashable: a ``jax.jit`` static argument); `fpemu._training.quantize_operand`
+carries it out.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
-from collections.abc import Callable, Sequence
-from typing import Any, Literal, cast, get_args
+from typing import Any, Literal, get_args
 
 import jax
 import jax.numpy as jnp
-from jax import lax
 
-from fpemu._args import bool_arg, choice_arg, format_arg, int_arg, key_arg, random_bits_arg
+from fpemu._args import bool_arg, choice_arg, format_arg, int_arg, key_arg, random_bits_arg, saturate_arg
 from fpemu._core.format import Format
+from fpemu._core.modes import Saturation
 from fpemu._core.registry import FormatLike, get_format
-from fpemu._ops.quantize import quantize as element_quantize
-from fpemu._training.layout import Contraction, contracting_dims_arg, tiles, untiles
-from fpemu._training.operands import operand_arg
-from fpemu.scaled import SCALE_RULES, BlockArray, BlockFormat, quantize_dequantize, quantize_dequantize_split
+from fpemu.scaled import SCALE_RULES, BlockFormat, BlockFormatLike, get_block_format
 
 __all__ = [
+    "MAX_MARGIN",
     "QUANTIZER_ROUNDINGS",
     "SCALINGS",
     "Quantizer",
     "QuantizerRounding",
     "Scaling",
     "amax_arg",
-    "operand_view",
-    "quantize_operand",
-    "quantize_operand_split",
     "quantizer_key_arg",
-    "scaled_operand",
-    "scaled_view",
 ]
 
 #: Which elements share a scale (see `Quantizer`).
@@ -48,7 +38,8 @@ QuantizerRounding = Literal["nearest_even", "stochastic"]
 QUANTIZER_ROUNDINGS: tuple[str, ...] = get_args(QuantizerRounding)
 
 _FP32 = get_format("fp32")
-_MAX_MARGIN = 64  # as fpemu.scaled.BlockFormat: 2**±margin stays a normal float32
+#: The largest |margin| (as `fpemu.scaled.BlockFormat`'s: 2**±margin stays a normal float32).
+MAX_MARGIN = 64
 
 
 def _scale_kind(fmt: Format) -> str:
@@ -57,9 +48,10 @@ def _scale_kind(fmt: Format) -> str:
     return "pow2" if fmt.mantissa_bits == 0 else "narrow"
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True, init=False)
 class Quantizer:
-    """How one operand of one GEMM is quantized: element format, scaling, scale format and rule, rounding.
+    """How one operand of one GEMM is quantized: a block format (element format, scale format and
+    rule), which elements share a scale, and the rounding.
 
     Scales are computed along the GEMM's contraction axis ``K`` (the operand's contracting
     dimensions merged, see `quantize_operand`):
@@ -77,6 +69,13 @@ class Quantizer:
       dimensions, ``K``): weights quantized once for the forward and the transposed backward GEMM
       (DeepSeek-V3's 128 x 128 blocks, NVFP4's 16 x 16).
 
+    A scaled quantizer holds a `fpemu.scaled.BlockFormat` (``block_format``): give one (a name of
+    `fpemu.scaled.block_formats` or the object), or its fields (``format``, ``block_size``,
+    ``scale_format``, ``scale_rule``, ``tensor_scale``, ``saturate``: the block format's
+    ``element``, ``block_size``, ``scale_format``, ``scale_rule``, ``global_scale`` and
+    ``saturate``), not both. The quantizer's attributes of those names read the block format it
+    holds. Two quantizers with the same numerics are equal whatever their block formats are named.
+
     The scale of a group is computed by `fpemu.scaled` from the group's amax with ``scale_rule``
     (``"float"``: ``amax / max`` as a float32, or rounded into a narrow ``scale_format``; ``"ocp"``,
     ``"ceil"``, ``"even"``, ``"ceil_log2"``: powers of two; see `fpemu.scaled.BlockFormat`). Special
@@ -85,94 +84,97 @@ class Quantizer:
     and Transformer Engine's casts do).
 
     Args:
+      block_format: a `fpemu.scaled.BlockFormat` or its name (``"mxfp8"``, ``"nvfp4"``,
+        ``"fp8_e4m3"``, ...), with ``margin=0`` (a training recipe's margin is
+        ``TrainingRecipe.margin``). Its ``block_size`` is the block (``"block"``) or the tile's side
+        (``"block_2d"``); a block format without one is per tensor or per row.
+      scaling: one of `SCALINGS` (above). Default: ``"block"`` for a block format with a block size,
+        else ``"tensor"``.
       format: the element format (a name such as ``"e4m3fn"``, ``"e5m2"``, ``"e2m1fn"``, or a
-        `fpemu.Format`); normalised to a `fpemu.Format`.
-      scaling: one of `SCALINGS` (above).
+        `fpemu.Format`); normalised to a `fpemu.Format`. The only field of ``scaling="none"``
+        beside ``saturate``.
       block_size: elements per block (``"block"``) or the tile side (``"block_2d"``); None otherwise.
-      scale_format: ``"fp32"`` (float32 scales, powers of two or not), ``"e8m0fnu"`` (OCP MX) or a
-        narrow float such as ``"e4m3fn"`` (NVFP4 block scales).
+      scale_format: ``"fp32"`` (the default: float32 scales, powers of two or not), ``"e8m0fnu"``
+        (OCP MX) or a narrow float such as ``"e4m3fn"`` (NVFP4 block scales).
       scale_rule: one of `fpemu.scaled.SCALE_RULES`; None picks ``"ocp"`` for an E8M0 scale format
         and ``"float"`` otherwise.
       tensor_scale: a float32 per-tensor scale above narrow block scales (NVFP4's second level).
       rounding: ``"nearest_even"`` or ``"stochastic"`` (needs a key when quantizing).
-      saturate: clamp elements that overflow after scaling to ±max (else they overflow as
-        `fpemu.quantize` does).
+      saturate: clamp elements that overflow after scaling to ±max (the default; else they overflow
+        as `fpemu.quantize` does), or one of IEEE P3109's saturation modes.
       random_bits: random bits per element of stochastic rounding (1..32; None: 32).
 
     Raises:
-      ValueError: naming the field and the valid choices, for an unknown format, scaling or rule, a
-        missing or superfluous ``block_size``, a rule the scale format cannot hold, ``tensor_scale``
-        without a narrow scale format, a scale field with ``scaling="none"``.
+      ValueError: naming the field and the valid choices, for an unknown format, block format,
+        scaling or rule, a block format and its fields given together, a scaling the block format's
+        block size does not allow, a missing or superfluous ``block_size``, a rule the scale format
+        cannot hold, ``tensor_scale`` without a narrow scale format, a scale field with
+        ``scaling="none"``.
       TypeError: for a non-bool flag or a non-int size.
 
     Example:
-      >>> q = Quantizer(format="e4m3fn", scaling="block", block_size=32, scale_format="e8m0fnu")
-      >>> q.format.name, q.scale_rule, q == Quantizer(format="float8_e4m3fn", scaling="block",
-      ...     block_size=32, scale_format="e8m0fnu", scale_rule="ocp")
-      ('e4m3fn', 'ocp', True)
+      >>> q = Quantizer(block_format="mxfp8")
+      >>> q.format.name, q.scaling, q.block_size, q.scale_rule, q.block_format.name
+      ('e4m3fn', 'block', 32, 'ocp', 'mxfp8_e4m3')
+      >>> q == Quantizer(format="float8_e4m3fn", scaling="block", block_size=32, scale_format="e8m0fnu")
+      True
+      >>> Quantizer(block_format="nvfp4", scaling="block_2d").block_size   # 16 x 16 tiles
+      16
     """
 
-    format: FormatLike
-    scaling: Scaling = "tensor"
-    block_size: int | None = None
-    scale_format: FormatLike = "fp32"
-    scale_rule: str | None = None
-    tensor_scale: bool = False
-    rounding: QuantizerRounding = "nearest_even"
-    saturate: bool = True
-    random_bits: int | None = None
+    format: Format
+    scaling: Scaling
+    block_size: int | None
+    scale_format: Format
+    scale_rule: str
+    tensor_scale: bool
+    rounding: QuantizerRounding
+    saturate: Saturation
+    random_bits: int | None
+    _held: BlockFormat | None = dataclasses.field(init=False, compare=False, repr=False)
 
-    def __post_init__(self) -> None:
-        fmt = format_arg(self.format, "Quantizer.format")
-        scaling = choice_arg(self.scaling, SCALINGS, "Quantizer.scaling")
-        block = self.block_size
-        if scaling in ("block", "block_2d"):
-            if block is None:
-                raise ValueError(
-                    f"Quantizer.block_size is required with scaling={scaling!r}: elements per block along the "
-                    "contraction axis (32 for MX, 16 for NVFP4, 128 for DeepSeek-V3)"
-                )
-            block = int_arg(block, "Quantizer.block_size", minimum=1)
-        elif block is not None:
-            raise ValueError(
-                f"Quantizer.block_size={block!r} is only used with scaling='block' or 'block_2d', not {scaling!r}"
-            )
-        scale_format = format_arg(self.scale_format, "Quantizer.scale_format")
-        kind = _scale_kind(scale_format)
-        rule = self.scale_rule
-        if scaling == "none":
-            if kind != "fp32" or rule is not None or self.tensor_scale is not False:
-                raise ValueError(
-                    "Quantizer.scale_format, scale_rule and tensor_scale are only used with scaled quantizers: "
-                    f"leave them at their defaults with scaling='none' (got scale_format={scale_format.name!r}, "
-                    f"scale_rule={rule!r}, tensor_scale={self.tensor_scale!r})"
-                )
-        if rule is None:
-            rule = "ocp" if kind == "pow2" else "float"
-        rule = choice_arg(rule, SCALE_RULES, "Quantizer.scale_rule")
-        tensor_scale = bool_arg(self.tensor_scale, "Quantizer.tensor_scale")
-        rounding = choice_arg(self.rounding, QUANTIZER_ROUNDINGS, "Quantizer.rounding")
-        stochastic = rounding == "stochastic"
-        random_bits_arg(self.random_bits, stochastic, "Quantizer.random_bits", rounding=rounding)
-        fields = {
-            "format": fmt,
-            "scaling": scaling,
-            "block_size": block,
+    def __init__(
+        self,
+        *,
+        block_format: BlockFormatLike | None = None,
+        scaling: Scaling | None = None,
+        format: FormatLike | None = None,
+        block_size: int | None = None,
+        scale_format: FormatLike | None = None,
+        scale_rule: str | None = None,
+        tensor_scale: bool | None = None,
+        rounding: QuantizerRounding = "nearest_even",
+        saturate: Saturation | None = None,
+        random_bits: int | None = None,
+    ) -> None:
+        held_fields = {
+            "format": format,
+            "block_size": block_size,
             "scale_format": scale_format,
-            "scale_rule": rule,
+            "scale_rule": scale_rule,
             "tensor_scale": tensor_scale,
-            "rounding": rounding,
-            "saturate": bool_arg(self.saturate, "Quantizer.saturate"),
-            "random_bits": None if self.random_bits is None else int(self.random_bits),
+            "saturate": saturate,
         }
+        if block_format is not None:
+            fields, held = _fields_of_block_format(block_format, scaling, held_fields)
+        else:
+            fields, held = _fields_given(scaling, held_fields), None
+        checked_rounding = choice_arg(rounding, QUANTIZER_ROUNDINGS, "Quantizer.rounding")
+        stochastic = checked_rounding == "stochastic"
+        random_bits_arg(random_bits, stochastic, "Quantizer.random_bits", rounding=checked_rounding)
+        fields.update(rounding=checked_rounding, random_bits=None if random_bits is None else int(random_bits))
         for name, value in fields.items():
             object.__setattr__(self, name, value)
+        kind = _scale_kind(self.scale_format)
         self._check_scales(kind)
-        if scaling != "none":
-            _block_format_of(self)  # fpemu.scaled checks the rest (element range, exact scaling)
+        if held is None and self.scaling != "none":
+            held = self._build_block_format()
+        object.__setattr__(self, "_held", held)
 
     def _check_scales(self, kind: str) -> None:
-        rule, fmt_name = self.scale_rule, cast(Format, self.scale_format).name
+        rule, fmt_name = self.scale_rule, self.scale_format.name
+        if self.scaling == "none":
+            return
         if kind == "pow2" and rule == "float":
             raise ValueError(
                 f"Quantizer.scale_rule='float' cannot be held by scale_format={fmt_name!r} (powers of two only): "
@@ -194,18 +196,35 @@ class Quantizer:
                 f"got {fmt_name!r}"
             )
 
+    def _build_block_format(self) -> BlockFormat:
+        """The block format of a quantizer given by its fields (`fpemu.scaled` checks the rest: the
+        element's range, exact scaling)."""
+        try:
+            return BlockFormat(
+                name=f"{self.format.name}/{self.scaling}",
+                element=self.format,
+                block_size=self.block_size,
+                scale_format=self.scale_format,
+                scale_rule=self.scale_rule,
+                global_scale=self.tensor_scale,
+                saturate=self.saturate,
+            )
+        except ValueError as e:
+            raise ValueError(f"Quantizer(format={self.format.name!r}, scaling={self.scaling!r}): {e}") from None
+
     @property
     def element(self) -> Format:
-        """The element format (``format``, normalised)."""
-        return cast(Format, self.format)
+        """The element format (``format``)."""
+        return self.format
 
     @property
     def block_format(self) -> BlockFormat:
-        """The `fpemu.scaled.BlockFormat` this quantizer quantizes with (a 2-D tile is one group of
-        ``block_size**2`` elements); a ValueError for ``scaling="none"``, which has no scales."""
-        if self.scaling == "none":
+        """The `fpemu.scaled.BlockFormat` this quantizer holds: the one it was given, or the one its
+        fields make (named ``"<format>/<scaling>"``). For ``"block_2d"`` its ``block_size`` is the
+        tile's side. A ValueError for ``scaling="none"``, which has no scales."""
+        if self._held is None:
             raise ValueError("a Quantizer with scaling='none' has no block format (no scales)")
-        return _block_format_of(self)
+        return self._held
 
     @property
     def pow2(self) -> bool:
@@ -227,7 +246,7 @@ class Quantizer:
         if self.block_size is not None:
             parts.append(f"block_size={self.block_size}")
         if self.scaling != "none":
-            parts += [f"scale_format={cast(Format, self.scale_format).name!r}", f"scale_rule={self.scale_rule!r}"]
+            parts += [f"scale_format={self.scale_format.name!r}", f"scale_rule={self.scale_rule!r}"]
         if self.tensor_scale:
             parts.append("tensor_scale=True")
         if self.rounding != "nearest_even":
@@ -239,23 +258,103 @@ class Quantizer:
         return f"Quantizer({', '.join(parts)})"
 
 
-@functools.lru_cache(maxsize=256)
-def _block_format_of(q: Quantizer) -> BlockFormat:
-    """`Quantizer.block_format`, built and checked once per quantizer."""
-    block = {"block": q.block_size, "block_2d": None if q.block_size is None else q.block_size**2}.get(q.scaling)
+_HELD_FIELDS = ("format", "block_size", "scale_format", "scale_rule", "tensor_scale", "saturate")
+_BLOCKED = ("block", "block_2d")
+
+
+def _fields_of_block_format(
+    block_format: BlockFormatLike, scaling: Any, given: dict[str, Any]
+) -> tuple[dict[str, Any], BlockFormat]:
+    """A quantizer's fields read from the block format it is given (checked: no field given beside
+    it, no margin, a scaling its block size allows)."""
     try:
-        return BlockFormat(
-            name=f"{q.element.name}/{q.scaling}",
-            element=q.element,
-            block_size=block,
-            scale_format=cast(Format, q.scale_format),
-            scale_rule=cast(str, q.scale_rule),
-            global_scale=q.tensor_scale,
-            saturate=q.saturate,
+        fmt = get_block_format(block_format)
+    except (ValueError, TypeError) as e:
+        raise type(e)(f"Quantizer.block_format: {e}") from None
+    extra = {name: value for name, value in given.items() if value is not None}
+    if extra:
+        raise ValueError(
+            f"Quantizer: give block_format= or the fields it holds ({', '.join(_HELD_FIELDS)}), not both: got "
+            f"block_format={fmt.name!r} and {', '.join(f'{k}={v!r}' for k, v in extra.items())}"
         )
-    except ValueError as e:
-        message = str(e).split(": ", 1)[-1].replace("global_scale", "tensor_scale")
-        raise ValueError(f"Quantizer(format={q.element.name!r}, scaling={q.scaling!r}): {message}") from None
+    if fmt.margin:
+        raise ValueError(
+            f"Quantizer.block_format={fmt.name!r} has margin={fmt.margin}: a quantizer's margin is given when it "
+            "quantizes (TrainingRecipe.margin, quantize_operand's margin=); use a block format with margin=0"
+        )
+    n = fmt.block_size
+    scaling = choice_arg(
+        scaling if scaling is not None else "tensor" if n is None else "block", SCALINGS, "Quantizer.scaling"
+    )
+    if scaling == "none":
+        raise ValueError(
+            "Quantizer.scaling='none' has no scales: give format= (the element format) instead of block_format="
+        )
+    if n is not None and scaling not in _BLOCKED:
+        raise ValueError(
+            f"Quantizer.block_format={fmt.name!r} has blocks of {n}: scaling must be 'block' or 'block_2d' "
+            f"(tiles of {n} x {n}), not {scaling!r}"
+        )
+    if n is None and scaling in _BLOCKED:
+        raise ValueError(
+            f"Quantizer.block_format={fmt.name!r} has no block size (one scale per tensor or per row): scaling "
+            f"must be 'tensor', 'delayed' or 'row', not {scaling!r}"
+        )
+    fields = {
+        "format": fmt.element,
+        "scaling": scaling,
+        "block_size": n,
+        "scale_format": fmt.scale_format,
+        "scale_rule": fmt.scale_rule,
+        "tensor_scale": fmt.global_scale,
+        "saturate": fmt.saturate,
+    }
+    return fields, fmt
+
+
+def _fields_given(scaling: Any, given: dict[str, Any]) -> dict[str, Any]:
+    """A quantizer's fields given one by one, checked and with their defaults."""
+    if given["format"] is None:
+        raise ValueError(
+            "Quantizer needs block_format= (a fpemu.scaled block format or its name, such as 'mxfp8') or "
+            "format= (the element format)"
+        )
+    fmt = format_arg(given["format"], "Quantizer.format")
+    scaling = choice_arg("tensor" if scaling is None else scaling, SCALINGS, "Quantizer.scaling")
+    block = given["block_size"]
+    if scaling in _BLOCKED:
+        if block is None:
+            raise ValueError(
+                f"Quantizer.block_size is required with scaling={scaling!r}: elements per block along the "
+                "contraction axis (32 for MX, 16 for NVFP4, 128 for DeepSeek-V3)"
+            )
+        block = int_arg(block, "Quantizer.block_size", minimum=1)
+    elif block is not None:
+        raise ValueError(
+            f"Quantizer.block_size={block!r} is only used with scaling='block' or 'block_2d', not {scaling!r}"
+        )
+    scale_format = format_arg(
+        "fp32" if given["scale_format"] is None else given["scale_format"], "Quantizer.scale_format"
+    )
+    kind = _scale_kind(scale_format)
+    rule, tensor_scale = given["scale_rule"], given["tensor_scale"]
+    if scaling == "none" and (kind != "fp32" or rule is not None or tensor_scale not in (None, False)):
+        raise ValueError(
+            "Quantizer.scale_format, scale_rule and tensor_scale are only used with scaled quantizers: "
+            f"leave them at their defaults with scaling='none' (got scale_format={scale_format.name!r}, "
+            f"scale_rule={rule!r}, tensor_scale={tensor_scale!r})"
+        )
+    if rule is None:
+        rule = "ocp" if kind == "pow2" else "float"
+    return {
+        "format": fmt,
+        "scaling": scaling,
+        "block_size": block,
+        "scale_format": scale_format,
+        "scale_rule": choice_arg(rule, SCALE_RULES, "Quantizer.scale_rule"),
+        "tensor_scale": bool_arg(False if tensor_scale is None else tensor_scale, "Quantizer.tensor_scale"),
+        "saturate": saturate_arg(True if given["saturate"] is None else given["saturate"], "Quantizer.saturate"),
+    }
 
 
 # -- inputs ------------------------------------------------------------------------------------------
@@ -280,201 +379,3 @@ def quantizer_key_arg(key: Any, q: Quantizer, name: str) -> Any:
     if q.rounding != "stochastic":
         return None  # a key for the other operand or the Hadamard transform: not this quantizer's business
     return key_arg(key, True, name, what=f"{q!r} (rounding='stochastic')")
-
-
-# -- the computation -----------------------------------------------------------------------------------
-
-
-def quantize_operand(
-    x: Any,
-    contracting_dims: Sequence[int],
-    q: Quantizer,
-    *,
-    key: jax.Array | None = None,
-    amax: Any = None,
-    margin: int = 0,
-) -> jax.Array:
-    """``x`` quantized by ``q`` along the contraction ``contracting_dims``, dequantized, in ``x``'s dtype.
-
-    Special values first (current scaling): a group holding NaN or ±inf dequantizes to NaN in every
-    element; an all-zero group to zeros. Delayed scaling (``amax`` given): an ``amax`` of 0 (an
-    empty history) gives scale 1, Transformer Engine's initial scale; a NaN or infinite ``amax``
-    gives NaN everywhere; elements above the scaled range saturate, NaN elements stay NaN. The
-    dequantized values are float32 products rounded once to ``x``'s dtype (exact for power-of-two
-    scales; a float16/bfloat16 ``x`` with float scales is rounded a second time, to its dtype).
-
-    Grouping: the contracting dimensions are merged into one axis ``K`` (in place when they are
-    consecutive and increasing, else moved last in the order listed; `fpemu._training.layout`).
-    ``"row"`` and ``"block"`` scales run along ``K``; ``"block_2d"`` tiles the matrix whose rows are
-    the other dimensions (merged in their order) and whose columns are ``K``; ``"tensor"``,
-    ``"delayed"`` and ``"none"`` quantize ``x`` as it is. A last block or tile that does not fill is
-    shorter (as if zero-padded). Stochastic rounding draws the random bits of the element's row-major
-    position in that view (`fpemu.stochastic_bits`; for ``"block_2d"`` the (tile row, tile column,
-    row in tile, column in tile) view).
-
-    The gradient is the identity (straight-through), as `fpemu.scaled.quantize_dequantize`'s.
-
-    Args:
-      x: float16, bfloat16 or float32 array.
-      contracting_dims: the dimensions of ``x`` the GEMM contracts (negative ones from the end).
-      q: the `Quantizer`.
-      key: a JAX PRNG key, needed when ``q.rounding == "stochastic"`` (ignored otherwise).
-      amax: with ``scaling="delayed"`` (and only then): the float32 scalar amax the scale comes from.
-      margin: Transformer Engine's ``margin``: scales are multiplied by ``2**margin``.
-
-    Example:
-      >>> import jax.numpy as jnp
-      >>> x = jnp.array([[1.0, 2.0, 3.0, 100.0], [0.1, 0.2, 0.3, 0.4]])
-      >>> q = Quantizer(format="e2m1fn", scaling="row", scale_format="e8m0fnu")
-      >>> quantize_operand(x, [1], q).tolist()       # one power-of-two scale per row of x
-      [[0.0, 0.0, 0.0, 96.0], [0.09375, 0.1875, 0.25, 0.375]]
-      >>> quantize_operand(x, [0], q)[:, 3].tolist()  # per column: 100 and 0.4 share a scale
-      [96.0, 0.0]
-    """
-    if not isinstance(q, Quantizer):
-        raise TypeError(f"q must be a fpemu Quantizer, got {type(q).__name__}")
-    x = operand_arg(x, "x")
-    dims = contracting_dims_arg(contracting_dims, x.ndim)
-    margin = int_arg(margin, "margin", minimum=-_MAX_MARGIN, maximum=_MAX_MARGIN)
-    key, amax = quantizer_key_arg(key, q, "key"), amax_arg(amax, q, "amax")
-    return _quantize(x, key, amax, q=q, dims=_traced_dims(q, dims, x.ndim), margin=margin)
-
-
-def _traced_dims(q: Quantizer, dims: tuple[int, ...], ndim: int) -> tuple[int, ...]:
-    """The contraction `_quantize` is traced with: where the result does not depend on ``dims``, one
-    value, so that the quantizations of one array for different GEMMs (a weight in the forward GEMM
-    and in dgrad) are one traced computation on the same input, which XLA computes once.
-
-    - ``"none"``, ``"tensor"``, ``"delayed"``: the array is quantized as it is (``dims`` unused);
-    - `_matrix_tiles_nearest`: the tiles of ``W`` and of ``W^T`` hold the same elements (the grid starts
-      at (0, 0) either way, partial tiles end both dimensions), hence the same scales and values; the
-      matrix is tiled as stored. Stochastic rounding keeps ``dims``: its bits follow the tiled view.
-    """
-    if q.scaling in ("none", "tensor", "delayed"):
-        return ()
-    return (1,) if _matrix_tiles_nearest(q, ndim, dims) else dims
-
-
-def _matrix_tiles_nearest(q: Quantizer, ndim: int, dims: tuple[int, ...]) -> bool:
-    """Whether ``q`` cuts a matrix (rank 2, one contracting dimension) into 2-D tiles rounded to nearest."""
-    return q.scaling == "block_2d" and q.rounding != "stochastic" and ndim == 2 and len(dims) == 1
-
-
-def operand_view(x: jax.Array, q: Quantizer, dims: tuple[int, ...]) -> tuple[jax.Array, int | None, Callable[..., Any]]:
-    """(the array ``q``'s block format quantizes, the axis its groups run along, the map back to ``x``)."""
-    if q.scaling in ("none", "tensor", "delayed"):
-        return x, None, lambda y: y
-    c = Contraction(tuple(x.shape), dims)
-    if q.scaling in ("row", "block"):
-        return (*c.group(x), c.ungroup)
-    b = cast(int, q.block_size)
-    return tiles(c.matrix(x), b), 2, lambda t: c.unmatrix(untiles(t, b, (c.rows, c.k)))
-
-
-def _block_format_and_view(x: jax.Array, q: Quantizer, dims: tuple[int, ...]):
-    """(the block format, the array it quantizes, how: its options, the map back to ``x``). A matrix's
-    2-D tiles rounded to nearest are quantized where they lie (`fpemu.scaled`'s ``tile_axis``: the same
-    values as `tiles` cut out, without moving the elements twice); stochastic rounding keeps the
-    cut-out view, whose element positions its random bits follow."""
-    if _matrix_tiles_nearest(q, x.ndim, dims):  # either contraction: the same tiles (`_traced_dims`)
-        fmt = dataclasses.replace(q.block_format, block_size=q.block_size)
-        return fmt, x, {"axis": 1, "tile_axis": 0}, lambda y: y
-    view, axis, back = operand_view(x, q, dims)
-    return q.block_format, view, {"axis": axis}, back
-
-
-def _options(key: Any, amax: Any, q: Quantizer, margin: int) -> dict[str, Any]:
-    """The keyword arguments of `fpemu.scaled.quantize_dequantize` / ``BlockArray.from_array``."""
-    kw: dict[str, Any] = {"rounding": q.rounding, "pad": True}
-    if q.rounding == "stochastic":
-        kw.update(key=key, random_bits=q.random_bits)
-    if q.scaling == "delayed":
-        kw["scale"] = _delayed_scale(amax, q.block_format, margin)
-    elif margin:
-        kw["margin"] = margin
-    return kw
-
-
-@functools.partial(jax.jit, static_argnames=("q", "dims", "margin"))
-def _quantize(x, key, amax, *, q: Quantizer, dims: tuple[int, ...], margin: int):
-    if q.scaling == "none":
-        stochastic = q.rounding == "stochastic"
-        extra = {"key": key, "random_bits": q.random_bits} if stochastic else {}
-        return element_quantize(x, q.element, rounding=q.rounding, saturate=q.saturate, **extra)
-    fmt, view, layout, back = _block_format_and_view(x, q, dims)
-    return back(quantize_dequantize(view, fmt, **layout, **_options(key, amax, q, margin)))
-
-
-def quantize_operand_split(
-    x: jax.Array, dims: tuple[int, ...], q: Quantizer, *, key: Any, amax: Any, margin: int
-) -> tuple[jax.Array, jax.Array | None]:
-    """(blocks, tensor scale): `quantize_operand`'s result as ``fl(blocks * t)`` with ``q``'s float32
-    per-tensor scale ``t`` (a float32 scalar) apart (`fpemu.scaled.quantize_dequantize_split`), for
-    `quantized_dot_general` to apply after the product; ``blocks`` are float32. ``t`` is None for
-    quantizers without one (`Quantizer.tensor_scaled`), and ``blocks`` is then `quantize_operand`'s
-    result (in ``x``'s dtype). Arguments as `quantize_operand`'s, already checked."""
-    if not q.tensor_scaled:
-        return quantize_operand(x, dims, q, key=key, amax=amax, margin=margin), None
-    return _split(x, key, amax, q=q, dims=_traced_dims(q, dims, x.ndim), margin=margin)
-
-
-@functools.partial(jax.jit, static_argnames=("q", "dims", "margin"))
-def _split(x, key, amax, *, q: Quantizer, dims: tuple[int, ...], margin: int):
-    fmt, view, layout, back = _block_format_and_view(x, q, dims)
-    blocks, t = quantize_dequantize_split(view, fmt, **layout, **_options(key, amax, q, margin))
-    assert t is not None, q  # tensor_scaled: the block format has a float per-tensor scale
-    return back(blocks), t.reshape(())
-
-
-@functools.partial(jax.jit, static_argnames=("q", "dims", "margin"))
-def scaled_operand(x, key, amax, *, q: Quantizer, dims: tuple[int, ...], margin: int) -> BlockArray:
-    """`scaled_view` on checked arguments: the checked-once core internal callers use."""
-    view, axis, _ = operand_view(x, q, dims)
-    return BlockArray.from_array(view, q.block_format, axis=axis, **_options(key, amax, q, margin))
-
-
-def scaled_view(
-    x: Any,
-    contracting_dims: Sequence[int],
-    q: Quantizer,
-    *,
-    key: jax.Array | None = None,
-    amax: Any = None,
-    margin: int = 0,
-) -> BlockArray:
-    """What `quantize_operand` computes, before dequantization: a `fpemu.scaled.BlockArray` of the view
-    ``q`` groups (``x`` itself for per-tensor scaling; the contraction merged for ``"row"``/``"block"``,
-    along its ``axis``; the (tile row, tile column, tile element) array for ``"block_2d"``).
-
-    Its ``scale`` leaf holds the scales in their storage form (E8M0 or E4M3 codes, or float32
-    values), ``global_scale`` NVFP4's tensor scale, ``values`` the element values: what statistics
-    read. Its ``dequantize()``, mapped back to ``x``'s layout, is `quantize_operand`'s result, bit for
-    bit. Same arguments as `quantize_operand`; ``scaling="none"`` has no scales (a ValueError).
-
-    Example:
-      >>> import jax.numpy as jnp
-      >>> q = Quantizer(format="e4m3fn", scaling="block", block_size=2, scale_format="e8m0fnu")
-      >>> scaled_view(jnp.array([[1.0, 2.0], [3.0, 40.0]]), [0], q).scale.tolist()   # E8M0 codes, per column
-      [[120, 124]]
-    """
-    if not isinstance(q, Quantizer):
-        raise TypeError(f"q must be a fpemu Quantizer, got {type(q).__name__}")
-    if q.scaling == "none":
-        raise ValueError("scaled_view: a quantizer with scaling='none' has no scales (use quantize_operand)")
-    x = operand_arg(x, "x")
-    dims = contracting_dims_arg(contracting_dims, x.ndim)
-    margin = int_arg(margin, "margin", minimum=-_MAX_MARGIN, maximum=_MAX_MARGIN)
-    return scaled_operand(x, quantizer_key_arg(key, q, "key"), amax_arg(amax, q, "amax"), q=q, dims=dims, margin=margin)
-
-
-def _delayed_scale(amax: jax.Array, fmt: BlockFormat, margin: int) -> jax.Array:
-    """The decode scale tensor scaling gives a tensor whose amax is ``amax`` (1 for amax 0, NaN for a
-    NaN or infinite amax): the scale `fpemu.scaled.DelayedScaling` computes from a reduced history."""
-    a = jnp.abs(amax).reshape(1)
-    extra: dict[str, Any] = {"margin": margin} if margin else {}
-    sa = BlockArray.from_array(a, fmt, axis=None, **extra)
-    scale = sa.scale_values().reshape(())
-    bits = lax.bitcast_convert_type(a[0], jnp.uint32)
-    # NaN explicitly: BlockArray.scale_values() reads E8M0's NaN code 0xff as inf
-    scale = jnp.where(bits >= jnp.uint32(0x7F800000), jnp.float32(jnp.nan), scale)
-    return jnp.where(bits == jnp.uint32(0), jnp.float32(1), scale)

@@ -208,7 +208,7 @@ class TrainingRecipe:
 
 # -- the named recipes -------------------------------------------------------------------------------
 
-E4M3, E5M2, E8M0 = "e4m3fn", "e5m2", "e8m0fnu"
+E4M3 = "e4m3fn"
 
 
 def _linear(
@@ -232,12 +232,12 @@ def _linear(
 
 
 def _per_tensor(scaling: Scaling) -> tuple[Quantizer, Quantizer]:
-    return Quantizer(format=E4M3, scaling=scaling), Quantizer(format=E5M2, scaling=scaling)
+    return Quantizer(block_format="fp8_e4m3", scaling=scaling), Quantizer(block_format="fp8_e5m2", scaling=scaling)
 
 
 def _mx(forward: str, gradient: str, source: str, name: str) -> TrainingRecipe:
-    fwd = Quantizer(format=forward, scaling="block", block_size=32, scale_format=E8M0, scale_rule="ocp")
-    grad = dataclasses.replace(fwd, format=gradient)
+    """An OCP MX recipe: the block formats ``forward`` (activations, weights) and ``gradient``."""
+    fwd, grad = Quantizer(block_format=forward), Quantizer(block_format=gradient)
     return _linear(name, fwd, fwd, grad, source)
 
 
@@ -262,7 +262,7 @@ def nvfp4_recipe(
         "disable_stochastic_rounding": bool_arg(disable_stochastic_rounding, "disable_stochastic_rounding"),
         "disable_2d_quantization": bool_arg(disable_2d_quantization, "disable_2d_quantization"),
     }
-    x = Quantizer(format="e2m1fn", scaling="block", block_size=16, scale_format=E4M3, tensor_scale=True)
+    x = Quantizer(block_format="nvfp4")
     w = x if switches["disable_2d_quantization"] else dataclasses.replace(x, scaling="block_2d")
     g = x if switches["disable_stochastic_rounding"] else dataclasses.replace(x, rounding="stochastic")
     on = [k for k, v in switches.items() if v]
@@ -313,9 +313,14 @@ def _builtins() -> dict[str, TrainingRecipe]:
         ),
         _linear("fp8_rowwise", row, row, row, "torchao Float8LinearConfig.from_recipe_name('rowwise')"),
         _blockwise(),
-        _mx(E4M3, E5M2, "Transformer Engine recipe.MXFP8BlockScaling(fp8_format=Format.HYBRID); OCP MX v1.0", "mxfp8"),
-        _mx("e2m3fn", "e3m2fn", "OCP MX v1.0 (MXFP6 E2M3 / E3M2 elements)", "mxfp6"),
-        _mx("e2m1fn", "e2m1fn", "OCP MX v1.0 (MXFP4 E2M1 elements)", "mxfp4"),
+        _mx(
+            "mxfp8_e4m3",
+            "mxfp8_e5m2",
+            "Transformer Engine recipe.MXFP8BlockScaling(fp8_format=Format.HYBRID); OCP MX v1.0",
+            "mxfp8",
+        ),
+        _mx("mxfp6_e2m3", "mxfp6_e3m2", "OCP MX v1.0 (MXFP6 E2M3 / E3M2 elements)", "mxfp6"),
+        _mx("mxfp4", "mxfp4", "OCP MX v1.0 (MXFP4 E2M1 elements)", "mxfp4"),
         nvfp4_recipe(),
     ]
     return {r.name: r for r in recipes}
@@ -329,10 +334,8 @@ def _inference(name: str, w: Quantizer, x: Quantizer | None, source: str) -> Tra
 
 
 def _inference_builtins() -> dict[str, TrainingRecipe]:
-    channel = Quantizer(format=E4M3, scaling="row")  # one float32 scale amax / 448 per output channel / token
-    mx8 = Quantizer(format=E4M3, scaling="block", block_size=32, scale_format=E8M0, scale_rule="ocp")
-    mx4 = dataclasses.replace(mx8, format="e2m1fn")
-    nv4 = Quantizer(format="e2m1fn", scaling="block", block_size=16, scale_format=E4M3, tensor_scale=True)
+    channel = Quantizer(block_format="fp8_e4m3", scaling="row")  # one float32 scale amax / 448 per channel / token
+    mx8, mx4, nv4 = (Quantizer(block_format=name) for name in ("mxfp8_e4m3", "mxfp4", "nvfp4"))
     ocp, nvidia = "OCP MX v1.0", "NVIDIA NVFP4 (TensorRT Model Optimizer, llm-compressor NVFP4)"
     recipes = [
         _inference(

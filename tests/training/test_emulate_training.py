@@ -38,7 +38,7 @@ from fpemu._training import (
     quantized_dot_general,
     training_recipe,
 )
-from fpemu._training.quantizer import quantize_operand_split
+from fpemu._training.quantize_operand import quantize_operand_split
 from fpemu.testing import assert_bit_exact
 
 GEMMS = ("forward", "dgrad", "wgrad")

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import pytest
 
 import fpemu
+from fpemu import scaled
 from fpemu._training import (
     GEMMS,
     TRAINING_RECIPES,
@@ -174,6 +175,28 @@ BAD_QUANTIZERS = [
     ({"format": "e2m1fn", "scaling": "delayed", "scale_format": "e4m3fn"}, ValueError,
      r"Quantizer\.scaling='delayed' needs a single-level scale"),
     ({"format": "bf16", "scaling": "tensor"}, ValueError, r"Quantizer\(format='bf16', scaling='tensor'\): .*bf16"),
+    ({"format": "e4m3fn", "saturate": "clamp"}, TypeError, r"Quantizer\.saturate must be a bool .* 'sat_finite'"),
+    ({}, ValueError, r"Quantizer needs block_format= \(a fpemu.scaled block format or its name, such as 'mxfp8'\) or format="),
+    ({"block_format": "mxfp9"}, ValueError, r"Quantizer\.block_format: unknown block format 'mxfp9'; did you mean 'mxfp8'"),
+    ({"block_format": 8}, TypeError, r"Quantizer\.block_format: block_format must be a block format name or a fpemu"),
+    ({"block_format": "e4m3fn"}, ValueError, r"Quantizer\.block_format: unknown block format 'e4m3fn'"),
+    ({"block_format": "mxfp8", "scale_rule": "ceil"}, ValueError,
+     r"Quantizer: give block_format= or the fields it holds \(format, block_size, scale_format, scale_rule, "
+     r"tensor_scale, saturate\), not both: got block_format='mxfp8_e4m3' and scale_rule='ceil'"),
+    ({"block_format": "mxfp8", "format": "e5m2"}, ValueError, r"not both: got block_format='mxfp8_e4m3' and format="),
+    ({"block_format": "mxfp8", "scaling": "row"}, ValueError,
+     r"Quantizer\.block_format='mxfp8_e4m3' has blocks of 32: scaling must be 'block' or 'block_2d' \(tiles of 32 x 32\), not 'row'"),
+    ({"block_format": "fp8_e4m3", "scaling": "block"}, ValueError,
+     r"Quantizer\.block_format='fp8_e4m3' has no block size .* scaling must be 'tensor', 'delayed' or 'row', not 'block'"),
+    ({"block_format": "fp8_e4m3", "scaling": "none"}, ValueError,
+     r"Quantizer\.scaling='none' has no scales: give format= \(the element format\) instead of block_format="),
+    ({"block_format": "fp8_e4m3", "scaling": "rows"}, ValueError, r"Quantizer\.scaling must be one of 'none', 'tensor'"),
+    ({"block_format": "nvfp4", "scaling": "delayed"}, ValueError, r"Quantizer\.block_format='nvfp4' has blocks of 16"),
+    ({"block_format": scaled.BlockFormat(name="mx_m2", element="e4m3fn", block_size=32, scale_format="e8m0fnu",
+                                         scale_rule="ocp", margin=2)}, ValueError,
+     r"Quantizer\.block_format='mx_m2' has margin=2: a quantizer's margin is given when it quantizes"),
+    ({"block_format": "mxfp8", "rounding": "stochastic", "random_bits": 0}, ValueError,
+     r"Quantizer\.random_bits must be None or an int in \[1, 32\]"),
 ]  # fmt: skip
 
 
@@ -181,6 +204,30 @@ BAD_QUANTIZERS = [
 def test_bad_quantizer_fields_name_the_field_and_the_choices(fields, error, message):
     with pytest.raises(error, match=message):
         Quantizer(**fields)
+
+
+@pytest.mark.parametrize("name", scaled.block_formats())
+def test_a_quantizer_holds_the_block_format_it_is_given(name):
+    """Given by name or as the object, the block format is held as it is (its name too); the quantizer's
+    fields are read from it, and the quantizer equals the one its fields make."""
+    fmt = scaled.get_block_format(name)
+    q = Quantizer(block_format=name)
+    assert q.block_format is fmt and Quantizer(block_format=fmt).block_format is fmt
+    scaling = "tensor" if fmt.block_size is None else "block"
+    fields = {"format": fmt.element, "scaling": scaling, "block_size": fmt.block_size, "scale_format": fmt.scale_format,
+              "scale_rule": fmt.scale_rule, "tensor_scale": fmt.global_scale, "saturate": fmt.saturate}  # fmt: skip
+    assert {k: getattr(q, k) for k in fields} == fields
+    built = Quantizer(**fields)
+    assert q == built and hash(q) == hash(built) and built.block_format.name == f"{fmt.element.name}/{scaling}"
+    assert dataclasses.replace(q, rounding="stochastic").block_format.element is fmt.element
+
+
+def test_a_block_formats_block_size_is_the_tile_side_of_a_2d_quantizer():
+    q = Quantizer(block_format="nvfp4", scaling="block_2d")
+    assert (q.scaling, q.block_size, q.tensor_scale) == ("block_2d", 16, True)
+    assert q == Quantizer(format="e2m1fn", scaling="block_2d", block_size=16, scale_format="e4m3fn", tensor_scale=True)
+    assert Quantizer(block_format="fp8_e5m2", scaling="delayed").scaling == "delayed"
+    assert Quantizer(block_format="fp8_e4m3", scaling="row").block_size is None
 
 
 def test_scaling_none_takes_any_format_quantize_takes():
