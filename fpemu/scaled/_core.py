@@ -21,8 +21,8 @@ from fpemu._ops import rounding_spec as element_spec
 from fpemu._ops.fusion import materialize
 from fpemu.scaled import _bits, _rne, _table
 from fpemu.scaled._bits import ABS, IMPLICIT, INF, NAN, SIGN, U32
+from fpemu.scaled._block_format import BlockFormat
 from fpemu.scaled._layout import Layout, Work, group_max
-from fpemu.scaled._recipes import BlockFormat
 from fpemu.scaled._scale import (
     float_encode_scale,
     global_scale_is_normal,

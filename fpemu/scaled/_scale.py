@@ -14,7 +14,7 @@ import numpy as np
 from fpemu._core.registry import get_format
 from fpemu.scaled import _bits, _rne
 from fpemu.scaled._bits import FLT_MAX, IMPLICIT, INF, U32
-from fpemu.scaled._recipes import BlockFormat, pow2_constants
+from fpemu.scaled._block_format import BlockFormat, pow2_constants
 
 I32 = jnp.int32
 F32 = jnp.float32
