@@ -1,4 +1,4 @@
-"""The quantized-matmul accuracy table of docs/accuracy.md: every recipe against a float64 reference.
+"""The quantized-matmul accuracy table of docs/accuracy.md: every matmul format against a float64 reference.
 
 Usage::
 

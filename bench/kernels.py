@@ -50,7 +50,7 @@ import fpemu.scaled
 from fpemu.tools.bench import environment
 
 QUANTIZE_FORMATS = ("e4m3fn", "e5m2", "e3m2fn", "e2m1fn", "e8m0fnu", "bf16", "fp16", "p3109_k8p3se")
-SCALED_RECIPES = ("mxfp8", "mxfp4", "nvfp4")
+BLOCK_FORMATS = ("mxfp8", "mxfp4", "nvfp4")
 
 
 def seconds_per_call(fn: Callable[..., Any], args: tuple, repeats: int) -> float:
@@ -123,9 +123,9 @@ def quantize_rows(n: int, repeats: int, interpret: bool) -> list[dict[str, Any]]
         (f"pallas e4m3fn stochastic{suffix}", jax.jit(lambda v, k: kernel(v, rounding="stochastic", key=k)), (x, key))
     )
     blocks = x.reshape(-1, 1024)
-    for recipe in SCALED_RECIPES:
-        qdq = functools.partial(fpemu.scaled.quantize_dequantize, recipe=recipe)
-        rows.append((f"quantize_dequantize {recipe}", jax.jit(qdq), (blocks,)))
+    for block_format in BLOCK_FORMATS:
+        qdq = functools.partial(fpemu.scaled.quantize_dequantize, block_format=block_format)
+        rows.append((f"quantize_dequantize {block_format}", jax.jit(qdq), (blocks,)))
     out += [_row("quantize", name, fn, args, repeats, n=n) for name, fn, args in rows]
     copy = next(r["seconds"] for r in out if "seconds" in r)
     quantize = next((r["seconds"] for r in out if r["row"] == "xla e4m3fn nearest_even" and "seconds" in r), None)

@@ -20,6 +20,13 @@ from typing import Any
 from fpemu._args import warn_renamed
 from fpemu.scaled._array import BlockArray as BlockArray
 from fpemu.scaled._array import Packed as Packed
+from fpemu.scaled._block_format import MXINT8_ELEMENT as MXINT8_ELEMENT
+from fpemu.scaled._block_format import SCALE_RULES as SCALE_RULES
+from fpemu.scaled._block_format import BlockFormat as BlockFormat
+from fpemu.scaled._block_format import BlockFormatLike as BlockFormatLike
+from fpemu.scaled._block_format import UnknownBlockFormatError as UnknownBlockFormatError
+from fpemu.scaled._block_format import block_formats as block_formats
+from fpemu.scaled._block_format import get_block_format as get_block_format
 from fpemu.scaled._delayed import DelayedScaling as DelayedScaling
 from fpemu.scaled._delayed import DelayedScalingState as DelayedScalingState
 from fpemu.scaled._matmul import MATMUL_FORMATS as MATMUL_FORMATS
@@ -29,13 +36,6 @@ from fpemu.scaled._metrics import qsnr as qsnr
 from fpemu.scaled._metrics import qsnr_from_relative_error as qsnr_from_relative_error
 from fpemu.scaled._metrics import relative_error as relative_error
 from fpemu.scaled._quantize import quantize_dequantize as quantize_dequantize
-from fpemu.scaled._recipes import MXINT8_ELEMENT as MXINT8_ELEMENT
-from fpemu.scaled._recipes import SCALE_RULES as SCALE_RULES
-from fpemu.scaled._recipes import BlockFormat as BlockFormat
-from fpemu.scaled._recipes import BlockFormatLike as BlockFormatLike
-from fpemu.scaled._recipes import UnknownBlockFormatError as UnknownBlockFormatError
-from fpemu.scaled._recipes import block_formats as block_formats
-from fpemu.scaled._recipes import get_block_format as get_block_format
 from fpemu.scaled._split import quantize_dequantize_split as quantize_dequantize_split
 
 __all__ = [

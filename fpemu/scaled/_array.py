@@ -18,6 +18,7 @@ from fpemu._core.format import Format
 from fpemu._core.modes import Rounding, Saturation, StochasticVariant
 from fpemu._ops import codec
 from fpemu.scaled import _core, _layout
+from fpemu.scaled._block_format import BlockFormat, BlockFormatLike, block_formats, get_block_format
 from fpemu.scaled._quantize import (
     DEFAULT_AXIS,
     SCALED_INPUT_DTYPES,
@@ -32,7 +33,6 @@ from fpemu.scaled._quantize import (
     storage_axis,
     storage_codes,
 )
-from fpemu.scaled._recipes import BlockFormat, BlockFormatLike, block_formats, get_block_format
 
 F32 = jnp.float32
 

@@ -99,7 +99,7 @@ def scale_down(b: jnp.ndarray, k: jnp.ndarray) -> jnp.ndarray:
 def scale_up(q: jnp.ndarray, k: jnp.ndarray) -> jnp.ndarray:
     """``q * 2**k`` rounded to float32 (nearest even; overflow gives ±inf), for normal or zero ``q``.
 
-    Exact whenever the product is representable, which the recipes guarantee for element values.
+    Exact whenever the product is representable, which every block format guarantees for element values.
     Zeros, infinities and NaN pass through.
     """
     sign = q & U32(SIGN)

@@ -21,8 +21,8 @@ from fpemu._ops import rounding_spec as element_spec
 from fpemu._ops.fusion import materialize
 from fpemu.scaled import _bits, _rne, _table
 from fpemu.scaled._bits import ABS, IMPLICIT, INF, NAN, SIGN, U32
+from fpemu.scaled._block_format import BlockFormat
 from fpemu.scaled._layout import Layout, Work, group_max
-from fpemu.scaled._recipes import BlockFormat
 from fpemu.scaled._scale import (
     float_encode_scale,
     global_scale_is_normal,
@@ -42,7 +42,7 @@ def _is_nan_bits(b: jnp.ndarray) -> jnp.ndarray:
 
 def encode(
     x: jnp.ndarray,
-    recipe: BlockFormat,
+    block_format: BlockFormat,
     layout: Layout,
     *,
     rounding: Rounding,
@@ -66,19 +66,19 @@ def encode(
     w = Work(x.shape, layout)
     xb = bits
     current = scale is None
-    s_fmt = recipe.scale_format
+    s_fmt = block_format.scale_format
     global_leaf = None
     nan = None
-    if recipe.is_pow2:
-        k, nan = _pow2_scales(bits, recipe, layout, scale)
+    if block_format.is_pow2:
+        k, nan = _pow2_scales(bits, block_format, layout, scale)
         y = _bits.from_bits(_bits.scale_down(xb, w.per_element(k)))
-        if recipe.scale_kind == "pow2":
+        if block_format.scale_kind == "pow2":
             scale_leaf = jnp.where(nan, jnp.uint8(s_fmt.nan_code), (k + s_fmt.bias).astype(jnp.uint8))
         else:
             scale_leaf = _bits.from_bits(jnp.where(nan, U32(NAN), _bits.pow2_bits(k)))
-    elif recipe.scale_kind == "fp32":
+    elif block_format.scale_kind == "fp32":
         if scale is None:
-            enc, nan = float_encode_scale(group_max(bits & U32(ABS), layout), recipe)
+            enc, nan = float_encode_scale(group_max(bits & U32(ABS), layout), block_format)
             s = F32(1) / enc
         else:
             s = scale
@@ -86,29 +86,29 @@ def encode(
         y = _bits.mul_flushing(xb, w.per_element(enc))
         scale_leaf = s if nan is None else jnp.where(nan, F32(jnp.nan), s)
     else:
-        d, g, enc_b, nan = _narrow_scales(bits, recipe, layout)
+        d, g, enc_b, nan = _narrow_scales(bits, block_format, layout)
         y = _bits.mul_flushing(xb, w.per_element(enc_b))
         codes = codec.encode(d, s_fmt)  # exact: d is a value of the scale format
         scale_leaf = jnp.where(nan, jnp.asarray(s_fmt.nan_code, codes.dtype), codes)
-        global_leaf = g if recipe.global_scale else None
+        global_leaf = g if block_format.global_scale else None
     values = element_quantize.quantize(
         y,
-        recipe.element,
+        block_format.element,
         rounding=rounding,
-        saturate=recipe.saturate,
+        saturate=block_format.saturate,
         key=key,
         random_bits=random_bits,
         stochastic_variant=stochastic_variant,
         random=random,
     )
-    if recipe.element.twos_complement:  # symmetric saturation: the most negative code (-2.0) is never produced
-        values = jnp.maximum(values, F32(-recipe.element.max))
+    if block_format.element.twos_complement:  # symmetric saturation: the most negative code (-2.0) is never produced
+        values = jnp.maximum(values, F32(-block_format.element.max))
     if current and nan is not None:  # every branch sets nan under current scaling
         values = jnp.where(w.per_element(nan), F32(0), values)
     return values, scale_leaf, global_leaf
 
 
-def _narrow_scales(bits: jnp.ndarray, recipe: BlockFormat, layout: Layout):
+def _narrow_scales(bits: jnp.ndarray, block_format: BlockFormat, layout: Layout):
     """`two_level_scales` (d, g, enc_b, NaN mask) from the blocks' and the tensor's amax.
 
     ``d`` is materialized whatever the array's size: its rounding into the scale format (dozens of
@@ -118,73 +118,82 @@ def _narrow_scales(bits: jnp.ndarray, recipe: BlockFormat, layout: Layout):
     amax_block = group_max(bits & U32(ABS), layout)
     finite = jnp.where(amax_block < U32(INF), amax_block, U32(0))  # blocks with NaN/inf do not count
     amax_tensor = jnp.max(finite, axis=tuple(range(bits.ndim)), keepdims=True, initial=U32(0))
-    return two_level_scales(amax_tensor, amax_block, recipe, once=lambda *arrays: materialize(arrays))
+    return two_level_scales(amax_tensor, amax_block, block_format, once=lambda *arrays: materialize(arrays))
 
 
-def _by_table(recipe: BlockFormat, scale: jnp.ndarray | None, rounding: Rounding) -> bool:
+def _by_table(block_format: BlockFormat, scale: jnp.ndarray | None, rounding: Rounding) -> bool:
     """Whether `quantize_dequantize` takes `_table`'s path: nearest even under current scaling, a
-    narrow-scale recipe (NVFP4) whose element has few values and whose products with the computed
+    narrow-scale block format (NVFP4) whose element has few values and whose products with the computed
     tensor scale `mul_normal` gives."""
     return (
         scale is None
         and rounding == "nearest_even"
-        and _table.applies(recipe.element)
-        and _tensor_products_are_normal(recipe)
+        and _table.applies(block_format.element)
+        and _tensor_products_are_normal(block_format)
     )
 
 
-def _qdq_by_table(x: jnp.ndarray, recipe: BlockFormat, layout: Layout, *, split: bool = False):
-    """`quantize_dequantize` for `_by_table` recipes: the same bits, rounded by thresholds and with each
+def _qdq_by_table(x: jnp.ndarray, block_format: BlockFormat, layout: Layout, *, split: bool = False):
+    """`quantize_dequantize` for `_by_table` block formats: the same bits, rounded by thresholds and with each
     block's ``fl(v * d * g)`` computed once per value (`fpemu.scaled._table`). ``split``: the pair of
     `quantize_dequantize_split` instead, each block's ``v * d`` (exact) and ``g``."""
     bits = _bits.to_bits(x)
     w = Work(x.shape, layout)
-    d, g, enc_b, nan = _narrow_scales(bits, recipe, layout)  # d computed once: the table repeats no chain
+    d, g, enc_b, nan = _narrow_scales(bits, block_format, layout)  # d computed once: the table repeats no chain
     nan, enc_b = w.materialized(nan, enc_b)
-    values = np.array(_table.positive_values(recipe.element), np.float32)
+    values = np.array(_table.positive_values(block_format.element), np.float32)
     products = d[None] * values.reshape((-1,) + (1,) * d.ndim)  # exact, normal
     if not split:
         products = _bits.from_bits(_bits.mul_normal(_bits.to_bits(products), _bits.to_bits(g)[None]))
     (table,) = w.materialized(_bits.to_bits(products))
     *entries, nan, enc_b = w.broadcast(*(table[i] for i in range(len(values))), nan, enc_b)
     y = _bits.to_bits(_bits.mul_flushing(bits, enc_b))
-    out = _table.round_to_table(y & U32(ABS), entries, recipe.element) | (y & U32(SIGN))
+    out = _table.round_to_table(y & U32(ABS), entries, block_format.element) | (y & U32(SIGN))
     out = _bits.from_bits(jnp.where(nan, U32(NAN), out))
     return (out, g) if split else out
 
 
 def _by_stochastic(
-    recipe: BlockFormat, scale: jnp.ndarray | None, rounding: Rounding, variant: StochasticVariant
+    block_format: BlockFormat, scale: jnp.ndarray | None, rounding: Rounding, variant: StochasticVariant
 ) -> bool:
     """Whether `quantize_dequantize` takes `_qdq_stochastic`'s path: stochastic rounding of a narrow-scale
-    recipe (NVFP4) under current scaling, whose products `mul_normal` gives, with an element format and
+    block format (NVFP4) under current scaling, whose products `mul_normal` gives, with an element format and
     variant `fpemu._engine.stochastic` rounds."""
     return (
         scale is None
         and rounding == "stochastic"
-        and _tensor_products_are_normal(recipe)
+        and _tensor_products_are_normal(block_format)
         and stochastic.applies(
-            _FP32, recipe.element, saturate=recipe.saturate, subnormals=True, stochastic_variant=variant
+            _FP32, block_format.element, saturate=block_format.saturate, subnormals=True, stochastic_variant=variant
         )
     )
 
 
 def _qdq_stochastic(
-    x: jnp.ndarray, recipe: BlockFormat, layout: Layout, *, key, random, random_bits, variant, split: bool = False
+    x: jnp.ndarray, block_format: BlockFormat, layout: Layout, *, key, random, random_bits, variant, split: bool = False
 ):
     """`quantize_dequantize` (or, with ``split``, `quantize_dequantize_split`'s pair) for `_by_stochastic`
-    recipes: `encode`'s scaled values and random bits, rounded by `fpemu._engine.stochastic`, times the
+    block formats: `encode`'s scaled values and random bits, rounded by `fpemu._engine.stochastic`, times the
     block scale as `decode` multiplies them, without the scale codes' round trip."""
     bits = _bits.to_bits(x)
     w = Work(x.shape, layout)
-    d, g, enc_b, nan = _narrow_scales(bits, recipe, layout)
+    d, g, enc_b, nan = _narrow_scales(bits, block_format, layout)
     nan, enc_b, d = w.per_element(nan, enc_b, d)
     spec = element_spec.rounding_spec(
-        recipe.element, "stochastic", recipe.saturate, True, key, random_bits, random=random, stochastic_variant=variant
+        block_format.element,
+        "stochastic",
+        block_format.saturate,
+        True,
+        key,
+        random_bits,
+        random=random,
+        stochastic_variant=variant,
     )  # `encode`'s rounding of the elements: the same random bits
     words = element_spec.random_words(element_spec.seeds_for(spec, key, random, x.shape), spec, x.shape)
     y = _bits.to_bits(_bits.mul_flushing(bits, enc_b))
-    vb = stochastic.round_stochastic(y, recipe.element, saturate=bool(spec.saturate), random=words, k=spec.random_bits)
+    vb = stochastic.round_stochastic(
+        y, block_format.element, saturate=bool(spec.saturate), random=words, k=spec.random_bits
+    )
     out = _bits.to_bits(_bits.from_bits(vb) * d)  # exact: `_products_are_normal`
     if not split:
         out = _bits.mul_normal(out, _bits.to_bits(g))
@@ -194,40 +203,42 @@ def _qdq_stochastic(
 
 
 def quantize_dequantize_split(
-    x: jnp.ndarray, recipe: BlockFormat, layout: Layout, **kw: Any
+    x: jnp.ndarray, block_format: BlockFormat, layout: Layout, **kw: Any
 ) -> tuple[jnp.ndarray, jnp.ndarray | None]:
     """(blocks, t): float32 `quantize_dequantize` (``kw``: its keyword arguments) with the per-tensor
     scale ``t`` (shape ``(1,) * ndim``) taken out where `BlockFormat.has_tensor_scale`, so that
     ``quantize_dequantize == fl(blocks * t)``; blocks are NaN wherever it is NaN. Otherwise
     ``(quantize_dequantize, None)``."""
-    if not recipe.has_tensor_scale(layout.axis):
-        return quantize_dequantize(x, recipe, layout, **kw), None
-    if _by_table(recipe, kw.get("scale"), kw["rounding"]):
-        return _qdq_by_table(x, recipe, layout, split=True)
+    if not block_format.has_tensor_scale(layout.axis):
+        return quantize_dequantize(x, block_format, layout, **kw), None
+    if _by_table(block_format, kw.get("scale"), kw["rounding"]):
+        return _qdq_by_table(x, block_format, layout, split=True)
     variant = kw.get("stochastic_variant", "floor")
-    if _by_stochastic(recipe, kw.get("scale"), kw["rounding"], variant):
+    if _by_stochastic(block_format, kw.get("scale"), kw["rounding"], variant):
         random = {name: kw.get(name) for name in ("key", "random", "random_bits")}
-        return _qdq_stochastic(x, recipe, layout, **random, variant=variant, split=True)
-    values, scale_leaf, global_leaf = encode(x, recipe, layout, **kw)
+        return _qdq_stochastic(x, block_format, layout, **random, variant=variant, split=True)
+    values, scale_leaf, global_leaf = encode(x, block_format, layout, **kw)
     if global_leaf is not None:
-        return decode(values, scale_leaf, None, recipe, layout), global_leaf
+        return decode(values, scale_leaf, None, block_format, layout), global_leaf
     t = scale_leaf.astype(F32).reshape((1,) * x.ndim)  # the one float32 scale, NaN for a NaN group
     return jnp.where(jnp.isnan(t), F32(jnp.nan), values), t
 
 
-def _pow2_scales(bits: jnp.ndarray, recipe: BlockFormat, layout: Layout, scale) -> tuple[jnp.ndarray, jnp.ndarray]:
+def _pow2_scales(
+    bits: jnp.ndarray, block_format: BlockFormat, layout: Layout, scale
+) -> tuple[jnp.ndarray, jnp.ndarray]:
     """(k, NaN mask) per group: from the amax (current scaling) or from given power-of-two scales."""
     if scale is None:
-        return pow2_exponent(group_max(bits & U32(ABS), layout), recipe)
+        return pow2_exponent(group_max(bits & U32(ABS), layout), block_format)
     sb = _bits.to_bits(scale)
     return ((sb >> U32(23)) & U32(0xFF)).astype(I32) - 127, _is_nan_bits(sb)
 
 
-def _rne_on_grid(xb: jnp.ndarray, k: jnp.ndarray, recipe: BlockFormat, w: Work) -> jnp.ndarray:
+def _rne_on_grid(xb: jnp.ndarray, k: jnp.ndarray, block_format: BlockFormat, w: Work) -> jnp.ndarray:
     """float32 bits of round_nearest_even(x / 2**k) * 2**k (the element values times their scale)."""
-    fmt = recipe.element
-    grid = _rne.Grid(*w.per_element(*_rne.Grid.for_scale(fmt, k, k_min=smallest_exponent(recipe))))
-    saturate = recipe.saturate  # nearest even on a signed element: "sat_finite" is True, "ovf_inf" False
+    fmt = block_format.element
+    grid = _rne.Grid(*w.per_element(*_rne.Grid.for_scale(fmt, k, k_min=smallest_exponent(block_format))))
+    saturate = block_format.saturate  # nearest even on a signed element: "sat_finite" is True, "ovf_inf" False
     clamp = saturate in (True, "sat_finite", "sat_propagate")
     keep_inf = saturate == "sat_propagate" and fmt.has_inf
     return _rne.round_rne(xb, grid, fmt, saturate=clamp, negative_zero=fmt.has_negative_zero, keep_inf=keep_inf)
@@ -235,7 +246,7 @@ def _rne_on_grid(xb: jnp.ndarray, k: jnp.ndarray, recipe: BlockFormat, w: Work) 
 
 def quantize_dequantize(
     x: jnp.ndarray,
-    recipe: BlockFormat,
+    block_format: BlockFormat,
     layout: Layout,
     *,
     rounding: Rounding,
@@ -245,20 +256,20 @@ def quantize_dequantize(
     stochastic_variant: StochasticVariant = "floor",
     random: jnp.ndarray | None = None,
 ) -> jnp.ndarray:
-    """float32 ``decode(encode(x))``; for power-of-two recipes and nearest even, in one rounding pass
+    """float32 ``decode(encode(x))``; for power-of-two block formats and nearest even, in one rounding pass
     (`_rne`: the same bits as encode and decode, 1.3-2x faster; its docstring has the numbers); for
-    NVFP4-like recipes, by thresholds and per-block tables (`_qdq_by_table`, nearest even) or with the
+    NVFP4-like block formats, by thresholds and per-block tables (`_qdq_by_table`, nearest even) or with the
     engine's fast stochastic rounding and no scale codes (`_qdq_stochastic`)."""
-    if _by_table(recipe, scale, rounding):
-        return _qdq_by_table(x, recipe, layout)
-    if _by_stochastic(recipe, scale, rounding, stochastic_variant):
+    if _by_table(block_format, scale, rounding):
+        return _qdq_by_table(x, block_format, layout)
+    if _by_stochastic(block_format, scale, rounding, stochastic_variant):
         return _qdq_stochastic(
-            x, recipe, layout, key=key, random=random, random_bits=random_bits, variant=stochastic_variant
+            x, block_format, layout, key=key, random=random, random_bits=random_bits, variant=stochastic_variant
         )
-    if not (recipe.is_pow2 and rounding == "nearest_even"):
+    if not (block_format.is_pow2 and rounding == "nearest_even"):
         values, scale_leaf, global_leaf = encode(
             x,
-            recipe,
+            block_format,
             layout,
             rounding=rounding,
             key=key,
@@ -267,63 +278,65 @@ def quantize_dequantize(
             stochastic_variant=stochastic_variant,
             random=random,
         )
-        return decode(values, scale_leaf, global_leaf, recipe, layout, computed_global=True)
+        return decode(values, scale_leaf, global_leaf, block_format, layout, computed_global=True)
     bits = _bits.to_bits(x)
     w = Work(x.shape, layout)
-    k, nan = w.materialized(*_pow2_scales(bits, recipe, layout, scale))  # once, not in each grid constant's loop
-    out = _rne_on_grid(bits, k, recipe, w)
+    k, nan = w.materialized(*_pow2_scales(bits, block_format, layout, scale))  # once, not in each grid constant's loop
+    out = _rne_on_grid(bits, k, block_format, w)
     out = jnp.where(w.broadcast(nan), U32(NAN), out)
     return _bits.from_bits(out)
 
 
-def _scale_nan_code(recipe: BlockFormat) -> int:
-    """The NaN code of the recipe's scale format (E8M0-like and narrow scale formats have one: `BlockFormat`
+def _scale_nan_code(block_format: BlockFormat) -> int:
+    """The NaN code of the block format's scale format (E8M0-like and narrow scale formats have one: `BlockFormat`
     checks it)."""
-    code = recipe.scale_format.nan_code
-    assert code is not None, recipe.scale_format.name
+    code = block_format.scale_format.nan_code
+    assert code is not None, block_format.scale_format.name
     return code
 
 
-def scale_bits(scale_leaf: jnp.ndarray, recipe: BlockFormat) -> tuple[jnp.ndarray, jnp.ndarray]:
+def scale_bits(scale_leaf: jnp.ndarray, block_format: BlockFormat) -> tuple[jnp.ndarray, jnp.ndarray]:
     """(float32 bits of the decode scale, NaN mask) of each group, from the scale leaf."""
-    kind = recipe.scale_kind
+    kind = block_format.scale_kind
     if kind == "fp32":
         sb = _bits.to_bits(scale_leaf.astype(F32))
         return sb, _is_nan_bits(sb)
     if kind == "pow2":
-        s_fmt = recipe.scale_format
+        s_fmt = block_format.scale_format
         codes = scale_leaf.astype(I32)
-        nan = jnp.equal(codes, _scale_nan_code(recipe))
+        nan = jnp.equal(codes, _scale_nan_code(block_format))
         # E8M0 codes are biased exponents; 2**-127 (code 0) is a float32 subnormal
         k = codes - s_fmt.bias
         sb = _bits.scale_pow2_bits(k)
         return sb, nan
-    sb = _bits.to_bits(codec.decode(scale_leaf, recipe.scale_format))
+    sb = _bits.to_bits(codec.decode(scale_leaf, block_format.scale_format))
     return sb, _is_nan_bits(sb)
 
 
-def nan_scale_leaf(recipe: BlockFormat, shape: tuple[int, ...], dtype) -> jnp.ndarray:
+def nan_scale_leaf(block_format: BlockFormat, shape: tuple[int, ...], dtype) -> jnp.ndarray:
     """A scale leaf of ``shape`` holding the NaN scale: the scale format's NaN code, or float32 NaN."""
-    if recipe.scale_kind == "fp32":
+    if block_format.scale_kind == "fp32":
         return jnp.full(shape, jnp.nan, F32)
-    return jnp.full(shape, _scale_nan_code(recipe), dtype)
+    return jnp.full(shape, _scale_nan_code(block_format), dtype)
 
 
-def mark_nan_groups(values: jnp.ndarray, scale_leaf: jnp.ndarray, recipe: BlockFormat, layout: Layout) -> jnp.ndarray:
+def mark_nan_groups(
+    values: jnp.ndarray, scale_leaf: jnp.ndarray, block_format: BlockFormat, layout: Layout
+) -> jnp.ndarray:
     """The scale leaf with the NaN scale in every group whose element values hold a NaN.
 
     For element formats without a NaN code (FP4, FP6, INT8), this is how a NaN element survives
     storage: OCP MX's NaN scale makes every element of its block NaN.
     """
     nan = group_max(_bits.to_bits(values.astype(F32)) & U32(ABS), layout) > U32(INF)
-    return jnp.where(nan, nan_scale_leaf(recipe, (), scale_leaf.dtype), scale_leaf)
+    return jnp.where(nan, nan_scale_leaf(block_format, (), scale_leaf.dtype), scale_leaf)
 
 
-def exponents(scale_leaf: jnp.ndarray, recipe: BlockFormat) -> tuple[jnp.ndarray, jnp.ndarray]:
+def exponents(scale_leaf: jnp.ndarray, block_format: BlockFormat) -> tuple[jnp.ndarray, jnp.ndarray]:
     """(k, NaN mask) of power-of-two scales."""
-    if recipe.scale_kind == "pow2":
+    if block_format.scale_kind == "pow2":
         codes = scale_leaf.astype(I32)
-        return codes - recipe.scale_format.bias, jnp.equal(codes, _scale_nan_code(recipe))
+        return codes - block_format.scale_format.bias, jnp.equal(codes, _scale_nan_code(block_format))
     sb = _bits.to_bits(scale_leaf.astype(F32))
     return ((sb >> U32(23)) & U32(0xFF)).astype(I32) - 127, _is_nan_bits(sb)
 
@@ -332,7 +345,7 @@ def decode(
     values: jnp.ndarray,
     scale_leaf: jnp.ndarray,
     global_leaf: jnp.ndarray | None,
-    recipe: BlockFormat,
+    block_format: BlockFormat,
     layout: Layout,
     *,
     computed_global: bool = False,
@@ -344,17 +357,17 @@ def decode(
     """
     w = Work(values.shape, layout)
     vb = _bits.to_bits(values.astype(F32))
-    if recipe.is_pow2:
-        k, nan = exponents(scale_leaf, recipe)
+    if block_format.is_pow2:
+        k, nan = exponents(scale_leaf, block_format)
         out = _bits.scale_up(vb, w.per_element(k))
     else:
-        sb, nan = scale_bits(scale_leaf, recipe)
-        if recipe.scale_kind == "narrow" and _products_are_normal(recipe):  # exact in float32
+        sb, nan = scale_bits(scale_leaf, block_format)
+        if block_format.scale_kind == "narrow" and _products_are_normal(block_format):  # exact in float32
             out = _bits.to_bits(_bits.from_bits(vb) * _bits.from_bits(w.per_element(sb)))
         else:
             out = _bits.mul_exact(vb, w.per_element(sb))
-        if recipe.scale_kind == "narrow" and global_leaf is not None:
-            by_float = computed_global and _tensor_products_are_normal(recipe)
+        if block_format.scale_kind == "narrow" and global_leaf is not None:
+            by_float = computed_global and _tensor_products_are_normal(block_format)
             mul = _bits.mul_normal if by_float else _bits.mul_exact
             out = mul(out, _bits.to_bits(global_leaf.astype(F32)))  # (1,) * ndim: broadcasts
         out = jnp.where((vb & U32(ABS)) >= U32(INF), vb, out)  # inf and NaN elements pass through
@@ -362,30 +375,34 @@ def decode(
     return _bits.from_bits(out)
 
 
-def _products_are_normal(recipe: BlockFormat) -> bool:
+def _products_are_normal(block_format: BlockFormat) -> bool:
     """Whether every nonzero element value times every nonzero narrow scale is a normal float32
     (then the product, of at most 8 significant bits, is exact in float arithmetic)."""
-    return recipe.element.min_subnormal * recipe.scale_format.min_subnormal >= 2.0**-126
+    return block_format.element.min_subnormal * block_format.scale_format.min_subnormal >= 2.0**-126
 
 
-def _tensor_products_are_normal(recipe: BlockFormat) -> bool:
-    """Whether `mul_normal` gives every ``fl(v * d * g)`` of a narrow-scale recipe: ``v * d`` is a
+def _tensor_products_are_normal(block_format: BlockFormat) -> bool:
+    """Whether `mul_normal` gives every ``fl(v * d * g)`` of a narrow-scale block format: ``v * d`` is a
     normal float32 or zero, and the tensor scale ``g`` `two_level_scales` computes is normal."""
-    return recipe.scale_kind == "narrow" and _products_are_normal(recipe) and global_scale_is_normal(recipe)
+    return (
+        block_format.scale_kind == "narrow"
+        and _products_are_normal(block_format)
+        and global_scale_is_normal(block_format)
+    )
 
 
-def grad_scale(scale_leaf: jnp.ndarray, global_leaf: jnp.ndarray | None, recipe: BlockFormat) -> jnp.ndarray:
+def grad_scale(scale_leaf: jnp.ndarray, global_leaf: jnp.ndarray | None, block_format: BlockFormat) -> jnp.ndarray:
     """The per-group scale the straight-through gradient divides by (float32, normal, positive).
 
     The decode scale, except: NaN or zero scales count as 1 and scales below 2**-126 as 2**-126
     (so that no subnormal reaches XLA's float arithmetic).
     """
-    if recipe.is_pow2:
-        k, nan = exponents(scale_leaf, recipe)
+    if block_format.is_pow2:
+        k, nan = exponents(scale_leaf, block_format)
         sb = _bits.pow2_bits(jnp.clip(k, -126, 127))
     else:
-        sb, nan = scale_bits(scale_leaf, recipe)
-        if recipe.scale_kind == "narrow" and global_leaf is not None:
+        sb, nan = scale_bits(scale_leaf, block_format)
+        if block_format.scale_kind == "narrow" and global_leaf is not None:
             sb = _bits.mul_exact(sb, _bits.to_bits(global_leaf.astype(F32)))
         sb = sb & U32(ABS)
         nan = nan | (sb == U32(0)) | (sb >= U32(INF))

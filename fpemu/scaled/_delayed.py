@@ -20,9 +20,9 @@ from fpemu._core.modes import Rounding
 from fpemu.scaled import _bits
 from fpemu.scaled._array import BlockArray, quantize_jit
 from fpemu.scaled._bits import ABS, INF, U32
+from fpemu.scaled._block_format import BlockFormat, BlockFormatLike, get_block_format
 from fpemu.scaled._layout import Layout, group_max, group_shape
 from fpemu.scaled._quantize import Config, prepare, prepare_random, qdq_jit
-from fpemu.scaled._recipes import BlockFormat, BlockFormatLike, get_block_format
 from fpemu.scaled._scale import float_encode_scale, pow2_exponent
 
 F32 = jnp.float32

@@ -14,8 +14,8 @@ from fpemu._ops.accumulate import compute_dot
 from fpemu._ops.geometry import dot_geometry
 from fpemu._ops.matmul import tensor_scaled_dot
 from fpemu._ops.matmul_config import MatmulConfig, MatmulOptions, matmul_config
+from fpemu.scaled._block_format import BLOCK_FORMAT_ALIASES, get_block_format
 from fpemu.scaled._quantize import Config
-from fpemu.scaled._recipes import BLOCK_FORMAT_ALIASES, get_block_format
 from fpemu.scaled._split import split_core
 
 MatmulFormat = Literal[

@@ -23,7 +23,7 @@ from fpemu._core.format import Format
 from fpemu._core.modes import Rounding, Saturation, StochasticVariant
 from fpemu._ops.rounding_spec import rounding_spec
 from fpemu.scaled import _core, _layout
-from fpemu.scaled._recipes import BlockFormat, BlockFormatLike, get_block_format
+from fpemu.scaled._block_format import BlockFormat, BlockFormatLike, get_block_format
 
 F32 = jnp.float32
 

@@ -1,4 +1,4 @@
-"""Round-to-nearest-even straight onto a block's scaled grid: the fast path of power-of-two recipes.
+"""Round-to-nearest-even straight onto a block's scaled grid: the fast path of power-of-two block formats.
 
 With a power-of-two scale ``2**k``, ``quantize(x / 2**k) * 2**k`` is the rounding of ``x`` to the grid
 ``{v * 2**k : v in the element format}``: a float format whose exponent range is the element's shifted

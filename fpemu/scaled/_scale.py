@@ -14,7 +14,7 @@ import numpy as np
 from fpemu._core.registry import get_format
 from fpemu.scaled import _bits, _rne
 from fpemu.scaled._bits import FLT_MAX, IMPLICIT, INF, U32
-from fpemu.scaled._recipes import BlockFormat, pow2_constants
+from fpemu.scaled._block_format import BlockFormat, pow2_constants
 
 I32 = jnp.int32
 F32 = jnp.float32
@@ -23,37 +23,37 @@ ENCODE_CAP = 2.0**126  # float encode scales are capped here so that 1 / scale i
 ENCODE_FLOOR = 2.0**-126
 
 
-def pow2_range(recipe: BlockFormat) -> tuple[int, int]:
+def pow2_range(block_format: BlockFormat) -> tuple[int, int]:
     """The exponents a power-of-two scale may take: the scale format's normal range."""
-    s = recipe.scale_format
+    s = block_format.scale_format
     return s.emin, s.emax
 
 
-def smallest_exponent(recipe: BlockFormat) -> int:
-    """A lower bound on the exponent ``k`` of every power-of-two scale of ``recipe``: `pow2_range`'s
+def smallest_exponent(block_format: BlockFormat) -> int:
+    """A lower bound on the exponent ``k`` of every power-of-two scale of ``block_format``: `pow2_range`'s
     (computed scales), and float32's ``-bias`` (-127) for given scales, read from the exponent field."""
-    return min(pow2_range(recipe)[0], -_FP32.bias)
+    return min(pow2_range(block_format)[0], -_FP32.bias)
 
 
-def zero_exponent(recipe: BlockFormat) -> int:
+def zero_exponent(block_format: BlockFormat) -> int:
     """The scale exponent of an all-zero group: E8M0's smallest (code 0, as the OCP reference code,
     torchao and jax.nn do), or 0 (scale 1) for float32 scales."""
-    return pow2_range(recipe)[0] if recipe.scale_kind == "pow2" else 0
+    return pow2_range(block_format)[0] if block_format.scale_kind == "pow2" else 0
 
 
-def pow2_exponent(amax: jnp.ndarray, recipe: BlockFormat) -> tuple[jnp.ndarray, jnp.ndarray]:
+def pow2_exponent(amax: jnp.ndarray, block_format: BlockFormat) -> tuple[jnp.ndarray, jnp.ndarray]:
     """(k, nonfinite): the power-of-two scale ``2**k`` of each group, and which groups hold NaN or inf.
 
     ``amax`` is the uint32 bit pattern of the group's largest magnitude (NaN patterns are above
     infinity's, so a group with NaN has a NaN-pattern amax). ``k`` is clamped to the scale format's
     range after adding the margin; all-zero groups get `zero_exponent`.
     """
-    emax, sig_max, mantissa_bits, _ = pow2_constants(recipe)
+    emax, sig_max, mantissa_bits, _ = pow2_constants(block_format)
     nonfinite = amax >= U32(INF)
     zero = amax == U32(0)
     ex, sig = _bits.unpack(amax)
     k = ex - emax
-    rule = recipe.scale_rule
+    rule = block_format.scale_rule
     if rule == "ceil":  # amax > M * 2**(ex - emax): one more
         k = k + (sig > U32(sig_max)).astype(I32)
     elif rule == "even":  # amax rounded half-up to the element's precision reaches the next binade
@@ -62,9 +62,9 @@ def pow2_exponent(amax: jnp.ndarray, recipe: BlockFormat) -> tuple[jnp.ndarray, 
         k = k + (sig != U32(IMPLICIT)).astype(I32)
     elif rule != "ocp":
         raise AssertionError(rule)
-    lo, hi = pow2_range(recipe)
-    k = jnp.clip(k + recipe.margin, lo, hi)
-    return jnp.where(zero, I32(zero_exponent(recipe)), k), nonfinite
+    lo, hi = pow2_range(block_format)
+    k = jnp.clip(k + block_format.margin, lo, hi)
+    return jnp.where(zero, I32(zero_exponent(block_format)), k), nonfinite
 
 
 def _const_over(numerator: float, amax: jnp.ndarray) -> jnp.ndarray:
@@ -82,7 +82,7 @@ def _const_over(numerator: float, amax: jnp.ndarray) -> jnp.ndarray:
     return jnp.where(sub, F32(numerator * 2.0**24), num) / jnp.where(sub, scaled, _bits.from_bits(safe))
 
 
-def float_encode_scale(amax: jnp.ndarray, recipe: BlockFormat) -> tuple[jnp.ndarray, jnp.ndarray]:
+def float_encode_scale(amax: jnp.ndarray, block_format: BlockFormat) -> tuple[jnp.ndarray, jnp.ndarray]:
     """(enc, nonfinite) for the ``"float"`` rule with float32 scales (Transformer Engine's current scaling).
 
     ``enc = clip(fl(M / amax) * 2**-margin, 2**-126, 2**126)``, 1 for an all-zero group; the decode
@@ -90,21 +90,21 @@ def float_encode_scale(amax: jnp.ndarray, recipe: BlockFormat) -> tuple[jnp.ndar
     """
     nonfinite = amax >= U32(INF)
     zero = amax == U32(0)
-    enc = _const_over(float(np.float32(recipe.element.max)), amax) * F32(2.0**-recipe.margin)
+    enc = _const_over(float(np.float32(block_format.element.max)), amax) * F32(2.0**-block_format.margin)
     enc = jnp.clip(enc, F32(ENCODE_FLOOR), F32(ENCODE_CAP))
     return jnp.where(zero, F32(1), enc), nonfinite
 
 
-def global_scale_is_normal(recipe: BlockFormat) -> bool:
-    """Whether every tensor scale ``g`` `two_level_scales` computes for ``recipe`` is a normal float32:
+def global_scale_is_normal(block_format: BlockFormat) -> bool:
+    """Whether every tensor scale ``g`` `two_level_scales` computes for ``block_format`` is a normal float32:
     ``S <= 2**126``, and ``S >= M_s * M_e / FLT_MAX >= 2**-126`` where ``M_s * M_e >= 4`` (NVFP4: 2688)."""
-    return not recipe.global_scale or recipe.scale_format.max * recipe.element.max >= 4
+    return not block_format.global_scale or block_format.scale_format.max * block_format.element.max >= 4
 
 
 def two_level_scales(
     amax_tensor: jnp.ndarray,
     amax_block: jnp.ndarray,
-    recipe: BlockFormat,
+    block_format: BlockFormat,
     once: Callable[..., tuple[jnp.ndarray, ...]] = lambda *arrays: arrays,
 ) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray, jnp.ndarray]:
     """(d, g, enc_b, nonfinite) for a narrow block scale format (NVFP4 and friends): ``d`` the block
@@ -124,9 +124,9 @@ def two_level_scales(
       scale format's grid;
     - ``enc_b = min(fl(1 / fl(d * g)), FLT_MAX)`` (the block's encode scale).
     """
-    s_fmt, e_fmt = recipe.scale_format, recipe.element
+    s_fmt, e_fmt = block_format.scale_format, block_format.element
     nonfinite = amax_block >= U32(INF)
-    if recipe.global_scale:
+    if block_format.global_scale:
         m_prod = float(np.float32(s_fmt.max) * np.float32(e_fmt.max))
         cap = F32(ENCODE_CAP)
         s = jnp.where(amax_tensor == U32(0), cap, jnp.minimum(_const_over(m_prod, amax_tensor), cap))
@@ -140,7 +140,7 @@ def two_level_scales(
     grid = _rne.Grid.for_scale(s_fmt, jnp.zeros((), I32), k_min=0)  # the scale format's own values
     (d,) = once(_rne.round_rne(wanted, grid, s_fmt, saturate=True, negative_zero=False))
     # d is normal or zero where every value of the scale format is
-    normal = s_fmt.min_subnormal >= 2.0**-126 and global_scale_is_normal(recipe)
+    normal = s_fmt.min_subnormal >= 2.0**-126 and global_scale_is_normal(block_format)
     mul = _bits.mul_normal if normal else _bits.mul_exact
     p = mul(d, _bits.to_bits(g))
     enc = jnp.minimum(_bits.reciprocal(p), _bits.from_bits(U32(FLT_MAX)))

@@ -18,6 +18,7 @@ from jax import lax
 
 from fpemu._args import renamed_keyword
 from fpemu.scaled import _core
+from fpemu.scaled._block_format import BlockFormatLike
 from fpemu.scaled._quantize import (
     Config,
     arguments_of_quantize_dequantize,
@@ -25,7 +26,6 @@ from fpemu.scaled._quantize import (
     core_options,
     quantize_dequantize,
 )
-from fpemu.scaled._recipes import BlockFormatLike
 
 __all__ = ["quantize_dequantize_split", "split_core"]
 

@@ -1,7 +1,7 @@
 """Few-valued elements (FP4): nearest-even rounding by thresholds, dequantization by per-block tables.
 
 An element format with a handful of values (E2M1: ±0, ±0.5, ±1, ±1.5, ±2, ±3, ±4, ±6) lets a
-narrow-scale recipe (NVFP4) quantize-dequantize without the general machinery per element:
+narrow-scale block format (NVFP4) quantize-dequantize without the general machinery per element:
 
 - *Rounding to nearest even* of a scaled magnitude ``|y|`` is the number of midpoints between
   neighbouring values that it passes: above the midpoint, or on it where the upper value has the

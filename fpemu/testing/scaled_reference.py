@@ -1,11 +1,11 @@
-"""A slow, obviously-correct NumPy reference for every scaled recipe, written from the formulas.
+"""A slow, obviously-correct NumPy reference for every block format, written from the formulas.
 
 This is the oracle the fast path (`fpemu.scaled.BlockArray.from_array`) is tested against, so it shares no
 code with it: groups are found with NumPy index arithmetic, power-of-two scale exponents are
 computed with exact rational arithmetic (`fractions.Fraction`) straight from the rule's formula
 (``floor(log2(amax)) - emax``, ``ceil(log2(amax / M))``, ...), scaled elements are exact float64
 values ``x * 2**-k``, and the element rounding is `fpemu.testing.reference` (the exact rounding
-oracle, itself independent of the fast path). Float-scale recipes are defined as sequences of
+oracle, itself independent of the fast path). Float-scale block formats are defined as sequences of
 float32 operations; here they are NumPy float32 operations, which are IEEE (nearest even,
 subnormals kept, overflow to inf). It reads only format facts from the registry and the fields of
 a `BlockFormat`.
@@ -13,7 +13,7 @@ a `BlockFormat`.
 The semantics (docs/scaling.md), per group of elements sharing a scale:
 
 - A group holding NaN or ±inf (current scaling): NaN scale, elements 0, dequantized NaN.
-- The elements are rounded with the recipe's ``saturate``, a bool or one of IEEE P3109's modes,
+- The elements are rounded with the block format's ``saturate``, a bool or one of IEEE P3109's modes,
   by the element oracle (`fpemu.testing.reference`): that is where the modes differ (finite
   overflow after an amax-derived scale, and ±inf elements under a given ``scale``).
 - Power-of-two rules, ``amax`` the largest magnitude, ``M``/``emax`` the element's largest value and
@@ -46,6 +46,7 @@ from typing import Any, NamedTuple
 import ml_dtypes
 import numpy as np
 
+from fpemu._args import renamed_keyword
 from fpemu._core.modes import Rounding, Saturation
 from fpemu.scaled import BlockFormat, get_block_format
 from fpemu.testing import reference as elem_ref
@@ -91,7 +92,8 @@ def _round_half_up_to_precision(a: Fraction, p: int) -> Fraction:
     return math.floor(a / quantum + Fraction(1, 2)) * quantum
 
 
-def exponent(amax: float, recipe: Any) -> int:
+@renamed_keyword("recipe", "block_format", "fpemu.testing.scaled_reference.exponent")
+def exponent(amax: float, block_format: Any) -> int:
     """The power-of-two scale exponent ``k`` of a group with largest magnitude ``amax`` (> 0, finite),
     from the rule's formula, with the margin and the scale format's clamp.
 
@@ -100,10 +102,10 @@ def exponent(amax: float, recipe: Any) -> int:
       ...     name="c", element="e2m1fn", block_size=32, scale_format="e8m0fnu", scale_rule="ceil"))
       (1, 1)
     """
-    recipe = get_block_format(recipe)
+    block_format = get_block_format(block_format)
     a = Fraction(amax)
-    e = recipe.element
-    rule = recipe.scale_rule
+    e = block_format.element
+    rule = block_format.scale_rule
     if rule == "ocp":
         k = _floor_log2(a) - e.emax
     elif rule == "ceil":
@@ -115,8 +117,8 @@ def exponent(amax: float, recipe: Any) -> int:
         k = _ceil_log2(a) - e.emax
     else:
         raise ValueError(f"{rule!r} is not a power-of-two rule")
-    k += recipe.margin
-    return min(max(k, recipe.scale_format.emin), recipe.scale_format.emax)
+    k += block_format.margin
+    return min(max(k, block_format.scale_format.emin), block_format.scale_format.emax)
 
 
 def _amax(values: np.ndarray) -> float:
@@ -125,13 +127,13 @@ def _amax(values: np.ndarray) -> float:
 
 
 def _no_negative_zero(q: np.ndarray, fmt) -> np.ndarray:
-    """Two's-complement elements (MXINT8): there is no -0, and the recipes saturate symmetrically to
+    """Two's-complement elements (MXINT8): there is no -0, and the block formats saturate symmetrically to
     ±max (the most negative value, -2.0, is never produced)."""
     return np.where(q == 0, 0.0, np.maximum(q, -fmt.max)) if fmt.twos_complement else q
 
 
-def _zero_exponent(recipe: BlockFormat) -> int:
-    return recipe.scale_format.emin if recipe.scale_format.mantissa_bits == 0 else 0
+def _zero_exponent(block_format: BlockFormat) -> int:
+    return block_format.scale_format.emin if block_format.scale_format.mantissa_bits == 0 else 0
 
 
 def _is_fp32(fmt) -> bool:
@@ -186,9 +188,10 @@ def _round(
 # -- the reference ---------------------------------------------------------------------------------
 
 
+@renamed_keyword("recipe", "block_format", "fpemu.testing.scaled_reference.quantize")
 def quantize(
     x: Any,
-    recipe: Any,
+    block_format: Any,
     *,
     axis: Any = "default",
     rounding: Rounding = "nearest_even",
@@ -198,33 +201,34 @@ def quantize(
     pad: bool = False,
     stochastic_variant: str = "floor",
 ) -> Result:
-    """Quantize ``x`` (float16, bfloat16 or float32) with ``recipe``; see the module docstring.
+    """Quantize ``x`` (float16, bfloat16 or float32) with ``block_format``; see the module docstring.
 
     Args:
       x: the input array.
-      recipe: a recipe name or `fpemu.scaled.BlockFormat`.
-      axis: as in `fpemu.scaled.BlockArray.from_array` ("default": -1 for block recipes, else None).
+      block_format: a block format's name (`fpemu.scaled.block_formats`) or a `fpemu.scaled.BlockFormat`;
+        ``recipe=`` is its deprecated name.
+      axis: as in `fpemu.scaled.BlockArray.from_array` ("default": -1 for block formats with a block size, else None).
       rounding: the element rounding mode.
       random: for ``rounding="stochastic"``: unsigned integers broadcastable to ``x``'s shape, already
         reduced to ``random_bits`` bits (the fast path's are the top bits of ``fpemu``'s per-element
         hash: ``fpemu.stochastic_bits(key, x.shape, random_bits)``).
       random_bits: the number of random bits.
-      scale: decode scales to use instead of the amax rule (single-level recipes), broadcastable
+      scale: decode scales to use instead of the amax rule (single-level block formats), broadcastable
         to the scale shape.
       pad: allow a last block shorter than the block size.
       stochastic_variant: how stochastic rounding compares its random bits with the discarded
         fraction (`fpemu.testing.reference.round_array`'s option).
     """
-    recipe = get_block_format(recipe)
+    block_format = get_block_format(block_format)
     x = np.asarray(x)
     if x.dtype not in (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16), np.dtype(np.float32)):
         raise TypeError(f"x must be float16, bfloat16 or float32, got {x.dtype}")
     x32 = x.astype(np.float32)
     if isinstance(axis, str):
-        axis = -1 if recipe.block_size else None
+        axis = -1 if block_format.block_size else None
     if axis is not None:
         axis %= x.ndim
-    block = recipe.block_size
+    block = block_format.block_size
     if axis is not None and block and x.shape[axis] % block and not pad:
         raise ValueError("block size does not divide the axis (pass pad=True)")
     gid, gshape = _groups(x.shape, axis, block)
@@ -239,27 +243,27 @@ def quantize(
     if given is None:
         for g, idx in enumerate(members):
             nan_group[g] = not np.all(np.isfinite(flat[idx]))
-    e, s_fmt = recipe.element, recipe.scale_format
+    e, s_fmt = block_format.element, block_format.scale_format
     kw = {
         "rounding": rounding,
-        "saturate": recipe.saturate,
+        "saturate": block_format.saturate,
         "random_bits": random_bits,
         "stochastic_variant": stochastic_variant,
     }
     global_leaf = None
 
-    if recipe.scale_rule != "float":  # power-of-two scales
+    if block_format.scale_rule != "float":  # power-of-two scales
         k = np.zeros(ngroups, np.int64)
         for g, idx in enumerate(members):
             if given is not None:
                 mant, ex = math.frexp(float(given[g]))
-                assert mant == 0.5, "power-of-two recipes need power-of-two scales"
+                assert mant == 0.5, "power-of-two block formats need power-of-two scales"
                 k[g] = ex - 1
             elif nan_group[g]:
                 k[g] = 0
             else:
                 amax_g = _amax(flat[idx])
-                k[g] = exponent(amax_g, recipe) if amax_g > 0 else _zero_exponent(recipe)
+                k[g] = exponent(amax_g, block_format) if amax_g > 0 else _zero_exponent(block_format)
         ke = k[flat_gid]
         with np.errstate(invalid="ignore"):  # NaN inputs stay NaN
             scaled = np.ldexp(flat.astype(np.float64), -ke)  # exact in float64
@@ -286,7 +290,7 @@ def quantize(
                 amax = F32(_amax(flat[idx]))
                 if amax == 0:
                     continue  # scale 1
-                m = (F32(e.max) / amax) * F32(2.0**-recipe.margin)
+                m = (F32(e.max) / amax) * F32(2.0**-block_format.margin)
                 m = min(max(m, F32(2.0**-126)), F32(2.0**126))
                 assert m <= big
                 enc[g] = m
@@ -301,7 +305,7 @@ def quantize(
         finite = flat[~nan_group[flat_gid]] if flat.size else flat
         amax_t = F32(np.max(np.abs(finite))) if finite.size else F32(0)
         with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-            if recipe.global_scale:
+            if block_format.global_scale:
                 s_enc = F32(F32(s_fmt.max) * F32(e.max)) / amax_t  # amax 0: inf
                 s_enc = min(s_enc, F32(2.0**126))
                 g_dec = F32(1) / s_enc
@@ -321,7 +325,7 @@ def quantize(
             deq = ((q.astype(np.float32) * d[flat_gid]).astype(np.float32) * g_dec).astype(np.float32)
         codes = elem_ref.encode_array(d, s_fmt)
         scale_leaf = np.where(nan_group, s_fmt.nan_code, codes).astype(s_fmt.code_dtype)
-        if recipe.global_scale:
+        if block_format.global_scale:
             global_leaf = np.full((1,) * x.ndim, g_dec, np.float32)
 
     q = np.where(nan_group[flat_gid], 0.0, q)
@@ -331,27 +335,28 @@ def quantize(
     return Result(values, np.asarray(scale_leaf).reshape(gshape), global_leaf, deq)
 
 
-def split(result: Result, recipe: Any, axis: Any = "default") -> tuple[np.ndarray, np.ndarray | None]:
-    """`fpemu.scaled.quantize_dequantize_split`'s answer from `quantize`'s ``result`` (same ``recipe``
+@renamed_keyword("recipe", "block_format", "fpemu.testing.scaled_reference.split")
+def split(result: Result, block_format: Any, axis: Any = "default") -> tuple[np.ndarray, np.ndarray | None]:
+    """`fpemu.scaled.quantize_dequantize_split`'s answer from `quantize`'s ``result`` (same ``block_format``
     and ``axis``): ``(blocks, tensor scale)`` in float32, the scale of shape ``(1,) * ndim``.
 
-    With `BlockFormat.has_tensor_scale`: a two-level recipe's blocks are the element values times their
+    With `BlockFormat.has_tensor_scale`: a two-level block format's blocks are the element values times their
     decoded block scales (exact products; NaN where the scale is NaN), the tensor scale its global
     scale; a per-tensor float scale's blocks are the element values (all NaN with a NaN scale).
     Otherwise ``(dequantized, None)``.
     """
-    recipe = get_block_format(recipe)
+    block_format = get_block_format(block_format)
     values = result.values
     if isinstance(axis, str):
-        axis = -1 if recipe.block_size else None
+        axis = -1 if block_format.block_size else None
     if axis is not None:
         axis %= values.ndim
-    if not recipe.has_tensor_scale(axis):
+    if not block_format.has_tensor_scale(axis):
         return result.dequantized.astype(np.float32), None
-    if recipe.global_scale:
+    if block_format.global_scale:
         assert result.global_scale is not None
-        gid, _ = _groups(values.shape, axis, recipe.block_size)
-        decode = np.vectorize(lambda c: elem_ref.decode_scalar(int(c), recipe.scale_format), otypes=[np.float32])
+        gid, _ = _groups(values.shape, axis, block_format.block_size)
+        decode = np.vectorize(lambda c: elem_ref.decode_scalar(int(c), block_format.scale_format), otypes=[np.float32])
         d = decode(result.scale).ravel()[gid]
         with np.errstate(invalid="ignore"):
             blocks = (values.astype(np.float64) * d).astype(np.float32)

@@ -1,25 +1,26 @@
-"""Accuracy of quantized matmuls: the error of each recipe's product against a float64 reference.
+"""Accuracy of quantized matmuls: the error of each matmul format's product against a float64 reference.
 
-For a recipe, a distribution and an inner dimension ``K`` (``size``), a float32 ``M x K`` matrix
+For a format (a name of `MATMUL_FORMATS`, ``block_format`` here as on the command line's
+``--block-formats``), a distribution and an inner dimension ``K`` (``size``), a float32 ``M x K`` matrix
 ``A`` and a ``K x N`` matrix ``B`` are drawn from the distribution (`matmul_inputs`; square,
-``M = N = K``, unless ``outer`` sets ``M = N``), and the recipe's emulated product ``C``
+``M = N = K``, unless ``outer`` sets ``M = N``), and the format's emulated product ``C``
 (`fpemu.scaled.matmul`) is compared with the float64 product of the *unquantized* float32 inputs,
 ``C64 = float64(A) @ float64(B)`` (`reference_matmul`). A user's own operands (`MatmulData`, e.g.
 from ``.npy`` files) are measured the same way, over prefixes of their inner dimension.
 docs/accuracy.md is the contract and holds the measured table; bench/accuracy.py regenerates it.
 
 The distributions (`DISTRIBUTIONS`: Gaussian, Student-t with 3 degrees of freedom, activations with
-LLM-style outlier channels) are those of `fpemu.tools.data`. The recipes (`MATMUL_FORMATS`) are those
+LLM-style outlier channels) are those of `fpemu.tools.data`. The formats (`MATMUL_FORMATS`) are those
 of `fpemu.scaled.matmul`, whose docstring says how each quantizes its operands: ``"fp32"`` (the
 baseline: float32 accumulation alone), ``"bf16"`` and ``"fp16"`` (operands rounded, float32
-accumulation), the per-tensor FP8 recipes and the block-scaled `fpemu.scaled` recipes (blocks along
+accumulation), the per-tensor FP8 formats and the block-scaled `fpemu.scaled` formats (blocks along
 the contraction dimension).
 
 The measures (`MatmulError`): ``relative_error = ||C - C64||_F / ||C64||_F``,
 ``max_abs_error = max|C - C64| / max|C64|`` (the largest error relative to the largest reference
 magnitude), and ``qsnr_db = -20 log10(relative_error)`` (`fpemu.scaled.qsnr_from_relative_error`,
 the float64 form of `fpemu.scaled.qsnr`, whose float32 sums would round the reference itself by
-2**-24, as much as the fp32 recipe's whole error). They are computed in float64. A product with any
+2**-24, as much as the fp32 row's whole error). They are computed in float64. A product with any
 infinite or NaN element is reported as it is: both errors are +inf and the QSNR is -inf.
 """
 
@@ -29,7 +30,6 @@ import dataclasses
 import functools
 import math
 import time
-import warnings
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, cast
 
@@ -54,7 +54,7 @@ __all__ = [
     "reference_matmul",
 ]
 
-#: The recipes measured, in table order: those of `fpemu.scaled.matmul` (the same tuple).
+#: The formats measured, in table order: those of `fpemu.scaled.matmul` (the same tuple).
 MATMUL_FORMATS: tuple[str, ...] = fpemu.scaled.MATMUL_FORMATS
 
 #: Student's t degrees of freedom of ``"heavy_tailed"`` (`fpemu.tools.data.STUDENT_T_DF`).
@@ -134,10 +134,10 @@ def data_sizes(data: MatmulData, sizes: Iterable[int]) -> tuple[int, ...]:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class MatmulError:
-    """The error of one recipe's ``(m x size) @ (size x n)`` product against the float64 reference.
+    """The error of one format's ``(m x size) @ (size x n)`` product against the float64 reference.
 
     Attributes:
-      recipe: A name from `MATMUL_FORMATS`.
+      block_format: A name from `MATMUL_FORMATS` (``recipe``, its name of earlier releases, warns).
       distribution: A name from `DISTRIBUTIONS`, or the name of the user's `MatmulData`.
       size: ``K``, the inner (contraction) dimension: each output sums ``K`` products.
       m, n: The outer dimensions: ``A`` is ``m x K``, ``B`` is ``K x n``.
@@ -150,7 +150,7 @@ class MatmulError:
     and ``qsnr_db = -inf``. A reference of all zeros gives 0 for a zero ``C`` and inf otherwise.
     """
 
-    recipe: str
+    block_format: str
     distribution: str
     size: int
     m: int
@@ -159,15 +159,24 @@ class MatmulError:
     max_abs_error: float
     qsnr_db: float
 
+    @property
+    def recipe(self) -> str:
+        """Deprecated: `block_format` (the name of an earlier release; warns)."""
+        choices.warn_renamed("fpemu.tools.accuracy.MatmulError.recipe", "fpemu.tools.accuracy.MatmulError.block_format")
+        return self.block_format
+
     @classmethod
-    def from_product(cls, c: Any, reference: np.ndarray, *, recipe: str, distribution: str, size: int) -> MatmulError:
+    @choices.renamed_keyword("recipe", "block_format", "fpemu.tools.accuracy.MatmulError.from_product")
+    def from_product(
+        cls, c: Any, reference: np.ndarray, *, block_format: str, distribution: str, size: int
+    ) -> MatmulError:
         """The measures of a computed product ``c`` against ``reference`` (float64, same shape ``m x n``).
 
         The sums run in float64 over blocks of rows (``c`` is widened exactly).
 
         Example:
           >>> ref = np.array([[3.0, -4.0]])
-          >>> e = MatmulError.from_product(np.array([[3.0, -4.5]], np.float32), ref, recipe="fp32",
+          >>> e = MatmulError.from_product(np.array([[3.0, -4.5]], np.float32), ref, block_format="fp32",
           ...                              distribution="gaussian", size=2)
           >>> e.relative_error, e.max_abs_error, round(e.qsnr_db, 2), (e.m, e.n)
           (0.1, 0.125, 20.0, (1, 2))
@@ -200,7 +209,7 @@ class MatmulError:
             rel = _ratio(math.sqrt(err2), math.sqrt(ref2))
             max_rel = _ratio(err_max, ref_max)
         return cls(
-            recipe=recipe,
+            block_format=block_format,
             distribution=distribution,
             size=size,
             m=c2.shape[0],
@@ -209,6 +218,12 @@ class MatmulError:
             max_abs_error=max_rel,
             qsnr_db=fpemu.scaled.qsnr_from_relative_error(rel),
         )
+
+
+# ``MatmulError(recipe=...)``, the field's name of an earlier release, is taken for one release.
+MatmulError.__init__ = choices.renamed_keyword("recipe", "block_format", "fpemu.tools.accuracy.MatmulError")(  # type: ignore[method-assign]
+    MatmulError.__init__
+)
 
 
 def _ratio(num: float, den: float) -> float:
@@ -254,7 +269,7 @@ def matmul_inputs(
 
 
 def reference_matmul(a: Any, b: Any) -> np.ndarray:
-    """``float64(a) @ float64(b)`` with NumPy (BLAS): the reference every recipe is measured against.
+    """``float64(a) @ float64(b)`` with NumPy (BLAS): the reference every format is measured against.
 
     The float32 inputs are widened exactly and every product of two float32 values is exact in
     float64; only the float64 summation rounds, with an error about ``2**-29`` times smaller than
@@ -271,32 +286,41 @@ def reference_matmul(a: Any, b: Any) -> np.ndarray:
 # -- the measurements --------------------------------------------------------------------------------
 
 
-def _measure(recipe: str, distribution: str, size: int, a: np.ndarray, b: np.ndarray, ref: np.ndarray) -> MatmulError:
-    c = np.asarray(fpemu.scaled.matmul(a, b, cast("fpemu.scaled.MatmulFormat", recipe)))  # a checked name
-    return MatmulError.from_product(c, ref, recipe=recipe, distribution=distribution, size=size)
+def _measure(
+    block_format: str, distribution: str, size: int, a: np.ndarray, b: np.ndarray, ref: np.ndarray
+) -> MatmulError:
+    c = np.asarray(fpemu.scaled.matmul(a, b, cast("fpemu.scaled.MatmulFormat", block_format)))  # a checked name
+    return MatmulError.from_product(c, ref, block_format=block_format, distribution=distribution, size=size)
 
 
-def matmul_error(recipe: str, distribution: str, size: int, *, seed: int = 0, outer: int | None = None) -> MatmulError:
-    """The error of one recipe's product on `matmul_inputs` (``size`` is K; square unless ``outer``).
+@choices.renamed_keyword("recipe", "block_format", "fpemu.tools.accuracy.matmul_error")
+def matmul_error(
+    block_format: str, distribution: str, size: int, *, seed: int = 0, outer: int | None = None
+) -> MatmulError:
+    """The error of one format's product on `matmul_inputs` (``size`` is K; square unless ``outer``).
+
+    ``block_format`` is a name from `MATMUL_FORMATS` (or an alias `fpemu.scaled.get_block_format` takes
+    for one); ``recipe=`` is its deprecated name.
 
     Raises:
-      ValueError: for an unknown recipe or distribution (listing the valid ones), a size or outer
+      ValueError: for an unknown block format or distribution (listing the valid ones), a size or outer
         below 1 or a negative seed.
 
     Example:
       >>> e = matmul_error("bf16", "gaussian", 64)
-      >>> e.recipe, e.size, 2**-12 < e.relative_error < 2**-7
+      >>> e.block_format, e.size, 2**-12 < e.relative_error < 2**-7
       ('bf16', 64, True)
     """
-    recipe = choices.matmul_format(recipe, "recipe")
+    block_format = choices.matmul_format(block_format, "block format")
     distribution = _choice(distribution, DISTRIBUTIONS, "distribution")
     size, seed, outer = _size(size), _seed(seed), _outer(outer)
     a, b = matmul_inputs(distribution, size, seed=seed, outer=outer)
-    return _measure(recipe, distribution, size, a, b, reference_matmul(a, b))
+    return _measure(block_format, distribution, size, a, b, reference_matmul(a, b))
 
 
+@choices.renamed_keyword("recipes", "block_formats", "fpemu.tools.accuracy.matmul_accuracy")
 def matmul_accuracy(
-    recipes: Iterable[str] | str | None = None,
+    block_formats: Iterable[str] | str | None = None,
     distributions: Iterable[str] | str | None = None,
     sizes: Iterable[int] | int = SIZES,
     *,
@@ -305,10 +329,11 @@ def matmul_accuracy(
     data: MatmulData | Sequence[MatmulData] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> list[MatmulError]:
-    """`matmul_error` for every recipe, distribution and size, each reference computed once.
+    """`matmul_error` for every block format, distribution and size, each reference computed once.
 
     Args:
-      recipes: Names from `MATMUL_FORMATS` (default: all of them), or one name.
+      block_formats: Names from `MATMUL_FORMATS` (default: all of them), or one name; ``recipes=`` is
+        its deprecated name.
       distributions: Names from `DISTRIBUTIONS` (default: all of them; ``()`` for none, e.g. to
         measure only ``data``), or one name.
       sizes: Positive ints, the inner dimensions K (default `SIZES`, 256 to 8192).
@@ -321,17 +346,20 @@ def matmul_accuracy(
         product, e.g. to print them; None: silent.
 
     Returns:
-      One `MatmulError` per (recipe, distribution or data, size), ordered by recipe (in the order
+      One `MatmulError` per (block format, distribution or data, size), ordered by block format (in the order
       given), then distribution (then data), then size (as given; ascending for data). Every argument
       is validated before anything is computed.
 
     The inputs and the float64 reference of each (distribution, size) are computed once and shared
-    by all recipes; at 8192 the reference takes most of a minute on two CPU cores.
+    by all block formats; at 8192 the reference takes most of a minute on two CPU cores.
     """
-    recipes = (
+    block_formats = (
         MATMUL_FORMATS
-        if recipes is None
-        else tuple(choices.matmul_format(r, "recipe") for r in ((recipes,) if isinstance(recipes, str) else recipes))
+        if block_formats is None
+        else tuple(
+            choices.matmul_format(r, "block format")
+            for r in ((block_formats,) if isinstance(block_formats, str) else block_formats)
+        )
     )
     distributions = _names(distributions, DISTRIBUTIONS, "distribution")
     size_list = tuple(dict.fromkeys(_size(s) for s in ((sizes,) if isinstance(sizes, (int, np.integer)) else sizes)))
@@ -351,12 +379,12 @@ def matmul_accuracy(
         a, b = make()
         ref = reference_matmul(a, b)
         say(f"{name} {size}: inputs and float64 reference in {time.perf_counter() - t0:.1f} s")
-        for recipe in recipes:
+        for block_format in block_formats:
             t0 = time.perf_counter()
-            row = _measure(recipe, name, size, a, b, ref)
-            results[recipe, name, size] = row
+            row = _measure(block_format, name, size, a, b, ref)
+            results[block_format, name, size] = row
             say(
-                f"{name} {size} {recipe}: relative error {row.relative_error:.3g}, "
+                f"{name} {size} {block_format}: relative error {row.relative_error:.3g}, "
                 f"QSNR {row.qsnr_db:.2f} dB ({time.perf_counter() - t0:.1f} s)"
             )
         order.append((name, size))
@@ -367,7 +395,7 @@ def matmul_accuracy(
     for dataset in datasets:
         for size in data_sizes(dataset, size_list):
             run(dataset.name, size, functools.partial(_prefix, dataset, size))
-    return [results[r, name, size] for r in dict.fromkeys(recipes) for name, size in order]
+    return [results[r, name, size] for r in dict.fromkeys(block_formats) for name, size in order]
 
 
 # -- the table ---------------------------------------------------------------------------------------
@@ -384,41 +412,44 @@ def _cell(value: float, metric: str) -> str:
 
 
 def markdown_table(rows: list[MatmulError], *, metric: str = "relative_error") -> str:
-    """One Markdown table: a row per recipe, a column per (distribution, size).
+    """One Markdown table: a row per block format, a column per (distribution, size).
 
     Cells hold ``metric``: ``"relative_error"`` (the default, ``||C - C64||_F / ||C64||_F``, as
-    ``1.23e-03``), ``"max_abs_error"`` (same format) or ``"qsnr_db"`` (dB, one decimal). Recipes
-    are ordered as in `MATMUL_FORMATS`, distributions as in `DISTRIBUTIONS`, sizes ascending; a
+    ``1.23e-03``), ``"max_abs_error"`` (same format) or ``"qsnr_db"`` (dB, one decimal). Block
+    formats are ordered as in `MATMUL_FORMATS`, distributions as in `DISTRIBUTIONS`, sizes ascending; a
     combination missing from ``rows`` is shown as ``-``.
 
     Raises:
-      ValueError: for an unknown metric, or two rows for the same (recipe, distribution, size).
+      ValueError: for an unknown metric, or two rows for the same (block format, distribution, size).
 
     Example:
-      >>> rows = [MatmulError(recipe="bf16", distribution="gaussian", size=64, m=64, n=64,
+      >>> rows = [MatmulError(block_format="bf16", distribution="gaussian", size=64, m=64, n=64,
       ...                     relative_error=0.00225, max_abs_error=0.0011, qsnr_db=52.96)]
       >>> print(markdown_table(rows))
-      | recipe | gaussian 64 |
+      | block format | gaussian 64 |
       |---|---:|
       | `bf16` | 2.25e-03 |
     """
     metric = _choice(metric, _METRICS, "metric")
     cells: dict[tuple[str, str, int], float] = {}
     for row in rows:
-        key = (row.recipe, row.distribution, row.size)
+        key = (row.block_format, row.distribution, row.size)
         if key in cells:
-            raise ValueError(f"two rows for recipe {row.recipe!r}, distribution {row.distribution!r}, size {row.size}")
+            raise ValueError(
+                f"two rows for block format {row.block_format!r}, distribution {row.distribution!r}, size {row.size}"
+            )
         cells[key] = getattr(row, metric)
 
     def order(names: set[str], known: tuple[str, ...]) -> list[str]:
         return sorted(names, key=lambda n: (known.index(n), "") if n in known else (len(known), n))
 
-    recipes = order({k[0] for k in cells}, MATMUL_FORMATS)
+    row_names = order({k[0] for k in cells}, MATMUL_FORMATS)
     columns = [(d, s) for d in order({k[1] for k in cells}, DISTRIBUTIONS) for s in sorted({k[2] for k in cells})]
-    columns = [(d, s) for d, s in columns if any((r, d, s) in cells for r in recipes)]
-    header = ["recipe", *(f"{d} {s}" for d, s in columns)]
+    columns = [(d, s) for d, s in columns if any((r, d, s) in cells for r in row_names)]
+    header = ["block format", *(f"{d} {s}" for d, s in columns)]
     table = [
-        [f"`{r}`", *(_cell(cells[r, d, s], metric) if (r, d, s) in cells else "-" for d, s in columns)] for r in recipes
+        [f"`{r}`", *(_cell(cells[r, d, s], metric) if (r, d, s) in cells else "-" for d, s in columns)]
+        for r in row_names
     ]
     return text_table(table, header, align="l" + "r" * len(columns), markdown=True)
 
@@ -427,11 +458,6 @@ def __getattr__(name: str) -> Any:
     """``MATMUL_RECIPES``, this module's name of `MATMUL_FORMATS` in earlier releases: kept for one
     release, with a `DeprecationWarning`."""
     if name == "MATMUL_RECIPES":
-        warnings.warn(
-            "fpemu.tools.accuracy.MATMUL_RECIPES is deprecated and will be removed in the next release; use "
-            "fpemu.tools.accuracy.MATMUL_FORMATS",
-            DeprecationWarning,
-            stacklevel=2,
-        )
+        choices.warn_renamed("fpemu.tools.accuracy.MATMUL_RECIPES", "fpemu.tools.accuracy.MATMUL_FORMATS")
         return MATMUL_FORMATS
     raise AttributeError(f"module 'fpemu.tools.accuracy' has no attribute {name!r}")

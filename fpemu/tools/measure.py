@@ -391,7 +391,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
                 plot.check_drawable(fmt)
             except ValueError as error:
                 parser.error(f"argument --formats: values: {error}")
-    recipes = _check_block_formats(parser, kinds, args.block_formats) or None
+    block_formats = _check_block_formats(parser, kinds, args.block_formats) or None
     arrays, operands = _load_data(parser, kinds, args.data)
     try:
         plot.require_matplotlib()
@@ -408,9 +408,9 @@ def cmd_plot(args: argparse.Namespace) -> int:
             written = plot.plot_rounding_error(args.formats or plot.ROUNDING_ERROR_FORMATS, path,
                                                modes=args.modes or ("nearest_even",), seed=seed)  # fmt: skip
         elif kind == "qsnr":
-            written = plot.plot_qsnr(recipes, path, seed=seed, distributions=args.distributions, arrays=arrays)
+            written = plot.plot_qsnr(block_formats, path, seed=seed, distributions=args.distributions, arrays=arrays)
         else:
-            written = plot.plot_matmul_error(recipes, args.sizes or plot.DEFAULT_MATMUL_SIZES, path,
+            written = plot.plot_matmul_error(block_formats, args.sizes or plot.DEFAULT_MATMUL_SIZES, path,
                                              distributions=args.distributions, data=operands,
                                              outer=args.outer or plot.DEFAULT_OUTER, seed=seed)  # fmt: skip
         print(written)

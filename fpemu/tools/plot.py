@@ -367,37 +367,40 @@ def plot_rounding_error(
     return _save(fig, path, header, rows_out)
 
 
-# -- QSNR of the recipes -------------------------------------------------------------------------------
+# -- QSNR of the block formats -------------------------------------------------------------------------
 
 
+@choices.renamed_keyword("recipes", "block_formats", "fpemu.tools.plot.qsnr_table")
 def qsnr_table(
-    recipes: Sequence[Any],
+    block_formats: Sequence[Any],
     *,
     shape: tuple[int, ...] = (256, 1024),
     seed: int = 0,
     distributions: Sequence[str] | None = None,
     arrays: Mapping[str, np.ndarray] | None = None,
 ) -> dict[str, dict[str, float]]:
-    """QSNR in dB (`fpemu.scaled.qsnr`) of ``scaled.quantize_dequantize(x, recipe)`` for each data set and recipe.
+    """QSNR in dB (`fpemu.scaled.qsnr`) of ``scaled.quantize_dequantize(x, block_format)`` for each data set and
+    block format.
 
     Args:
-      recipes: recipe names (aliases accepted) or `fpemu.scaled.BlockFormat` objects.
+      block_formats: block format names (aliases accepted) or `fpemu.scaled.BlockFormat` objects;
+        ``recipes=`` is its deprecated name.
       shape: the float32 values of each distribution.
       seed: distribution ``d`` is drawn with ``numpy.random.default_rng([seed, DISTRIBUTIONS.index(d)])``.
       distributions: names from `fpemu.tools.data.DISTRIBUTIONS` (default: all; ``()``: none).
       arrays: a user's own float32 arrays by name (`fpemu.tools.data.load_array`), measured as they are.
 
     Returns:
-      ``{data set: {recipe name: dB}}``: the distributions in order, then ``arrays``. Blocks and
-      scales run along the last axis (each recipe's default); where its length is not a multiple of
+      ``{data set: {block format name: dB}}``: the distributions in order, then ``arrays``. Blocks and
+      scales run along the last axis (each block format's default); where its length is not a multiple of
       the block size, the last block is shorter (``pad=True``).
 
     Raises:
-      fpemu.scaled.UnknownBlockFormatError, ValueError: for an unknown recipe or distribution (listing them).
+      fpemu.scaled.UnknownBlockFormatError, ValueError: for an unknown block format or distribution (listing them).
     """
-    recipe_list = [fpemu.scaled.get_block_format(r) for r in recipes]  # UnknownBlockFormatError lists the names
-    if not recipe_list:
-        raise ValueError("no recipes given")
+    format_list = [fpemu.scaled.get_block_format(r) for r in block_formats]  # UnknownBlockFormatError lists the names
+    if not format_list:
+        raise ValueError("no block formats given")
     names = datasets.DISTRIBUTIONS if distributions is None else tuple(distributions)
     if names:
         choices.check_names("distribution", names, datasets.DISTRIBUTIONS)
@@ -409,8 +412,8 @@ def qsnr_table(
     for label, values in sets.items():
         x = jnp.asarray(values)
         table[label] = {
-            recipe.name: float(fpemu.scaled.qsnr(x, fpemu.scaled.quantize_dequantize(x, recipe, pad=True)))
-            for recipe in recipe_list
+            fmt.name: float(fpemu.scaled.qsnr(x, fpemu.scaled.quantize_dequantize(x, fmt, pad=True)))
+            for fmt in format_list
         }
     return table
 
@@ -419,8 +422,9 @@ def _data_label(name: str) -> str:
     return datasets.DISTRIBUTION_LABELS.get(name, name)
 
 
+@choices.renamed_keyword("recipes", "block_formats", "fpemu.tools.plot.plot_qsnr")
 def plot_qsnr(
-    recipes: Sequence[Any] | None = None,
+    block_formats: Sequence[Any] | None = None,
     path: str | Path = "qsnr.png",
     *,
     shape: tuple[int, ...] = (256, 1024),
@@ -428,21 +432,22 @@ def plot_qsnr(
     distributions: Sequence[str] | None = None,
     arrays: Mapping[str, np.ndarray] | None = None,
 ) -> Path:
-    """Bars of the QSNR (dB, higher is better) of scaling recipes, one bar per data set in each recipe's group.
+    """Bars of the QSNR (dB, higher is better) of block formats, one bar per data set in each block format's group.
 
-    The numbers are `qsnr_table`'s; the CSV has one row per bar: ``data, recipe, qsnr_db``.
+    The numbers are `qsnr_table`'s; the CSV has one row per bar: ``data, block_format, qsnr_db``.
 
     Args:
-      recipes: recipe names or `fpemu.scaled.BlockFormat` objects; every built-in recipe when None.
+      block_formats: block format names or `fpemu.scaled.BlockFormat` objects; every built-in block format
+        when None. ``recipes=`` is its deprecated name.
       path: the PNG to write.
       shape, seed, distributions, arrays: the data (`qsnr_table`).
 
     Raises:
-      fpemu.scaled.UnknownBlockFormatError, ValueError: for an unknown recipe or distribution.
+      fpemu.scaled.UnknownBlockFormatError, ValueError: for an unknown block format or distribution.
       MissingMatplotlibError: without matplotlib.
     """
     require_matplotlib()
-    table = qsnr_table(fpemu.scaled.block_formats() if recipes is None else recipes, shape=shape, seed=seed,
+    table = qsnr_table(fpemu.scaled.block_formats() if block_formats is None else block_formats, shape=shape, seed=seed,
                        distributions=distributions, arrays=arrays)  # fmt: skip
     names = list(next(iter(table.values())))
     fig = _figure(max(7.0, 0.45 * len(names) * len(table) + 3), 5)
@@ -467,7 +472,7 @@ def plot_qsnr(
     ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), title="data")
     ax.grid(axis="y", alpha=0.3)
     ax.margins(y=0.15)
-    return _save(fig, path, ("data", "recipe", "qsnr_db"), rows)
+    return _save(fig, path, ("data", "block_format", "qsnr_db"), rows)
 
 
 # -- matmul error ------------------------------------------------------------------------------------
@@ -489,8 +494,9 @@ def qsnr_limits(values: Iterable[float]) -> tuple[float, float]:
     return bottom, max(top, bottom + MIN_QSNR_SPAN)
 
 
+@choices.renamed_keyword("recipes", "block_formats", "fpemu.tools.plot.plot_matmul_error")
 def plot_matmul_error(
-    recipes: Sequence[str] | None = None,
+    block_formats: Sequence[str] | None = None,
     sizes: Sequence[int] = DEFAULT_MATMUL_SIZES,
     path: str | Path = "matmul_error.png",
     *,
@@ -502,14 +508,15 @@ def plot_matmul_error(
     """The QSNR (dB) of quantized matmuls against the inner dimension K, one panel per distribution.
 
     Each panel is one distribution of `fpemu.tools.accuracy.DISTRIBUTIONS` (and one per `MatmulData`),
-    all on the same y axis; each recipe is one line with its own colour and marker (`RECIPE_STYLES`),
+    all on the same y axis; each format is one line with its own colour and marker (`RECIPE_STYLES`),
     named in the legend to the right. The numbers come from `fpemu.tools.accuracy.matmul_accuracy`
-    (``M = N = outer``, K = each size); the CSV has one row per point: ``recipe, distribution, m, k,
-    n, qsnr_db, relative_error, max_abs_error``. A QSNR of +inf (an exact product) cannot be drawn:
-    the legend marks the recipe "exact"; -inf (a non-finite product) is marked "overflow".
+    (``M = N = outer``, K = each size); the CSV has one row per point: ``block_format, distribution,
+    m, k, n, qsnr_db, relative_error, max_abs_error``. A QSNR of +inf (an exact product) cannot be drawn:
+    the legend marks the format "exact"; -inf (a non-finite product) is marked "overflow".
 
     Args:
-      recipes: names from ``MATMUL_FORMATS``; all of them when None.
+      block_formats: names from ``MATMUL_FORMATS``; all of them when None. ``recipes=`` is its deprecated
+        name.
       sizes: the inner dimensions K.
       path: the PNG to write.
       distributions: names from ``DISTRIBUTIONS``; all when None, none with ``()`` (then ``data``).
@@ -518,14 +525,16 @@ def plot_matmul_error(
       seed: passed to ``matmul_accuracy``.
 
     Raises:
-      ValueError: for an unknown recipe or distribution, or no sizes (the message lists the choices).
+      ValueError: for an unknown block format or distribution, or no sizes (the message lists the choices).
       MissingMatplotlibError: without matplotlib.
     """
     require_matplotlib()
     from matplotlib.lines import Line2D
 
     known = list(accuracy.MATMUL_FORMATS)
-    recipe_names = known if recipes is None else choices.matmul_format_names([str(r) for r in recipes], known)
+    format_names = (
+        known if block_formats is None else choices.matmul_format_names([str(r) for r in block_formats], known)
+    )
     names = list(accuracy.DISTRIBUTIONS if distributions is None else distributions)
     if names:
         choices.check_names("distribution", names, accuracy.DISTRIBUTIONS)
@@ -533,23 +542,25 @@ def plot_matmul_error(
     size_list = list(sizes)
     if not size_list or any(isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 1 for s in size_list):
         raise ValueError(f"sizes must be positive integers, got {list(sizes)!r}")
-    results = accuracy.matmul_accuracy(recipes=recipe_names, distributions=names, sizes=size_list, seed=seed,
+    results = accuracy.matmul_accuracy(block_formats=format_names, distributions=names, sizes=size_list, seed=seed,
                                        outer=outer, data=operands or None)  # fmt: skip
     panels = [*names, *(d.name for d in operands)]
-    groups = [g for g in ([r for r in recipe_names if r in WIDE_RECIPES], [r for r in recipe_names
+    groups = [g for g in ([r for r in format_names if r in WIDE_RECIPES], [r for r in format_names
               if r not in WIDE_RECIPES]) if g]  # fmt: skip
     fig = _figure(3.7 * len(panels) + 2.4, 3.3 * len(groups) + 0.9)
     axes = fig.subplots(len(groups), len(panels), squeeze=False, sharey="row", sharex="col")
     handles = []
     for g, group in enumerate(groups):
         for j, name in enumerate(group):
-            index = recipe_names.index(name)
+            index = format_names.index(name)
             color, marker = recipe_style(name, index)
             face = "none" if index % 2 else color  # alternate hollow and filled markers
             dodge = 2.0 ** (_DODGE * (j - (len(group) - 1) / 2) / max(1, (len(group) - 1) / 2))
             suffix = ""
             for p, panel in enumerate(panels):
-                points = sorted((r.size, r.qsnr_db) for r in results if r.recipe == name and r.distribution == panel)
+                points = sorted(
+                    (r.size, r.qsnr_db) for r in results if r.block_format == name and r.distribution == panel
+                )
                 drawn = [(k * dodge, q) for k, q in points if math.isfinite(q)]
                 if len(drawn) < len(points):
                     suffix = " (exact)" if any(q > 0 and math.isinf(q) for _, q in points) else " (overflow)"
@@ -558,9 +569,9 @@ def plot_matmul_error(
                                     markerfacecolor=face, markeredgewidth=1.3)  # fmt: skip
             handles.append(Line2D([], [], color=color, marker=marker, markerfacecolor=face, markeredgewidth=1.3,
                                   label=recipe_label(name) + suffix))  # fmt: skip
-        which = "16- and 32-bit recipes" if group[0] in WIDE_RECIPES else "8-bit and narrower recipes"
+        which = "16- and 32-bit formats" if group[0] in WIDE_RECIPES else "8-bit and narrower formats"
         axes[g][0].set_ylabel(f"QSNR (dB)\n{which}")
-        shown = [r.qsnr_db for r in results if r.recipe in group and math.isfinite(r.qsnr_db)]
+        shown = [r.qsnr_db for r in results if r.block_format in group and math.isfinite(r.qsnr_db)]
         if shown:
             axes[g][0].set_ylim(*qsnr_limits(shown))
     for p, panel in enumerate(panels):
@@ -576,11 +587,11 @@ def plot_matmul_error(
             row.minorticks_off()
             row.set_xlim(ks[0] / 2**0.6, ks[-1] * 2**0.6)
             row.grid(alpha=0.3)
-    fig.legend(handles=handles, loc="outside right center", title="recipe", fontsize="small")
+    fig.legend(handles=handles, loc="outside right center", title="block format", fontsize="small")
     shape = f"drawn data: M = N = {outer}" if outer is not None else "drawn data: M = N = K"
     fig.suptitle(f"QSNR of quantized matmuls C = A B against the float64 product ({shape}; higher is better)")
-    header = ("recipe", "distribution", "m", "k", "n", "qsnr_db", "relative_error", "max_abs_error")
-    table = [(r.recipe, r.distribution, r.m, r.size, r.n, r.qsnr_db, r.relative_error, r.max_abs_error)
+    header = ("block_format", "distribution", "m", "k", "n", "qsnr_db", "relative_error", "max_abs_error")
+    table = [(r.block_format, r.distribution, r.m, r.size, r.n, r.qsnr_db, r.relative_error, r.max_abs_error)
              for r in results]  # fmt: skip
     return _save(fig, path, header, table)
 

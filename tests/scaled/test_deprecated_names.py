@@ -101,3 +101,28 @@ def test_delayed_scaling_takes_the_old_field_name_with_a_warning():
     assert ds == scaled.DelayedScaling(block_format="fp8_e4m3", history_length=4)
     with pytest.warns(DeprecationWarning, match="DelayedScaling.recipe is deprecated"):
         assert ds.recipe is ds.block_format
+
+
+def test_the_scaled_reference_takes_the_old_keyword_with_a_warning_and_gives_the_same_answer():
+    x = np.asarray(_x())
+    new = scaled_reference.quantize(x, block_format="mxfp4")
+    with pytest.warns(
+        DeprecationWarning,
+        match=r"scaled_reference\.quantize\(recipe=\.\.\.\) is deprecated.*use block_format=",
+    ):
+        old = scaled_reference.quantize(x, recipe="mxfp4")
+    for name in ("values", "scale", "dequantized"):  # bit for bit
+        scaled_reference.assert_equal(getattr(old, name), getattr(new, name))
+    two_level = scaled_reference.quantize(x, "nvfp4")  # a tensor scale apart: split's non-trivial path
+    with pytest.warns(DeprecationWarning, match=r"scaled_reference\.split\(recipe=\.\.\.\).*use block_format="):
+        old_split = scaled_reference.split(two_level, recipe="nvfp4")
+    new_split = scaled_reference.split(two_level, block_format="nvfp4")
+    for a, b in zip(old_split, new_split, strict=True):
+        scaled_reference.assert_equal(a, b)
+    with pytest.warns(DeprecationWarning, match=r"scaled_reference\.exponent\(recipe=\.\.\.\).*use block_format="):
+        assert scaled_reference.exponent(12.0, recipe="mxfp4") == scaled_reference.exponent(12.0, block_format="mxfp4")
+
+
+def test_the_scaled_reference_refuses_the_old_and_the_new_keyword_together():
+    with pytest.raises(TypeError, match=r"pass block_format= only \(recipe= is its deprecated name\)"):
+        scaled_reference.quantize(np.asarray(_x()), recipe="mxfp4", block_format="mxfp4")

@@ -127,7 +127,7 @@ def test_plot_rounding_error_and_its_csv(tmp_path):
     assert all(float(r["max_relative_error"]) == 0 for r in rows if r["format"] == "fp64")  # float64 samples
 
 
-# -- QSNR of the recipes ---------------------------------------------------------------------------------
+# -- QSNR of the block formats ---------------------------------------------------------------------------
 
 
 def test_qsnr_table_matches_scaled_qsnr():
@@ -147,11 +147,11 @@ def test_plot_qsnr_and_its_csv(tmp_path):
     assert_png_has_content(path, colors=_plot.SERIES_COLORS[:4])  # a bar colour per data set
     table = _plot.qsnr_table(["mxfp8_e4m3", "mxfp4"], shape=(16, 256), arrays=arrays)
     rows = read_csv(tmp_path / "qsnr.csv")
-    assert [(r["data"], r["recipe"]) for r in rows] == [(d, r) for d in table for r in ("mxfp8_e4m3", "mxfp4")]
-    assert all(float(r["qsnr_db"]) == table[r["data"]][r["recipe"]] for r in rows)
+    assert [(r["data"], r["block_format"]) for r in rows] == [(d, r) for d in table for r in ("mxfp8_e4m3", "mxfp4")]
+    assert all(float(r["qsnr_db"]) == table[r["data"]][r["block_format"]] for r in rows)
 
 
-def test_unknown_recipe_lists_the_names():
+def test_unknown_block_format_lists_the_names():
     with pytest.raises(fpemu.scaled.UnknownBlockFormatError, match="mxfp4"):
         _plot.plot_qsnr(["mxfp9"], "unused.png")
 
@@ -167,7 +167,7 @@ def test_recipe_styles_are_distinct():
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class FakeMatmulError:
-    recipe: str
+    block_format: str
     distribution: str
     size: int
     m: int
@@ -182,15 +182,15 @@ def fake_accuracy(monkeypatch):
     """A stand-in `fpemu.tools.accuracy` that records its calls (the interface, not the numbers, is tested)."""
     calls = []
 
-    def matmul_accuracy(recipes, distributions, sizes, *, seed, outer, data):
-        calls.append(dict(recipes=recipes, distributions=distributions, sizes=sizes, seed=seed, outer=outer,
+    def matmul_accuracy(block_formats, distributions, sizes, *, seed, outer, data):
+        calls.append(dict(block_formats=block_formats, distributions=distributions, sizes=sizes, seed=seed, outer=outer,
                           data=data))  # fmt: skip
         error = {"fp32": 0.0, "bf16": 2.0**-9, "mxfp4": 0.15}
         return [
-            FakeMatmulError(recipe=r, distribution=d, size=s, m=outer, n=outer,
+            FakeMatmulError(block_format=r, distribution=d, size=s, m=outer, n=outer,
                             relative_error=error[r] * (s / 64) ** 0.5, max_abs_error=0.5,
                             qsnr_db=-20 * math.log10(error[r] * (s / 64) ** 0.5) if error[r] else math.inf)
-            for r in recipes for d in distributions for s in sizes
+            for r in block_formats for d in distributions for s in sizes
         ]  # fmt: skip
 
     module = types.ModuleType("fpemu.tools.accuracy")
@@ -204,16 +204,16 @@ def fake_accuracy(monkeypatch):
 
 def test_plot_matmul_error_calls_accuracy(tmp_path, fake_accuracy):
     path = _plot.plot_matmul_error(None, [16, 64, 256], tmp_path / "mm.png", outer=8, seed=3)
-    assert fake_accuracy == [dict(recipes=["fp32", "bf16", "mxfp4"], distributions=["gaussian", "heavy_tailed"],
+    assert fake_accuracy == [dict(block_formats=["fp32", "bf16", "mxfp4"], distributions=["gaussian", "heavy_tailed"],
                                   sizes=[16, 64, 256], seed=3, outer=8, data=None)]  # fmt: skip
     colors = [_plot.RECIPE_STYLES[r][0] for r in ("bf16", "mxfp4")]  # fp32 is exact: a legend entry only
     assert_png_has_content(path, colors=colors, min_share=0.0005)
     rows = read_csv(tmp_path / "mm.csv")
-    assert [(r["recipe"], r["distribution"], int(r["k"]), int(r["m"]), int(r["n"])) for r in rows] == [
+    assert [(r["block_format"], r["distribution"], int(r["k"]), int(r["m"]), int(r["n"])) for r in rows] == [
         (r, d, k, 8, 8) for r in ("fp32", "bf16", "mxfp4") for d in ("gaussian", "heavy_tailed") for k in (16, 64, 256)
     ]
     for row in rows:  # the numbers the figure shows, read back exactly
-        rel = {"fp32": 0.0, "bf16": 2.0**-9, "mxfp4": 0.15}[row["recipe"]] * (int(row["k"]) / 64) ** 0.5
+        rel = {"fp32": 0.0, "bf16": 2.0**-9, "mxfp4": 0.15}[row["block_format"]] * (int(row["k"]) / 64) ** 0.5
         assert float(row["relative_error"]) == rel
         assert float(row["qsnr_db"]) == (-20 * math.log10(rel) if rel else math.inf)
 
@@ -229,19 +229,19 @@ def test_plot_matmul_error_refuses_bad_arguments(tmp_path, fake_accuracy):
     assert not (tmp_path / "no.png").exists() and fake_accuracy == []
 
 
-def test_plot_matmul_error_takes_fpemu_scaleds_recipe_aliases(tmp_path, fake_accuracy):
-    """A recipe alias of `fpemu.scaled.get_block_format` means the same recipe here (``"mxfp4_e2m1"`` is ``mxfp4``)."""
+def test_plot_matmul_error_takes_fpemu_scaleds_block_format_aliases(tmp_path, fake_accuracy):
+    """An alias of `fpemu.scaled.get_block_format` means the same block format here (``"mxfp4_e2m1"`` is ``mxfp4``)."""
     _plot.plot_matmul_error(["mxfp4_e2m1", "bf16", "mxfp4"], [16], tmp_path / "mm.png", outer=8)
-    assert [call["recipes"] for call in fake_accuracy] == [["mxfp4", "bf16"]]
+    assert [call["block_formats"] for call in fake_accuracy] == [["mxfp4", "bf16"]]
 
 
-def test_mxfp8_is_one_recipe_in_the_matmul_error_and_qsnr_plots(tmp_path, capsys):
+def test_mxfp8_is_one_block_format_in_the_matmul_error_and_qsnr_plots(tmp_path, capsys):
     """``--block-formats mxfp8`` is ``mxfp8_e4m3`` in both kinds, as in `fpemu.scaled` (it was refused by matmul-error)."""
     args = ["--block-formats", "mxfp8", "--distributions", "gaussian", "--out", str(tmp_path)]
     assert main(["plot", "matmul-error", "--sizes", "16", *args]) == 0
     assert main(["plot", "qsnr", *args]) == 0
-    assert {r["recipe"] for r in read_csv(tmp_path / "matmul_error.csv")} == {"mxfp8_e4m3"}
-    assert {r["recipe"] for r in read_csv(tmp_path / "qsnr.csv")} == {"mxfp8_e4m3"}
+    assert {r["block_format"] for r in read_csv(tmp_path / "matmul_error.csv")} == {"mxfp8_e4m3"}
+    assert {r["block_format"] for r in read_csv(tmp_path / "qsnr.csv")} == {"mxfp8_e4m3"}
 
 
 def test_plot_matmul_error_with_the_accuracy_module(tmp_path):
@@ -252,7 +252,7 @@ def test_plot_matmul_error_with_the_accuracy_module(tmp_path):
     rows = read_csv(tmp_path / "mm.csv")
     assert len(rows) == len(expected) == 8
     for row, e in zip(rows, expected):
-        assert (row["recipe"], row["distribution"], int(row["k"])) == (e.recipe, e.distribution, e.size)
+        assert (row["block_format"], row["distribution"], int(row["k"])) == (e.block_format, e.distribution, e.size)
         assert (float(row["qsnr_db"]), float(row["relative_error"])) == (e.qsnr_db, e.relative_error)
 
 
@@ -289,7 +289,7 @@ def test_cli_plot_all(tmp_path, capsys):
     for line in lines[::2]:
         assert_png_has_content(line)
     assert {r["format"] for r in read_csv(out / "rounding_error.csv")} == {"e4m3fn", "e2m1fn"}
-    assert {(r["data"], r["recipe"]) for r in read_csv(out / "qsnr.csv")} == {("gaussian", "mxfp4")}
+    assert {(r["data"], r["block_format"]) for r in read_csv(out / "qsnr.csv")} == {("gaussian", "mxfp4")}
     assert [(r["k"], r["m"]) for r in read_csv(out / "matmul_error.csv")] == [("16", "8"), ("32", "8")]
 
 
@@ -355,7 +355,7 @@ def test_cli_usage_errors(capsys, argv, message):
     assert message in usage_error(capsys, "plot", *argv)
 
 
-def test_cli_unknown_matmul_recipe_lists_the_recipes(capsys):
+def test_cli_unknown_matmul_format_lists_the_formats(capsys):
     err = usage_error(capsys, "plot", "matmul-error", "--block-formats", "bf17")
     assert "unknown matmul format 'bf17'" in err and ", ".join(accuracy.MATMUL_FORMATS) in err
 
@@ -429,13 +429,13 @@ def test_rounding_error_panels_share_their_y_axis(tmp_path, figures):
     assert_titles_inside(fig)
 
 
-def test_qsnr_names_how_each_recipe_scales(tmp_path, figures):
+def test_qsnr_names_how_each_block_format_scales(tmp_path, figures):
     _plot.plot_qsnr(["fp8_e4m3", "fp8_e5m2", "mxfp4", "nvfp4"], tmp_path / "qsnr.png", shape=(4, 64),
                     distributions=["gaussian"])  # fmt: skip
     labels = [t.get_text() for t in figures["qsnr.png"].axes[0].get_xticklabels()]
     assert labels == ["fp8_e4m3 (per tensor)", "fp8_e5m2 (per tensor)", "mxfp4 (blocks of 32)", "nvfp4 (blocks of 16)"]
     assert_titles_inside(figures["qsnr.png"])
-    assert [r["recipe"] for r in read_csv(tmp_path / "qsnr.csv")] == ["fp8_e4m3", "fp8_e5m2", "mxfp4", "nvfp4"]
+    assert [r["block_format"] for r in read_csv(tmp_path / "qsnr.csv")] == ["fp8_e4m3", "fp8_e5m2", "mxfp4", "nvfp4"]
 
 
 def test_matmul_error_rows_show_honest_ranges(tmp_path, fake_accuracy, figures):
@@ -514,3 +514,19 @@ def test_the_old_recipes_flag_still_works_and_names_its_new_name(capsys):
     assert "argument --block-formats: qsnr: unknown block format 'mxfp9'" in err
     err = usage_error(capsys, "plot", "values", "--recipes", "mxfp4")
     assert "--block-formats is only used by the qsnr and matmul-error plots" in err
+
+
+def test_the_old_recipes_keyword_of_the_plots_warns_and_gives_the_same(tmp_path, fake_accuracy):
+    """``recipes=``, the keyword's name of earlier releases: the same result, and a warning naming ``block_formats=``."""
+    new = _plot.qsnr_table(block_formats=["mxfp4"], shape=(2, 64))
+    with pytest.warns(
+        DeprecationWarning, match=r"plot\.qsnr_table\(recipes=\.\.\.\) is deprecated.*use block_formats="
+    ):
+        assert _plot.qsnr_table(recipes=["mxfp4"], shape=(2, 64)) == new
+    _plot.plot_matmul_error(block_formats=["bf16"], sizes=[16], path=tmp_path / "new.png", outer=8)
+    with pytest.warns(DeprecationWarning, match=r"plot\.plot_matmul_error\(recipes=\.\.\.\).*use block_formats="):
+        _plot.plot_matmul_error(recipes=["bf16"], sizes=[16], path=tmp_path / "old.png", outer=8)
+    assert fake_accuracy[0] == fake_accuracy[1]
+    assert read_csv(tmp_path / "old.csv") == read_csv(tmp_path / "new.csv")
+    with pytest.raises(TypeError, match=r"pass block_formats= only \(recipes= is its deprecated name\)"):
+        _plot.plot_qsnr(recipes=["mxfp4"], block_formats=["mxfp4"], path=tmp_path / "no.png")

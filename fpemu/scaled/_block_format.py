@@ -294,7 +294,7 @@ _BUILTINS: tuple[tuple[BlockFormat, tuple[str, ...]], ...] = (
     (BlockFormat(name="fp8_e5m2", element="e5m2", scale_format=_FP32, scale_rule="float"), ()),
 )
 
-_RECIPES: dict[str, BlockFormat] = {r.name: r for r, _ in _BUILTINS}
+_BLOCK_FORMATS: dict[str, BlockFormat] = {r.name: r for r, _ in _BUILTINS}
 _NAMES: dict[str, BlockFormat] = {}
 for _r, _aliases in _BUILTINS:
     for _n in (_r.name, *_aliases):
@@ -319,7 +319,7 @@ def block_formats() -> tuple[str, ...]:
       >>> block_formats()
       ('mxfp8_e4m3', 'mxfp8_e5m2', 'mxfp6_e3m2', 'mxfp6_e2m3', 'mxfp4', 'mxint8', 'nvfp4', 'fp8_e4m3', 'fp8_e5m2')
     """
-    return tuple(_RECIPES)
+    return tuple(_BLOCK_FORMATS)
 
 
 @renamed_keyword("recipe", "block_format", "fpemu.scaled.get_block_format")
@@ -377,7 +377,7 @@ def _unknown_block_format(name: str) -> str:
     """The message for a name that is not a block format: where the name points instead."""
     key = name.strip().lower()
     lower = "block format names are exact and lower case; " if key != name else ""
-    listing = f"block formats: {', '.join(_RECIPES)}"
+    listing = f"block formats: {', '.join(_BLOCK_FORMATS)}"
     if key in _NAMES:
         return f"unknown block format {name!r}: {lower}did you mean {key!r}?"
     if key == "e4m3":  # "E4M3" means OCP e4m3fn to most people; "e4m3" is the IEEE-like format
@@ -390,7 +390,7 @@ def _unknown_block_format(name: str) -> str:
         fmt = _format_named(name) or _format_named(key)
         what = "" if fmt is None else f"{fmt.name!r} is an element format, not a block format"
     if fmt is not None:
-        users = [_describe(r) for r in _RECIPES.values() if r.element is fmt]
+        users = [_describe(r) for r in _BLOCK_FORMATS.values() if r.element is fmt]
         scaled = f"; the block formats with {fmt.name} elements: {', '.join(users)}" if users else f"; {listing}"
         return f"unknown block format {name!r}: {lower}{what}: round to it with fpemu.quantize(x, {fmt.name!r}){scaled}"
     close = difflib.get_close_matches(key, list(_NAMES), n=3, cutoff=0.5)

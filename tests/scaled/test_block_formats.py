@@ -1,4 +1,4 @@
-"""The recipe table against the specs (OCP MX v1.0, NVIDIA NVFP4), and `BlockFormat` validation."""
+"""The table of block formats against the specs (OCP MX v1.0, NVIDIA NVFP4), and `BlockFormat` validation."""
 
 import dataclasses
 
