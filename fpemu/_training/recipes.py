@@ -384,22 +384,7 @@ def training_recipe(name: str | TrainingRecipe) -> TrainingRecipe:
       >>> r.forward.lhs.format.name, r.dgrad.lhs.format.name, r.wgrad.rhs.block_size
       ('e4m3fn', 'e5m2', 32)
     """
-    if isinstance(name, TrainingRecipe):
-        return name
-    if not isinstance(name, str):
-        raise TypeError(f"recipe must be a training recipe name or a TrainingRecipe, got {type(name).__name__}")
-    if name in _INFERENCE:
-        raise ValueError(
-            f"{name!r} is an inference recipe, not a training recipe: fpemu.inference_recipe({name!r}) "
-            f"(training recipes: {', '.join(TRAINING_RECIPES)})"
-        )
-    key = name.strip().lower()
-    if name not in _RECIPES and key in _RECIPES:
-        raise ValueError(
-            f"unknown training recipe {name!r}: names are exact and lower case; did you mean {key!r}? "
-            f"(training recipes: {', '.join(TRAINING_RECIPES)})"
-        )
-    return _RECIPES[choice_arg(name, TRAINING_RECIPES, "training recipe")]
+    return _named(name, "training", _RECIPES, "inference", _INFERENCE)
 
 
 def inference_recipe(name: str | TrainingRecipe) -> TrainingRecipe:
@@ -423,22 +408,34 @@ def inference_recipe(name: str | TrainingRecipe) -> TrainingRecipe:
       >>> inference_recipe("mxfp4_weights").forward.lhs is None
       True
     """
+    return _named(name, "inference", _INFERENCE, "training", _RECIPES)
+
+
+_ARTICLE = {"training": "a", "inference": "an"}
+
+
+def _named(
+    name: Any, kind: str, table: dict[str, TrainingRecipe], other_kind: str, other: dict[str, TrainingRecipe]
+) -> TrainingRecipe:
+    """The recipe called ``name`` in ``table`` (the ``kind`` recipes: "training" or "inference"), or a
+    `TrainingRecipe` as it is; a name of the ``other`` table is an error that names its function."""
     if isinstance(name, TrainingRecipe):
         return name
+    a, other_a, names = _ARTICLE[kind], _ARTICLE[other_kind], tuple(table)
     if not isinstance(name, str):
-        raise TypeError(f"recipe must be an inference recipe name or a TrainingRecipe, got {type(name).__name__}")
-    if name in _RECIPES:
+        raise TypeError(f"recipe must be {a} {kind} recipe name or a TrainingRecipe, got {type(name).__name__}")
+    if name in other:
         raise ValueError(
-            f"{name!r} is a training recipe, not an inference recipe: fpemu.training_recipe({name!r}) "
-            f"(inference recipes: {', '.join(INFERENCE_RECIPES)})"
+            f"{name!r} is {other_a} {other_kind} recipe, not {a} {kind} recipe: fpemu.{other_kind}_recipe({name!r}) "
+            f"({kind} recipes: {', '.join(names)})"
         )
     key = name.strip().lower()
-    if name not in _INFERENCE and key in _INFERENCE:
+    if name not in table and key in table:
         raise ValueError(
-            f"unknown inference recipe {name!r}: names are exact and lower case; did you mean {key!r}? "
-            f"(inference recipes: {', '.join(INFERENCE_RECIPES)})"
+            f"unknown {kind} recipe {name!r}: names are exact and lower case; did you mean {key!r}? "
+            f"({kind} recipes: {', '.join(names)})"
         )
-    return _INFERENCE[choice_arg(name, INFERENCE_RECIPES, "inference recipe")]
+    return table[choice_arg(name, names, f"{kind} recipe")]
 
 
 def recipe_by_name(name: str) -> TrainingRecipe | None:
