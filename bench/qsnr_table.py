@@ -1,6 +1,6 @@
 """The QSNR table of docs/scaling.md: ``python bench/qsnr_table.py`` prints it (Markdown).
 
-Every built-in recipe (and a few scale-rule and granularity variants) on three inputs of
+Every built-in block format (and a few scale-rule and granularity variants) on three inputs of
 256 x 4096 float32 values from a fixed seed: Gaussian, Student-t with 3 degrees of freedom (heavy
 tails), and log-normal magnitudes with random signs (very wide dynamic range). Blocks and
 per-slice scales run along the last axis. QSNR is `fpemu.scaled.qsnr` of the fast path's output.
@@ -21,6 +21,7 @@ from fpemu.testing import text_table
 
 SHAPE = (256, 4096)
 SEED = 20261121
+COLUMNS = ("block format", "scales", "bits/element")  # then one QSNR column per input
 
 
 def inputs(seed: int = SEED, shape: tuple[int, int] = SHAPE) -> dict[str, np.ndarray]:
@@ -39,34 +40,34 @@ def _db(x: np.ndarray, y: jax.Array) -> str:
 
 
 def rows() -> list[tuple[str, str, scaled.BlockFormat, dict]]:
-    """(label, granularity, recipe, keyword arguments) for every row of the table."""
+    """(label, granularity, block format, keyword arguments) for every row of the table."""
     out: list[tuple[str, str, scaled.BlockFormat, dict]] = []
     for name in scaled.block_formats():
-        r = scaled.get_block_format(name)
-        gran = f"blocks of {r.block_size}" if r.block_size else "per tensor"
-        out.append((f"`{name}`", gran, r, {}))
-        if r.block_size is None:
-            out.append((f"`{name}`", "per row", r, {"axis": -1}))
+        bf = scaled.get_block_format(name)
+        gran = f"blocks of {bf.block_size}" if bf.block_size else "per tensor"
+        out.append((f"`{name}`", gran, bf, {}))
+        if bf.block_size is None:
+            out.append((f"`{name}`", "per row", bf, {"axis": -1}))
     for name, rule in (("mxfp8_e4m3", "ceil"), ("mxfp4", "ceil"), ("mxfp4", "even"), ("mxfp6_e2m3", "ceil")):
-        r = scaled.get_block_format(name)
+        bf = scaled.get_block_format(name)
         label = f'`{name}`, `scale_rule="{rule}"`'
-        out.append((label, f"blocks of {r.block_size}", dataclasses.replace(r, scale_rule=rule), {}))
-    r = scaled.get_block_format("nvfp4")
-    out.append(("`nvfp4`, no tensor scale", "blocks of 16", dataclasses.replace(r, global_scale=False), {}))
+        out.append((label, f"blocks of {bf.block_size}", dataclasses.replace(bf, scale_rule=rule), {}))
+    bf = scaled.get_block_format("nvfp4")
+    out.append(("`nvfp4`, no tensor scale", "blocks of 16", dataclasses.replace(bf, global_scale=False), {}))
     return out
 
 
 def table(seed: int = SEED, shape: tuple[int, int] = SHAPE) -> str:
-    """The Markdown table: one row per recipe variant, one QSNR column (dB) per input."""
+    """The Markdown table: one row per block format variant, one QSNR column (dB) per input."""
     data = inputs(seed, shape)
     body = []
-    for label, gran, recipe, kw in rows():
-        cells = [_db(x, scaled.quantize_dequantize(jnp.asarray(x), recipe, **kw)) for x in data.values()]
-        body.append([label, gran, f"{recipe.bits_per_element:g}", *cells])
+    for label, gran, block_format, kw in rows():
+        cells = [_db(x, scaled.quantize_dequantize(jnp.asarray(x), block_format, **kw)) for x in data.values()]
+        body.append([label, gran, f"{block_format.bits_per_element:g}", *cells])
     for fmt in ("e4m3fn", "e5m2", "e2m1fn"):  # unscaled baselines
         cells = [_db(x, fpemu.quantize(jnp.asarray(x), fmt, saturate=True)) for x in data.values()]
         body.append([f'`fpemu.quantize(x, "{fmt}", saturate=True)`', "none", fpemu.get_format(fmt).bits, *cells])
-    header = ["recipe", "scales", "bits/element", *data]
+    header = [*COLUMNS, *data]
     return text_table(body, header, align="llr" + "r" * len(data), markdown=True)
 
 

@@ -1,6 +1,6 @@
 """Speed of scaled (block) quantization beside plain `fpemu.quantize` to the element format.
 
-One table (group) per recipe, on the suite's shared input (2**24 float32 values, conftest.py), with
+One table (group) per block format, on the suite's shared input (2**24 float32 values, conftest.py), with
 blocks along its only axis. Every row is jitted, compiled and run once before timing, and each
 timed call ends in ``block_until_ready``. ``-donated`` rows pass a fresh, already written copy of
 the input with ``donate_argnums=0`` (made outside the timed region), so the output reuses its pages
@@ -31,16 +31,16 @@ from fpemu.tools.bench import machine_line
 CHECK = 1 << 16  # elements checked after timing (whole blocks)
 GROUPS = {"mxfp8_e4m3": "e4m3fn", "mxfp4": "e2m1fn", "nvfp4": "e2m1fn"}
 ROWS = {
-    "scaled qdq": "jit scaled.quantize_dequantize(x, recipe): the fused simulation path",
+    "scaled qdq": "jit scaled.quantize_dequantize(x, block_format): the fused simulation path",
     "plain quantize": "jit fpemu.quantize(x, element): the same tensor to the element format, unscaled",
-    "scaled quantize": "jit scaled.BlockArray.from_array(x, recipe): float32 values + uint8 scales",
-    "scaled via engine": "jit BlockArray.from_array(x, recipe).dequantize(): the qdq bits through the core "
+    "scaled quantize": "jit scaled.BlockArray.from_array(x, block_format): float32 values + uint8 scales",
+    "scaled via engine": "jit BlockArray.from_array(x, block_format).dequantize(): the qdq bits through the core "
     "rounding engine (scale down, round, scale up) instead of the fused nearest-even pass",
     "scaled qdq-donated": "the fused path, donate_argnums=0",
     "plain quantize-donated": "plain quantize, donate_argnums=0",
     "scaled via engine-donated": "scaled via engine, donate_argnums=0",
 }
-# "scaled via engine" only where qdq has its own fused pass: power-of-two (MX) recipes, nearest even
+# "scaled via engine" only where qdq has its own fused pass: power-of-two (MX) block formats, nearest even
 CASES = [(g, r) for g in GROUPS for r in ROWS if not (g == "nvfp4" and r.startswith("scaled via engine"))]
 _TIMES: dict[tuple[str, str], dict[str, float]] = {}
 
@@ -122,7 +122,7 @@ def summary_lines(times: dict[tuple[str, str], dict[str, float]], n: int = 1 << 
         base = times.get((group, peer))
         ratios = [f"{t[s] / base[s]:.2f}" if base else "n/a" for s in ("median", "min")]
         table.append([group, row, f"{t['median'] / n * 1e9:.2f}", f"{t['min'] / n * 1e9:.2f}", *ratios])
-    header = ["recipe", "row", "median ns/element", "min ns/element", "median / plain", "min / plain"]
+    header = ["block format", "row", "median ns/element", "min ns/element", "median / plain", "min / plain"]
     markdown = text_table(table, header, align="llrrrr", markdown=True)
     lines = [f"{n} float32 elements; {machine_line()}", "", *markdown.splitlines(), ""]
     for suffix in ("", "-donated"):

@@ -42,11 +42,11 @@ SPREAD_EVERY = 16  # every 16th input element is a random finite float32 bit pat
 
 Kind = Literal["fpemu", "peer", "reference"]
 
-# Formats of the quantize groups, and the extra formats of full mode.
+# Formats of the quantize groups, and the extra formats of full mode; the block formats (`fpemu.scaled`) likewise.
 QUICK_FORMATS = ("e4m3fn", "e5m2", "bf16", "e2m1fn")
 FULL_FORMATS = (*QUICK_FORMATS, "fp16", "e3m2fn")
-QUICK_RECIPES = ("mxfp8_e4m3", "nvfp4")
-FULL_RECIPES = ("mxfp8_e4m3", "mxfp4", "nvfp4")
+QUICK_BLOCK_FORMATS = ("mxfp8_e4m3", "nvfp4")
+FULL_BLOCK_FORMATS = ("mxfp8_e4m3", "mxfp4", "nvfp4")
 # gfloat's name for each format (gfloat.formats.format_info_<name>).
 _GFLOAT_FORMATS = {
     "e4m3fn": "ocp_e4m3",
@@ -105,7 +105,7 @@ class BenchRow:
     """
 
     name: str  # "group/row", unique and stable across runs
-    group: str  # a format, a scaled recipe, "matmul" or "reference"
+    group: str  # a format, a block format, "matmul" or "reference"
     row: str  # what runs, e.g. "fpemu-nearest_even", "reduce_precision"
     what: str  # the timed code, in words
     kind: Kind  # fpemu's own code, a peer library, or a reference point
@@ -214,7 +214,7 @@ def timeit(
 def make_input(n: int, seed: int = SEED) -> np.ndarray:
     """``n`` float32 values: standard normal * 100, every 16th a random finite float32 (any exponent).
 
-    The same recipe as the ``bench/`` suite's input, so subnormals, overflow and every exponent occur.
+    Made as the ``bench/`` suite's input is, so subnormals, overflow and every exponent occur.
     """
     rng = np.random.default_rng(seed)
     x = rng.standard_normal(n, dtype=np.float32) * np.float32(100)
@@ -344,13 +344,29 @@ def _kernel_matmul_call(a: jax.Array, b: jax.Array) -> Callable[[], Any]:
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Selection:
-    """What a run times (`select` fills it in): formats, recipes, rounding modes and sizes, all canonical names."""
+    """What a run times (`select` fills it in): formats, block formats, rounding modes and sizes, all canonical names.
+
+    ``recipes``, the name of `block_formats` in earlier releases, still works for one release (as a
+    keyword and as an attribute) and warns.
+    """
 
     formats: tuple[str, ...]  # the quantize groups
-    recipes: tuple[str, ...]  # fpemu.scaled recipes: a scaled-qdq row each, and a matmul row for matmul recipes
+    block_formats: tuple[str, ...]  # fpemu.scaled block formats: a scaled-qdq row each, a matmul row for matmul formats
     modes: tuple[str, ...]  # rounding modes of the quantize rows; nearest_even (the baseline) comes first
     sizes: tuple[int, ...]  # elements of the elementwise rows
     matmul_sizes: tuple[int, ...]  # n of the n x n x n matmul rows
+
+    @property
+    def recipes(self) -> tuple[str, ...]:
+        """Deprecated: `block_formats` (the name of an earlier release; warns)."""
+        choices.warn_renamed("fpemu.tools.bench.Selection.recipes", "fpemu.tools.bench.Selection.block_formats")
+        return self.block_formats
+
+
+# ``Selection(recipes=...)``, the field's name of an earlier release, is taken for one release.
+Selection.__init__ = choices.renamed_keyword("recipes", "block_formats", "fpemu.tools.bench.Selection")(  # type: ignore[method-assign]
+    Selection.__init__
+)
 
 
 def _positive_sizes(values: Any, what: str) -> tuple[int, ...]:
@@ -360,11 +376,12 @@ def _positive_sizes(values: Any, what: str) -> tuple[int, ...]:
     return tuple(dict.fromkeys(int(v) for v in values))
 
 
+@choices.renamed_keyword("recipes", "block_formats", "fpemu.tools.bench.select")
 def select(
     settings: Settings,
     *,
     formats: Sequence[fpemu.FormatLike] | None = None,
-    recipes: Sequence[Any] | None = None,
+    block_formats: Sequence[Any] | None = None,
     modes: Sequence[str] | None = None,
     sizes: Sequence[int] | int | None = None,
     matmul_sizes: Sequence[int] | int | None = None,
@@ -373,7 +390,8 @@ def select(
 
     Args:
       formats: formats of the quantize groups (default `QUICK_FORMATS` or `FULL_FORMATS`).
-      recipes: `fpemu.scaled` recipes (default `QUICK_RECIPES` or `FULL_RECIPES`).
+      block_formats: `fpemu.scaled` block formats, names (aliases accepted) or `fpemu.scaled.BlockFormat`
+        objects (default `QUICK_BLOCK_FORMATS` or `FULL_BLOCK_FORMATS`); ``recipes=`` is its deprecated name.
       modes: rounding modes of ``fpemu.quantize`` (default nearest_even and stochastic, and toward_zero
         in full mode); nearest_even always runs first: it is every group's baseline.
       sizes: elements per elementwise row (default ``settings.elements``); several sizes time every
@@ -381,7 +399,7 @@ def select(
       matmul_sizes: ``n`` of the matmul rows (default ``settings.matmul_size``), likewise.
 
     Raises:
-      fpemu.UnknownFormatError, fpemu.scaled.UnknownBlockFormatError: for an unknown format or recipe.
+      fpemu.UnknownFormatError, fpemu.scaled.UnknownBlockFormatError: for an unknown format or block format.
       ValueError: for a format wider than float32 (fp64), an unknown rounding mode (listing them), or a
         size below 1.
 
@@ -401,15 +419,15 @@ def select(
         fitting = [f.name for f in fpemu.formats() if f.fits_in(fp32)]
         raise ValueError(f"the bench rounds float32 inputs: {', '.join(wide)} does not fit in float32; "
                          f"choose from: {', '.join(fitting)}")  # fmt: skip
-    default_recipes = FULL_RECIPES if full else QUICK_RECIPES
-    chosen = tuple(dict.fromkeys(fpemu.scaled.get_block_format(r).name for r in (default_recipes if recipes is None
-                                                                            else recipes)))  # fmt: skip
+    default_block_formats = FULL_BLOCK_FORMATS if full else QUICK_BLOCK_FORMATS
+    chosen = tuple(dict.fromkeys(fpemu.scaled.get_block_format(b).name for b in (default_block_formats
+                                 if block_formats is None else block_formats)))  # fmt: skip
     default_modes = ("toward_zero", "stochastic") if full else ("stochastic",)
     mode_list = choices.check_names("rounding mode", list(default_modes if modes is None else modes) or
                                     ["nearest_even"], fpemu.ROUNDING_MODES)  # fmt: skip
     return Selection(
         formats=fmts,
-        recipes=chosen,
+        block_formats=chosen,
         modes=tuple(dict.fromkeys(["nearest_even", *mode_list])),
         sizes=_positive_sizes(settings.elements if sizes is None else sizes, "sizes"),
         matmul_sizes=_positive_sizes(settings.matmul_size if matmul_sizes is None else matmul_sizes, "matmul sizes"),
@@ -421,8 +439,8 @@ def _dtype_name(fmt: str) -> str:
     return "(no dtype)" if dtype is None else dtype.name
 
 
-def _element_name(recipe: str) -> str:
-    element = fpemu.scaled.get_block_format(recipe).element
+def _element_name(block_format: str) -> str:
+    element = fpemu.scaled.get_block_format(block_format).element
     return element if isinstance(element, str) else element.name
 
 
@@ -541,15 +559,15 @@ def _elementwise_cases(
                 "fpemu", lambda fmt=fmt: _jitted(lambda v: fpemu.pack(fpemu.encode(v, fmt), fmt), x()),
                 baseline=base, bytes_moved=4 * n + n // 2)  # fmt: skip
 
-    for recipe in selection.recipes:
-        element = _element_name(recipe)
+    for block_format in selection.block_formats:
+        element = _element_name(block_format)
         base = f"{element}/fpemu-nearest_even"
-        if element not in formats and not any(c.name == base + suffix for c in cases):  # the recipe's baseline
+        if element not in formats and not any(c.name == base + suffix for c in cases):  # the block format's baseline
             add(element, "fpemu-nearest_even", f"jit fpemu.quantize(x, {element!r}, rounding='nearest_even') "
-                f"(the baseline of {recipe})", "fpemu",
+                f"(the baseline of {block_format})", "fpemu",
                 lambda element=element: _quantize_call(element, "nearest_even", x(), key), baseline=base)  # fmt: skip
-        add(recipe, "scaled-qdq", f"jit fpemu.scaled.quantize_dequantize(x, {recipe!r}), blocks along x",
-            "fpemu", lambda recipe=recipe: _jitted(lambda v: fpemu.scaled.quantize_dequantize(v, recipe), x()),
+        add(block_format, "scaled-qdq", f"jit fpemu.scaled.quantize_dequantize(x, {block_format!r}), blocks along x",
+            "fpemu", lambda bf=block_format: _jitted(lambda v: fpemu.scaled.quantize_dequantize(v, bf), x()),
             baseline=base)  # fmt: skip
     return cases
 
@@ -586,19 +604,19 @@ def _matmul_cases(selection: Selection, m: int, suffix: str, copy: str, backend:
         add(row, what, kind, lambda fn=fn: _jitted(fn, *ab()))
     add("native-fp8xfp8-f32", "jit lax.dot_general on float8_e4m3fn casts, float32 accumulation (where the backend "
         "compiles it)", "peer", lambda: _checked(_jitted(_native_fp8_dot, *ab()), "the native FP8 dot"))  # fmt: skip
-    for recipe in selection.recipes:
-        if recipe in fpemu.scaled.MATMUL_FORMATS:
-            add(f"scaled-{recipe}", f"fpemu.scaled.matmul(a, b, {recipe!r}): both operands quantized along K "
-                "(jitted inside), float32 accumulation", "fpemu",
-                lambda recipe=recipe: _scaled_matmul_call(recipe, *ab()))  # fmt: skip
+    for block_format in selection.block_formats:
+        if block_format in fpemu.scaled.MATMUL_FORMATS:
+            add(f"scaled-{block_format}", f"fpemu.scaled.matmul(a, b, {block_format!r}): both operands quantized "
+                "along K (jitted inside), float32 accumulation", "fpemu",
+                lambda bf=block_format: _scaled_matmul_call(bf, *ab()))  # fmt: skip
     if backend == "gpu":  # interpret mode on CPU would time the interpreter, not the kernel
         add("pallas-kernel-e4m3fn", "jit fpemu.kernels.matmul_kernel(a, b, lhs='e4m3fn', rhs='e4m3fn')", "fpemu",
             lambda: _kernel_matmul_call(*ab()))  # fmt: skip
     return cases
 
 
-def _scaled_matmul_call(recipe: str, a: jax.Array, b: jax.Array) -> Callable[[], Any]:
-    name = cast("fpemu.scaled.MatmulFormat", recipe)
+def _scaled_matmul_call(block_format: str, a: jax.Array, b: jax.Array) -> Callable[[], Any]:
+    name = cast("fpemu.scaled.MatmulFormat", block_format)
     return lambda: fpemu.scaled.matmul(a, b, name)
 
 
@@ -689,7 +707,7 @@ def run(
 
     Args:
       settings: `QUICK` or `FULL`.
-      selection: what to time (`select`: formats, recipes, rounding modes, sizes); ``select(settings)``
+      selection: what to time (`select`: formats, block formats, rounding modes, sizes); ``select(settings)``
         when None.
       progress: called as ``progress(done, total, name)`` before each row and once at the end
         (``name`` empty).
@@ -749,6 +767,7 @@ def run(
         ))  # fmt: skip
     meta = environment()
     chosen = {k: list(v) for k, v in dataclasses.asdict(selection).items()}
+    chosen["recipes"] = list(chosen["block_formats"])  # the earlier key, kept while the schema is fpemu.bench/1
     meta.update(
         date=date,
         mode=settings.mode,
@@ -762,3 +781,15 @@ def run(
         seconds=round(time.perf_counter() - start, 3),
     )
     return BenchResult(meta=meta, rows=tuple(rows))
+
+
+_RENAMED = {"QUICK_RECIPES": "QUICK_BLOCK_FORMATS", "FULL_RECIPES": "FULL_BLOCK_FORMATS"}
+
+
+def __getattr__(name: str) -> Any:
+    """``QUICK_RECIPES`` and ``FULL_RECIPES``, this module's names of `QUICK_BLOCK_FORMATS` and
+    `FULL_BLOCK_FORMATS` in earlier releases: kept for one release, with a `DeprecationWarning`."""
+    if name in _RENAMED:
+        choices.warn_renamed(f"fpemu.tools.bench.{name}", f"fpemu.tools.bench.{_RENAMED[name]}")
+        return globals()[_RENAMED[name]]
+    raise AttributeError(f"module 'fpemu.tools.bench' has no attribute {name!r}")

@@ -239,7 +239,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns:
       The exit status: 0 on success, 1 when an optional dependency is missing (matplotlib for
       ``plot`` and ``bench --plot``), 130 after Ctrl-C. Usage errors (unknown command, flag, format,
-      recipe or rounding mode, a VALUE that is not a number) raise ``SystemExit(2)`` with argparse's
+      block format or rounding mode, a VALUE that is not a number) raise ``SystemExit(2)`` with argparse's
       message, which names the argument and what it accepts.
 
     Example:

@@ -125,8 +125,8 @@ def load_array(path: str | Path, *, what: str = "array") -> np.ndarray:
     """The float32 array saved in the ``.npy`` file ``path`` (`numpy.save`).
 
     float16 and float32 arrays are widened or kept exactly; float64 arrays are rounded once to float32
-    (nearest even), the precision every recipe starts from. NaN and infinity are refused, not turned
-    into numbers: the error counts them.
+    (nearest even), the precision every block format and matmul format starts from. NaN and infinity
+    are refused, not turned into numbers: the error counts them.
 
     Raises:
       ValueError: for a file that is not a ``.npy`` array (or needs pickle), a dtype that is not

@@ -123,7 +123,7 @@ def add_bench_parser(subcommands: Any) -> argparse.ArgumentParser:
     _add_block_formats(
         timer, choices.block_format_names,
         "fpemu.scaled block formats: a scaled-qdq row each, and a matmul row for fpemu.scaled.matmul's formats "
-        f"(default {','.join(bench.QUICK_RECIPES)}; {','.join(bench.FULL_RECIPES)} without --quick)",
+        f"(default {','.join(bench.QUICK_BLOCK_FORMATS)}; {','.join(bench.FULL_BLOCK_FORMATS)} without --quick)",
     )  # fmt: skip
     timer.add_argument(
         "--modes", type=choices.option(_rounding_modes), default=None, metavar="M,N,...",
@@ -158,7 +158,7 @@ def add_plot_parser(subcommands: Any) -> argparse.ArgumentParser:
     """The ``plot`` subcommand and its options."""
     draw = subcommands.add_parser(
         "plot",
-        help="draw formats, rounding errors, recipe QSNR or matmul errors as PNG files (with CSV numbers)",
+        help="draw formats, rounding errors, block-format QSNR or matmul errors as PNG files (with CSV numbers)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Write one PNG per picture into --out, and beside it a CSV file of the numbers it shows; print\n"
         "their paths (needs matplotlib: pip install 'fpemu[plot]').\n"
@@ -291,8 +291,8 @@ def bench_report(result: bench.BenchResult) -> str:
             "warm-up calls (the first compiles); each timed call blocks until the result is ready. GB/s counts "
             "the input read and the output written once (8 bytes per element for float32 in and out). "
             "'x copy' is the ratio of ns/element to the NumPy copy's (the memory-bandwidth reference); "
-            "'x fpemu' the ratio to the baseline row (fpemu nearest_even of the same format; for a scaled "
-            "recipe, of its element format). Compare ratios within one run, not absolute times across runs.",
+            "'x fpemu' the ratio to the baseline row (fpemu nearest_even of the same format; for a block "
+            "format, of its element format). Compare ratios within one run, not absolute times across runs.",
             width=WIDTH,
         )
     )
@@ -311,7 +311,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             print(f"fpemu bench: error: --plot: {error}", file=sys.stderr)
             return 1
     settings = bench.QUICK if args.quick else bench.FULL
-    selection = bench.select(settings, formats=args.formats, recipes=args.block_formats, modes=args.modes,
+    selection = bench.select(settings, formats=args.formats, block_formats=args.block_formats, modes=args.modes,
                              sizes=args.sizes, matmul_sizes=args.matmul_sizes)  # fmt: skip
     bar = ProgressBar(sys.stderr) if not args.no_progress and sys.stderr.isatty() else None
 

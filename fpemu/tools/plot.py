@@ -12,7 +12,7 @@ they read back exactly.
 - `plot_values`: every finite positive value of each format on a log2 axis, one row per format.
 - `plot_rounding_error`: the largest relative rounding error per binade against magnitude, one
   panel per family of formats (`fpemu.tools.rounding`).
-- `plot_qsnr`: the QSNR of scaling recipes (`fpemu.scaled`) on each data distribution (`fpemu.tools.data`).
+- `plot_qsnr`: the QSNR of block formats (`fpemu.scaled`) on each data distribution (`fpemu.tools.data`).
 - `plot_matmul_error`: the QSNR of quantized matmuls against the inner dimension, one panel per
   distribution (`fpemu.tools.accuracy.matmul_accuracy`).
 - `plot_bench`: a bar chart of ``fpemu bench`` rows.
@@ -45,8 +45,9 @@ MIN_QSNR_SPAN = 20.0  # dB: the least y range of a row of matmul-error
 MAX_VALUES_CODES = 1 << 20  # plot_values draws every value: formats with at most this many positive codes
 _DPI = 120
 _KIND_COLORS = {"fpemu": "C0", "peer": "C1", "reference": "C7"}
-#: Colour and marker of each recipe: no two recipes share either, in every figure.
-RECIPE_STYLES: dict[str, tuple[str, str]] = {
+#: Colour and marker of each matmul format (`fpemu.tools.accuracy.MATMUL_FORMATS`): no two share either, in
+#: every figure.
+MATMUL_FORMAT_STYLES: dict[str, tuple[str, str]] = {
     "fp32": ("#000000", "o"),
     "bf16": ("#1f77b4", "s"),
     "fp16": ("#17becf", "D"),
@@ -61,13 +62,13 @@ RECIPE_STYLES: dict[str, tuple[str, str]] = {
     "mxint8": ("#b8860b", "P"),
 }
 _EXTRA_MARKERS = "o^sDv*<>phXP"
-_DODGE = 0.25  # plot_matmul_error spreads a row's recipes over +-0.25 binade of K, so that equal values stay visible
+_DODGE = 0.25  # plot_matmul_error spreads a row's formats over +-0.25 binade of K, so that equal values stay visible
 #: Colours of formats and of distributions (bars), one per series in a figure: Okabe-Ito's colour-blind-safe
 #: colours first (without its yellow), then four of matplotlib's tab10.
 SERIES_COLORS = ("#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00", "#000000", "#8c564b", "#9467bd",
                  "#7f7f7f", "#bcbd22")  # fmt: skip
-#: The recipes drawn in the upper row of `plot_matmul_error` (errors far below the narrow formats').
-WIDE_RECIPES = ("fp32", "bf16", "fp16")
+#: The matmul formats drawn in the upper row of `plot_matmul_error` (errors far below the narrow formats').
+WIDE_MATMUL_FORMATS = ("fp32", "bf16", "fp16")
 _MODE_STYLES: tuple[Any, ...] = ("-", "--", "-.", ":")
 
 
@@ -156,23 +157,24 @@ def _formats(formats: Iterable[Any]) -> list[fpemu.Format]:
     return fmts
 
 
-def recipe_label(name: str) -> str:
-    """A recipe's name and how it scales: ``(per tensor)``, ``(blocks of N)``; a plain format's name as it is.
+def block_format_label(name: str) -> str:
+    """A block format's name and how it scales: ``(per tensor)``, ``(blocks of N)``; a plain format's name as it is.
 
     Example:
-      >>> [recipe_label(r) for r in ("fp8_e4m3", "nvfp4", "bf16")]
+      >>> [block_format_label(b) for b in ("fp8_e4m3", "nvfp4", "bf16")]
       ['fp8_e4m3 (per tensor)', 'nvfp4 (blocks of 16)', 'bf16']
     """
     try:
-        recipe = fpemu.scaled.get_block_format(name)
+        block_format = fpemu.scaled.get_block_format(name)
     except fpemu.scaled.UnknownBlockFormatError:  # fp32, bf16, fp16: a cast, no scale
         return name
-    return f"{name} ({'per tensor' if recipe.block_size is None else f'blocks of {recipe.block_size}'})"
+    size = block_format.block_size
+    return f"{name} ({'per tensor' if size is None else f'blocks of {size}'})"
 
 
-def recipe_style(name: str, index: int = 0) -> tuple[str, str]:
-    """The colour and marker of a recipe (`RECIPE_STYLES`; others by their position ``index``)."""
-    return RECIPE_STYLES.get(name) or (SERIES_COLORS[index % len(SERIES_COLORS)], _EXTRA_MARKERS[index % 12])
+def matmul_format_style(name: str, index: int = 0) -> tuple[str, str]:
+    """The colour and marker of a matmul format (`MATMUL_FORMAT_STYLES`; others by their position ``index``)."""
+    return MATMUL_FORMAT_STYLES.get(name) or (SERIES_COLORS[index % len(SERIES_COLORS)], _EXTRA_MARKERS[index % 12])
 
 
 def log2_ticks(low: float, high: float, most: int = 6) -> list[float]:
@@ -455,14 +457,14 @@ def plot_qsnr(
     width = 0.8 / len(table)
     positions = np.arange(len(names))
     rows = []
-    for i, (label, by_recipe) in enumerate(table.items()):
-        heights = [by_recipe[name] if math.isfinite(by_recipe[name]) else 0.0 for name in names]
+    for i, (label, by_format) in enumerate(table.items()):
+        heights = [by_format[name] if math.isfinite(by_format[name]) else 0.0 for name in names]
         bars = ax.bar(positions + (i - (len(table) - 1) / 2) * width, heights, width, label=_data_label(label),
                       color=SERIES_COLORS[i % len(SERIES_COLORS)])  # fmt: skip
-        ax.bar_label(bars, labels=[f"{by_recipe[n]:.1f}" for n in names], fontsize="x-small", padding=2,
+        ax.bar_label(bars, labels=[f"{by_format[n]:.1f}" for n in names], fontsize="x-small", padding=2,
                      rotation=90 if len(table) > 2 else 0)  # fmt: skip
-        rows += [(label, name, by_recipe[name]) for name in names]
-    ax.set_xticks(positions, labels=[recipe_label(n) for n in names], rotation=30, ha="right")
+        rows += [(label, name, by_format[name]) for name in names]
+    ax.set_xticks(positions, labels=[block_format_label(n) for n in names], rotation=30, ha="right")
     ax.set_ylabel("QSNR (dB), higher is better")
     about = [f"{'x'.join(map(str, shape))} values per distribution, seed {seed}"] if any(
         name in datasets.DISTRIBUTIONS for name in table) else []  # fmt: skip
@@ -508,7 +510,7 @@ def plot_matmul_error(
     """The QSNR (dB) of quantized matmuls against the inner dimension K, one panel per distribution.
 
     Each panel is one distribution of `fpemu.tools.accuracy.DISTRIBUTIONS` (and one per `MatmulData`),
-    all on the same y axis; each format is one line with its own colour and marker (`RECIPE_STYLES`),
+    all on the same y axis; each format is one line with its own colour and marker (`MATMUL_FORMAT_STYLES`),
     named in the legend to the right. The numbers come from `fpemu.tools.accuracy.matmul_accuracy`
     (``M = N = outer``, K = each size); the CSV has one row per point: ``block_format, distribution,
     m, k, n, qsnr_db, relative_error, max_abs_error``. A QSNR of +inf (an exact product) cannot be drawn:
@@ -545,15 +547,15 @@ def plot_matmul_error(
     results = accuracy.matmul_accuracy(block_formats=format_names, distributions=names, sizes=size_list, seed=seed,
                                        outer=outer, data=operands or None)  # fmt: skip
     panels = [*names, *(d.name for d in operands)]
-    groups = [g for g in ([r for r in format_names if r in WIDE_RECIPES], [r for r in format_names
-              if r not in WIDE_RECIPES]) if g]  # fmt: skip
+    groups = [g for g in ([f for f in format_names if f in WIDE_MATMUL_FORMATS], [f for f in format_names
+              if f not in WIDE_MATMUL_FORMATS]) if g]  # fmt: skip
     fig = _figure(3.7 * len(panels) + 2.4, 3.3 * len(groups) + 0.9)
     axes = fig.subplots(len(groups), len(panels), squeeze=False, sharey="row", sharex="col")
     handles = []
     for g, group in enumerate(groups):
         for j, name in enumerate(group):
             index = format_names.index(name)
-            color, marker = recipe_style(name, index)
+            color, marker = matmul_format_style(name, index)
             face = "none" if index % 2 else color  # alternate hollow and filled markers
             dodge = 2.0 ** (_DODGE * (j - (len(group) - 1) / 2) / max(1, (len(group) - 1) / 2))
             suffix = ""
@@ -568,8 +570,8 @@ def plot_matmul_error(
                     axes[g][p].plot(*zip(*drawn), color=color, marker=marker, markersize=6, linewidth=1.3,
                                     markerfacecolor=face, markeredgewidth=1.3)  # fmt: skip
             handles.append(Line2D([], [], color=color, marker=marker, markerfacecolor=face, markeredgewidth=1.3,
-                                  label=recipe_label(name) + suffix))  # fmt: skip
-        which = "16- and 32-bit formats" if group[0] in WIDE_RECIPES else "8-bit and narrower formats"
+                                  label=block_format_label(name) + suffix))  # fmt: skip
+        which = "16- and 32-bit formats" if group[0] in WIDE_MATMUL_FORMATS else "8-bit and narrower formats"
         axes[g][0].set_ylabel(f"QSNR (dB)\n{which}")
         shown = [r.qsnr_db for r in results if r.block_format in group and math.isfinite(r.qsnr_db)]
         if shown:
@@ -740,3 +742,21 @@ def plot_bench(
     fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), fontsize="small", title="kind")
     fig.suptitle(title or f"fpemu bench: {metric}")
     return _save(fig, path, ("name", "kind", "baseline", metric), [row[:4] for row in table])
+
+
+_RENAMED = {
+    "RECIPE_STYLES": "MATMUL_FORMAT_STYLES",
+    "WIDE_RECIPES": "WIDE_MATMUL_FORMATS",
+    "recipe_label": "block_format_label",
+    "recipe_style": "matmul_format_style",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """``RECIPE_STYLES``, ``WIDE_RECIPES``, ``recipe_label`` and ``recipe_style``, this module's names of
+    `MATMUL_FORMAT_STYLES`, `WIDE_MATMUL_FORMATS`, `block_format_label` and `matmul_format_style` in earlier
+    releases: kept for one release, with a `DeprecationWarning`."""
+    if name in _RENAMED:
+        choices.warn_renamed(f"fpemu.tools.plot.{name}", f"fpemu.tools.plot.{_RENAMED[name]}")
+        return globals()[_RENAMED[name]]
+    raise AttributeError(f"module 'fpemu.tools.plot' has no attribute {name!r}")

@@ -78,9 +78,17 @@ def test_qsnr_is_qsnr_from_relative_error_of_relative_error():
     assert float(scaled.qsnr(x, y)) == pytest.approx(from_rel, abs=1e-3)
 
 
-def test_qsnr_table_rows_cover_every_recipe():
+def test_qsnr_table_rows_cover_every_block_format():
     names = {r.name for _, _, r, _ in qsnr_table.rows()}
     assert set(scaled.block_formats()) <= names
+
+
+def test_qsnr_table_header_is_the_one_in_the_docs():
+    """docs/scaling.md holds the script's table: its header names the same columns."""
+    header = [*qsnr_table.COLUMNS, *qsnr_table.inputs(shape=(1, 1))]
+    line = qsnr_table.text_table([["-"] * len(header)], header, markdown=True).splitlines()[0]
+    doc = Path(__file__).resolve().parents[2] / "docs" / "scaling.md"
+    assert line in doc.read_text(encoding="utf-8").splitlines()
 
 
 @pytest.mark.slow

@@ -211,17 +211,18 @@ def test_charts_render(quick):
         ]
 
 
-# -- choosing formats, recipes, modes and sizes ------------------------------------------------------------
+# -- choosing formats, block formats, modes and sizes ------------------------------------------------------
 
 
 def test_select_defaults():
     quick, full = _bench.select(_bench.QUICK), _bench.select(_bench.FULL)
     assert quick.formats == _bench.QUICK_FORMATS and full.formats == _bench.FULL_FORMATS
-    assert quick.recipes == _bench.QUICK_RECIPES and full.recipes == _bench.FULL_RECIPES
+    assert quick.block_formats == _bench.QUICK_BLOCK_FORMATS and full.block_formats == _bench.FULL_BLOCK_FORMATS
     assert quick.modes == ("nearest_even", "stochastic") and full.modes == ("nearest_even", "toward_zero", "stochastic")
     assert (quick.sizes, quick.matmul_sizes, full.sizes, full.matmul_sizes) == ((1 << 18,), (256,), (1 << 24,), (2048,))
-    chosen = _bench.select(_bench.QUICK, formats=["float8_e4m3fn", "e4m3fn"], recipes=["mxfp8"], modes=["to_odd"])
-    assert (chosen.formats, chosen.recipes, chosen.modes) == (("e4m3fn",), ("mxfp8_e4m3",), ("nearest_even", "to_odd"))
+    chosen = _bench.select(_bench.QUICK, formats=["float8_e4m3fn", "e4m3fn"], block_formats=["mxfp8"], modes=["to_odd"])
+    assert (chosen.formats, chosen.block_formats, chosen.modes) == (
+        ("e4m3fn",), ("mxfp8_e4m3",), ("nearest_even", "to_odd"))  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -231,7 +232,7 @@ def test_select_defaults():
         (dict(formats=["e4m3f"]), fpemu.UnknownFormatError, "did you mean 'e4m3fn'"),
         (dict(formats=["fp64"]), ValueError, "fp64 does not fit in float32; choose from: fp32, tf32"),
         (dict(formats=[]), ValueError, "no formats given"),
-        (dict(recipes=["mxfp9"]), fpemu.scaled.UnknownBlockFormatError, "block formats: mxfp8_e4m3"),
+        (dict(block_formats=["mxfp9"]), fpemu.scaled.UnknownBlockFormatError, "block formats: mxfp8_e4m3"),
         (dict(modes=["nearest"]), ValueError, "did you mean 'nearest_even', 'nearest_away'? choose from: nearest_even"),
         (dict(sizes=[0]), ValueError, "sizes must be positive integers"),
         (dict(matmul_sizes=[2.5]), ValueError, "matmul sizes must be positive integers"),
@@ -246,7 +247,7 @@ def test_select_refuses_bad_choices(kwargs, error, says):
 
 
 def test_plan_with_choices():
-    selection = _bench.select(_bench.QUICK, formats=["e2m1fn", "tf32"], recipes=["mxfp4", "fp8_e4m3"],
+    selection = _bench.select(_bench.QUICK, formats=["e2m1fn", "tf32"], block_formats=["mxfp4", "fp8_e4m3"],
                               modes=["to_odd"], sizes=[1024, 2048], matmul_sizes=[16])  # fmt: skip
     cases = {case.name: case for case in _bench.plan(_bench.QUICK, selection=selection, backend="cpu")}
     for n in (1024, 2048):
@@ -289,8 +290,9 @@ def test_cli_runs_the_chosen_rows(tmp_path, capsys):
         assert row["ratio_to_copy"] == pytest.approx(row["ns_per_element"] / copy["ns_per_element"], rel=1e-12)
         assert row["baseline"].endswith(f"@{n}") or row["group"] == "matmul"
     settings = result["meta"]["settings"]
-    assert (settings["formats"], settings["recipes"], settings["modes"]) == (
+    assert (settings["formats"], settings["block_formats"], settings["modes"]) == (
         ["e2m1fn"], ["mxfp4"], ["nearest_even", "toward_zero"])  # fmt: skip
+    assert settings["recipes"] == settings["block_formats"]  # the key of earlier releases, while the schema is /1
     assert (settings["sizes"], settings["matmul_sizes"], settings["elements"], settings["matmul_size"]) == (
         [1024, 2048], [16], 1024, 16)  # fmt: skip
 
@@ -387,3 +389,40 @@ def test_make_input_spans_the_float32_range():
     magnitudes = np.abs(x[::16][x[::16] != 0])
     assert magnitudes.min() < 2.0**-100 and magnitudes.max() > 2.0**100
     np.testing.assert_array_equal(x, _bench.make_input(1 << 12))  # deterministic
+
+
+# -- names of earlier releases ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("old", "new"), [("QUICK_RECIPES", "QUICK_BLOCK_FORMATS"), ("FULL_RECIPES", "FULL_BLOCK_FORMATS")]
+)
+def test_the_old_module_names_warn_with_their_new_names_and_are_the_same_objects(old, new):
+    with pytest.warns(
+        DeprecationWarning, match=rf"^fpemu\.tools\.bench\.{old} is deprecated.*; use fpemu\.tools\.bench\.{new}$"
+    ):
+        assert getattr(_bench, old) is getattr(_bench, new)
+    assert not hasattr(_bench, "QUICK_RECIPE")  # other names are still unknown
+
+
+def test_the_old_recipes_keyword_and_attribute_warn_and_give_the_same():
+    new = _bench.select(_bench.QUICK, block_formats=["mxfp4", "nvfp4"])
+    with pytest.warns(DeprecationWarning, match=r"bench\.select\(recipes=\.\.\.\) is deprecated.*use block_formats="):
+        assert _bench.select(_bench.QUICK, recipes=["mxfp4", "nvfp4"]) == new
+    with pytest.warns(
+        DeprecationWarning, match=r"Selection\.recipes is deprecated.*use fpemu\.tools\.bench\.Selection\.block_formats"
+    ):
+        assert new.recipes == new.block_formats == ("mxfp4", "nvfp4")
+    fields = dict(formats=("e4m3fn",), modes=("nearest_even",), sizes=(8,), matmul_sizes=(4,))
+    with pytest.warns(
+        DeprecationWarning, match=r"bench\.Selection\(recipes=\.\.\.\) is deprecated.*use block_formats="
+    ):
+        assert _bench.Selection(recipes=("mxfp4",), **fields) == _bench.Selection(block_formats=("mxfp4",), **fields)
+
+
+def test_the_old_and_the_new_keyword_together_are_refused():
+    with pytest.raises(TypeError, match=r"bench\.select: pass block_formats= only \(recipes= is its deprecated name\)"):
+        _bench.select(_bench.QUICK, recipes=["mxfp4"], block_formats=["mxfp4"])
+    fields = dict(formats=("e4m3fn",), modes=("nearest_even",), sizes=(8,), matmul_sizes=(4,))
+    with pytest.raises(TypeError, match=r"bench\.Selection: pass block_formats= only"):
+        _bench.Selection(recipes=("mxfp4",), block_formats=("mxfp4",), **fields)

@@ -159,10 +159,10 @@ def test_unknown_block_format_lists_the_names():
 # -- matmul error ------------------------------------------------------------------------------------
 
 
-def test_recipe_styles_are_distinct():
-    styles = [_plot.recipe_style(r) for r in accuracy.MATMUL_FORMATS]
+def test_matmul_format_styles_are_distinct():
+    styles = [_plot.matmul_format_style(f) for f in accuracy.MATMUL_FORMATS]
     assert len({color for color, _ in styles}) == len({marker for _, marker in styles}) == len(styles)
-    assert set(_plot.RECIPE_STYLES) == set(accuracy.MATMUL_FORMATS)
+    assert set(_plot.MATMUL_FORMAT_STYLES) == set(accuracy.MATMUL_FORMATS)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -206,7 +206,7 @@ def test_plot_matmul_error_calls_accuracy(tmp_path, fake_accuracy):
     path = _plot.plot_matmul_error(None, [16, 64, 256], tmp_path / "mm.png", outer=8, seed=3)
     assert fake_accuracy == [dict(block_formats=["fp32", "bf16", "mxfp4"], distributions=["gaussian", "heavy_tailed"],
                                   sizes=[16, 64, 256], seed=3, outer=8, data=None)]  # fmt: skip
-    colors = [_plot.RECIPE_STYLES[r][0] for r in ("bf16", "mxfp4")]  # fp32 is exact: a legend entry only
+    colors = [_plot.MATMUL_FORMAT_STYLES[f][0] for f in ("bf16", "mxfp4")]  # fp32 is exact: a legend entry only
     assert_png_has_content(path, colors=colors, min_share=0.0005)
     rows = read_csv(tmp_path / "mm.csv")
     assert [(r["block_format"], r["distribution"], int(r["k"]), int(r["m"]), int(r["n"])) for r in rows] == [
@@ -247,7 +247,7 @@ def test_mxfp8_is_one_block_format_in_the_matmul_error_and_qsnr_plots(tmp_path, 
 def test_plot_matmul_error_with_the_accuracy_module(tmp_path):
     kwargs = dict(distributions=["gaussian", "outlier_channels"], outer=8, seed=1)
     path = _plot.plot_matmul_error(["bf16", "mxfp4"], [16, 32], tmp_path / "mm.png", **kwargs)
-    assert_png_has_content(path, colors=[_plot.RECIPE_STYLES[r][0] for r in ("bf16", "mxfp4")], min_share=0.0005)
+    assert_png_has_content(path, colors=[_plot.MATMUL_FORMAT_STYLES[f][0] for f in ("bf16", "mxfp4")], min_share=0.0005)
     expected = accuracy.matmul_accuracy(["bf16", "mxfp4"], sizes=[16, 32], **kwargs)
     rows = read_csv(tmp_path / "mm.csv")
     assert len(rows) == len(expected) == 8
@@ -311,7 +311,7 @@ def test_cli_data_round_trip(tmp_path, capsys):
             "--out", str(tmp_path))  # fmt: skip
     table = _plot.qsnr_table(["mxfp4"], distributions=(), arrays={"x.npy": operands.lhs, "w.npy": operands.rhs})
     assert {(r["data"], float(r["qsnr_db"])) for r in read_csv(tmp_path / "qsnr.csv")} == {
-        (name, by_recipe["mxfp4"]) for name, by_recipe in table.items()}  # fmt: skip
+        (name, by_format["mxfp4"]) for name, by_format in table.items()}  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -439,7 +439,7 @@ def test_qsnr_names_how_each_block_format_scales(tmp_path, figures):
 
 
 def test_matmul_error_rows_show_honest_ranges(tmp_path, fake_accuracy, figures):
-    """A row of one recipe (bf16: 54 to 60 dB here) is drawn from 0 dB, not zoomed into its own few dB."""
+    """A row of one format (bf16: 54 to 60 dB here) is drawn from 0 dB, not zoomed into its own few dB."""
     _plot.plot_matmul_error(["bf16", "mxfp4"], [16, 64], tmp_path / "mm.png", outer=8)
     fig = figures["mm.png"]
     wide, narrow = fig.axes[0], fig.axes[len(fig.axes) // 2]
@@ -452,7 +452,7 @@ def test_matmul_error_rows_show_honest_ranges(tmp_path, fake_accuracy, figures):
 
 
 def bench_rows(sizes, matmul_sizes):
-    """JSON rows of ``fpemu bench``: two formats, a scaled recipe compared with its element format, matmuls."""
+    """JSON rows of ``fpemu bench``: two formats, a block format compared with its element format, matmuls."""
     cases = [("reference", "numpy_copy", "reference", "e4m3fn"), ("e4m3fn", "fpemu-nearest_even", "fpemu", "e4m3fn"),
              ("e4m3fn", "ml_dtypes_roundtrip", "peer", "e4m3fn"), ("e2m1fn", "fpemu-nearest_even", "fpemu", "e2m1fn"),
              ("mxfp4", "scaled-qdq", "fpemu", "e2m1fn")]  # fmt: skip
@@ -530,3 +530,20 @@ def test_the_old_recipes_keyword_of_the_plots_warns_and_gives_the_same(tmp_path,
     assert read_csv(tmp_path / "old.csv") == read_csv(tmp_path / "new.csv")
     with pytest.raises(TypeError, match=r"pass block_formats= only \(recipes= is its deprecated name\)"):
         _plot.plot_qsnr(recipes=["mxfp4"], block_formats=["mxfp4"], path=tmp_path / "no.png")
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("RECIPE_STYLES", "MATMUL_FORMAT_STYLES"),
+        ("WIDE_RECIPES", "WIDE_MATMUL_FORMATS"),
+        ("recipe_label", "block_format_label"),
+        ("recipe_style", "matmul_format_style"),
+    ],
+)
+def test_the_old_module_names_warn_with_their_new_names_and_are_the_same_objects(old, new):
+    with pytest.warns(
+        DeprecationWarning, match=rf"^fpemu\.tools\.plot\.{old} is deprecated.*; use fpemu\.tools\.plot\.{new}$"
+    ):
+        assert getattr(_plot, old) is getattr(_plot, new)
+    assert not hasattr(_plot, "RECIPE")  # other names are still unknown
