@@ -1,7 +1,7 @@
 """Accuracy of quantized matmuls: the error of each matmul format's product against a float64 reference.
 
-For a format (a name of `MATMUL_FORMATS`, ``block_format`` here as on the command line's
-``--block-formats``), a distribution and an inner dimension ``K`` (``size``), a float32 ``M x K`` matrix
+For a matmul format (a name of `MATMUL_FORMATS`: the block formats, and fp32, bf16 and fp16; the
+command line's ``--block-formats``), a distribution and an inner dimension ``K`` (``size``), a float32 ``M x K`` matrix
 ``A`` and a ``K x N`` matrix ``B`` are drawn from the distribution (`matmul_inputs`; square,
 ``M = N = K``, unless ``outer`` sets ``M = N``), and the format's emulated product ``C``
 (`fpemu.scaled.matmul`) is compared with the float64 product of the *unquantized* float32 inputs,
@@ -137,7 +137,7 @@ class MatmulError:
     """The error of one format's ``(m x size) @ (size x n)`` product against the float64 reference.
 
     Attributes:
-      block_format: A name from `MATMUL_FORMATS` (``recipe``, its name of earlier releases, warns).
+      matmul_format: A name from `MATMUL_FORMATS` (``recipe``, its name of earlier releases, warns).
       distribution: A name from `DISTRIBUTIONS`, or the name of the user's `MatmulData`.
       size: ``K``, the inner (contraction) dimension: each output sums ``K`` products.
       m, n: The outer dimensions: ``A`` is ``m x K``, ``B`` is ``K x n``.
@@ -150,7 +150,7 @@ class MatmulError:
     and ``qsnr_db = -inf``. A reference of all zeros gives 0 for a zero ``C`` and inf otherwise.
     """
 
-    block_format: str
+    matmul_format: str
     distribution: str
     size: int
     m: int
@@ -161,14 +161,16 @@ class MatmulError:
 
     @property
     def recipe(self) -> str:
-        """Deprecated: `block_format` (the name of an earlier release; warns)."""
-        choices.warn_renamed("fpemu.tools.accuracy.MatmulError.recipe", "fpemu.tools.accuracy.MatmulError.block_format")
-        return self.block_format
+        """Deprecated: `matmul_format` (the name of an earlier release; warns)."""
+        choices.warn_renamed(
+            "fpemu.tools.accuracy.MatmulError.recipe", "fpemu.tools.accuracy.MatmulError.matmul_format"
+        )
+        return self.matmul_format
 
     @classmethod
-    @choices.renamed_keyword("recipe", "block_format", "fpemu.tools.accuracy.MatmulError.from_product")
+    @choices.renamed_keyword("recipe", "matmul_format", "fpemu.tools.accuracy.MatmulError.from_product")
     def from_product(
-        cls, c: Any, reference: np.ndarray, *, block_format: str, distribution: str, size: int
+        cls, c: Any, reference: np.ndarray, *, matmul_format: str, distribution: str, size: int
     ) -> MatmulError:
         """The measures of a computed product ``c`` against ``reference`` (float64, same shape ``m x n``).
 
@@ -176,7 +178,7 @@ class MatmulError:
 
         Example:
           >>> ref = np.array([[3.0, -4.0]])
-          >>> e = MatmulError.from_product(np.array([[3.0, -4.5]], np.float32), ref, block_format="fp32",
+          >>> e = MatmulError.from_product(np.array([[3.0, -4.5]], np.float32), ref, matmul_format="fp32",
           ...                              distribution="gaussian", size=2)
           >>> e.relative_error, e.max_abs_error, round(e.qsnr_db, 2), (e.m, e.n)
           (0.1, 0.125, 20.0, (1, 2))
@@ -209,7 +211,7 @@ class MatmulError:
             rel = _ratio(math.sqrt(err2), math.sqrt(ref2))
             max_rel = _ratio(err_max, ref_max)
         return cls(
-            block_format=block_format,
+            matmul_format=matmul_format,
             distribution=distribution,
             size=size,
             m=c2.shape[0],
@@ -221,7 +223,7 @@ class MatmulError:
 
 
 # ``MatmulError(recipe=...)``, the field's name of an earlier release, is taken for one release.
-MatmulError.__init__ = choices.renamed_keyword("recipe", "block_format", "fpemu.tools.accuracy.MatmulError")(  # type: ignore[method-assign]
+MatmulError.__init__ = choices.renamed_keyword("recipe", "matmul_format", "fpemu.tools.accuracy.MatmulError")(  # type: ignore[method-assign]
     MatmulError.__init__
 )
 
@@ -287,40 +289,40 @@ def reference_matmul(a: Any, b: Any) -> np.ndarray:
 
 
 def _measure(
-    block_format: str, distribution: str, size: int, a: np.ndarray, b: np.ndarray, ref: np.ndarray
+    matmul_format: str, distribution: str, size: int, a: np.ndarray, b: np.ndarray, ref: np.ndarray
 ) -> MatmulError:
-    c = np.asarray(fpemu.scaled.matmul(a, b, cast("fpemu.scaled.MatmulFormat", block_format)))  # a checked name
-    return MatmulError.from_product(c, ref, block_format=block_format, distribution=distribution, size=size)
+    c = np.asarray(fpemu.scaled.matmul(a, b, cast("fpemu.scaled.MatmulFormat", matmul_format)))  # a checked name
+    return MatmulError.from_product(c, ref, matmul_format=matmul_format, distribution=distribution, size=size)
 
 
-@choices.renamed_keyword("recipe", "block_format", "fpemu.tools.accuracy.matmul_error")
+@choices.renamed_keyword("recipe", "matmul_format", "fpemu.tools.accuracy.matmul_error")
 def matmul_error(
-    block_format: str, distribution: str, size: int, *, seed: int = 0, outer: int | None = None
+    matmul_format: str, distribution: str, size: int, *, seed: int = 0, outer: int | None = None
 ) -> MatmulError:
     """The error of one format's product on `matmul_inputs` (``size`` is K; square unless ``outer``).
 
-    ``block_format`` is a name from `MATMUL_FORMATS` (or an alias `fpemu.scaled.get_block_format` takes
+    ``matmul_format`` is a name from `MATMUL_FORMATS` (or an alias `fpemu.scaled.get_block_format` takes
     for one); ``recipe=`` is its deprecated name.
 
     Raises:
-      ValueError: for an unknown block format or distribution (listing the valid ones), a size or outer
+      ValueError: for an unknown matmul format or distribution (listing the valid ones), a size or outer
         below 1 or a negative seed.
 
     Example:
       >>> e = matmul_error("bf16", "gaussian", 64)
-      >>> e.block_format, e.size, 2**-12 < e.relative_error < 2**-7
+      >>> e.matmul_format, e.size, 2**-12 < e.relative_error < 2**-7
       ('bf16', 64, True)
     """
-    block_format = choices.matmul_format(block_format, "block format")
+    matmul_format = choices.matmul_format(matmul_format, "matmul format")
     distribution = _choice(distribution, DISTRIBUTIONS, "distribution")
     size, seed, outer = _size(size), _seed(seed), _outer(outer)
     a, b = matmul_inputs(distribution, size, seed=seed, outer=outer)
-    return _measure(block_format, distribution, size, a, b, reference_matmul(a, b))
+    return _measure(matmul_format, distribution, size, a, b, reference_matmul(a, b))
 
 
-@choices.renamed_keyword("recipes", "block_formats", "fpemu.tools.accuracy.matmul_accuracy")
+@choices.renamed_keyword("recipes", "matmul_formats", "fpemu.tools.accuracy.matmul_accuracy")
 def matmul_accuracy(
-    block_formats: Iterable[str] | str | None = None,
+    matmul_formats: Iterable[str] | str | None = None,
     distributions: Iterable[str] | str | None = None,
     sizes: Iterable[int] | int = SIZES,
     *,
@@ -329,10 +331,10 @@ def matmul_accuracy(
     data: MatmulData | Sequence[MatmulData] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> list[MatmulError]:
-    """`matmul_error` for every block format, distribution and size, each reference computed once.
+    """`matmul_error` for every matmul format, distribution and size, each reference computed once.
 
     Args:
-      block_formats: Names from `MATMUL_FORMATS` (default: all of them), or one name; ``recipes=`` is
+      matmul_formats: Names from `MATMUL_FORMATS` (default: all of them), or one name; ``recipes=`` is
         its deprecated name.
       distributions: Names from `DISTRIBUTIONS` (default: all of them; ``()`` for none, e.g. to
         measure only ``data``), or one name.
@@ -346,19 +348,19 @@ def matmul_accuracy(
         product, e.g. to print them; None: silent.
 
     Returns:
-      One `MatmulError` per (block format, distribution or data, size), ordered by block format (in the order
+      One `MatmulError` per (matmul format, distribution or data, size), ordered by matmul format (in the order
       given), then distribution (then data), then size (as given; ascending for data). Every argument
       is validated before anything is computed.
 
     The inputs and the float64 reference of each (distribution, size) are computed once and shared
-    by all block formats; at 8192 the reference takes most of a minute on two CPU cores.
+    by all matmul formats; at 8192 the reference takes most of a minute on two CPU cores.
     """
-    block_formats = (
+    matmul_formats = (
         MATMUL_FORMATS
-        if block_formats is None
+        if matmul_formats is None
         else tuple(
-            choices.matmul_format(r, "block format")
-            for r in ((block_formats,) if isinstance(block_formats, str) else block_formats)
+            choices.matmul_format(r, "matmul format")
+            for r in ((matmul_formats,) if isinstance(matmul_formats, str) else matmul_formats)
         )
     )
     distributions = _names(distributions, DISTRIBUTIONS, "distribution")
@@ -379,12 +381,12 @@ def matmul_accuracy(
         a, b = make()
         ref = reference_matmul(a, b)
         say(f"{name} {size}: inputs and float64 reference in {time.perf_counter() - t0:.1f} s")
-        for block_format in block_formats:
+        for matmul_format in matmul_formats:
             t0 = time.perf_counter()
-            row = _measure(block_format, name, size, a, b, ref)
-            results[block_format, name, size] = row
+            row = _measure(matmul_format, name, size, a, b, ref)
+            results[matmul_format, name, size] = row
             say(
-                f"{name} {size} {block_format}: relative error {row.relative_error:.3g}, "
+                f"{name} {size} {matmul_format}: relative error {row.relative_error:.3g}, "
                 f"QSNR {row.qsnr_db:.2f} dB ({time.perf_counter() - t0:.1f} s)"
             )
         order.append((name, size))
@@ -395,7 +397,7 @@ def matmul_accuracy(
     for dataset in datasets:
         for size in data_sizes(dataset, size_list):
             run(dataset.name, size, functools.partial(_prefix, dataset, size))
-    return [results[r, name, size] for r in dict.fromkeys(block_formats) for name, size in order]
+    return [results[r, name, size] for r in dict.fromkeys(matmul_formats) for name, size in order]
 
 
 # -- the table ---------------------------------------------------------------------------------------
@@ -412,7 +414,7 @@ def _cell(value: float, metric: str) -> str:
 
 
 def markdown_table(rows: list[MatmulError], *, metric: str = "relative_error") -> str:
-    """One Markdown table: a row per block format, a column per (distribution, size).
+    """One Markdown table: a row per matmul format, a column per (distribution, size).
 
     Cells hold ``metric``: ``"relative_error"`` (the default, ``||C - C64||_F / ||C64||_F``, as
     ``1.23e-03``), ``"max_abs_error"`` (same format) or ``"qsnr_db"`` (dB, one decimal). Block
@@ -420,23 +422,23 @@ def markdown_table(rows: list[MatmulError], *, metric: str = "relative_error") -
     combination missing from ``rows`` is shown as ``-``.
 
     Raises:
-      ValueError: for an unknown metric, or two rows for the same (block format, distribution, size).
+      ValueError: for an unknown metric, or two rows for the same (matmul format, distribution, size).
 
     Example:
-      >>> rows = [MatmulError(block_format="bf16", distribution="gaussian", size=64, m=64, n=64,
+      >>> rows = [MatmulError(matmul_format="bf16", distribution="gaussian", size=64, m=64, n=64,
       ...                     relative_error=0.00225, max_abs_error=0.0011, qsnr_db=52.96)]
       >>> print(markdown_table(rows))
-      | block format | gaussian 64 |
+      | matmul format | gaussian 64 |
       |---|---:|
       | `bf16` | 2.25e-03 |
     """
     metric = _choice(metric, _METRICS, "metric")
     cells: dict[tuple[str, str, int], float] = {}
     for row in rows:
-        key = (row.block_format, row.distribution, row.size)
+        key = (row.matmul_format, row.distribution, row.size)
         if key in cells:
             raise ValueError(
-                f"two rows for block format {row.block_format!r}, distribution {row.distribution!r}, size {row.size}"
+                f"two rows for matmul format {row.matmul_format!r}, distribution {row.distribution!r}, size {row.size}"
             )
         cells[key] = getattr(row, metric)
 
@@ -446,7 +448,7 @@ def markdown_table(rows: list[MatmulError], *, metric: str = "relative_error") -
     row_names = order({k[0] for k in cells}, MATMUL_FORMATS)
     columns = [(d, s) for d in order({k[1] for k in cells}, DISTRIBUTIONS) for s in sorted({k[2] for k in cells})]
     columns = [(d, s) for d, s in columns if any((r, d, s) in cells for r in row_names)]
-    header = ["block format", *(f"{d} {s}" for d, s in columns)]
+    header = ["matmul format", *(f"{d} {s}" for d, s in columns)]
     table = [
         [f"`{r}`", *(_cell(cells[r, d, s], metric) if (r, d, s) in cells else "-" for d, s in columns)]
         for r in row_names

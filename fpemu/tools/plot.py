@@ -157,11 +157,11 @@ def _formats(formats: Iterable[Any]) -> list[fpemu.Format]:
     return fmts
 
 
-def block_format_label(name: str) -> str:
+def format_label(name: str) -> str:
     """A block format's name and how it scales: ``(per tensor)``, ``(blocks of N)``; a plain format's name as it is.
 
     Example:
-      >>> [block_format_label(b) for b in ("fp8_e4m3", "nvfp4", "bf16")]
+      >>> [format_label(b) for b in ("fp8_e4m3", "nvfp4", "bf16")]
       ['fp8_e4m3 (per tensor)', 'nvfp4 (blocks of 16)', 'bf16']
     """
     try:
@@ -464,7 +464,7 @@ def plot_qsnr(
         ax.bar_label(bars, labels=[f"{by_format[n]:.1f}" for n in names], fontsize="x-small", padding=2,
                      rotation=90 if len(table) > 2 else 0)  # fmt: skip
         rows += [(label, name, by_format[name]) for name in names]
-    ax.set_xticks(positions, labels=[block_format_label(n) for n in names], rotation=30, ha="right")
+    ax.set_xticks(positions, labels=[format_label(n) for n in names], rotation=30, ha="right")
     ax.set_ylabel("QSNR (dB), higher is better")
     about = [f"{'x'.join(map(str, shape))} values per distribution, seed {seed}"] if any(
         name in datasets.DISTRIBUTIONS for name in table) else []  # fmt: skip
@@ -496,9 +496,9 @@ def qsnr_limits(values: Iterable[float]) -> tuple[float, float]:
     return bottom, max(top, bottom + MIN_QSNR_SPAN)
 
 
-@choices.renamed_keyword("recipes", "block_formats", "fpemu.tools.plot.plot_matmul_error")
+@choices.renamed_keyword("recipes", "matmul_formats", "fpemu.tools.plot.plot_matmul_error")
 def plot_matmul_error(
-    block_formats: Sequence[str] | None = None,
+    matmul_formats: Sequence[str] | None = None,
     sizes: Sequence[int] = DEFAULT_MATMUL_SIZES,
     path: str | Path = "matmul_error.png",
     *,
@@ -512,12 +512,12 @@ def plot_matmul_error(
     Each panel is one distribution of `fpemu.tools.accuracy.DISTRIBUTIONS` (and one per `MatmulData`),
     all on the same y axis; each format is one line with its own colour and marker (`MATMUL_FORMAT_STYLES`),
     named in the legend to the right. The numbers come from `fpemu.tools.accuracy.matmul_accuracy`
-    (``M = N = outer``, K = each size); the CSV has one row per point: ``block_format, distribution,
+    (``M = N = outer``, K = each size); the CSV has one row per point: ``matmul_format, distribution,
     m, k, n, qsnr_db, relative_error, max_abs_error``. A QSNR of +inf (an exact product) cannot be drawn:
     the legend marks the format "exact"; -inf (a non-finite product) is marked "overflow".
 
     Args:
-      block_formats: names from ``MATMUL_FORMATS``; all of them when None. ``recipes=`` is its deprecated
+      matmul_formats: names from ``MATMUL_FORMATS``; all of them when None. ``recipes=`` is its deprecated
         name.
       sizes: the inner dimensions K.
       path: the PNG to write.
@@ -535,7 +535,7 @@ def plot_matmul_error(
 
     known = list(accuracy.MATMUL_FORMATS)
     format_names = (
-        known if block_formats is None else choices.matmul_format_names([str(r) for r in block_formats], known)
+        known if matmul_formats is None else choices.matmul_format_names([str(r) for r in matmul_formats], known)
     )
     names = list(accuracy.DISTRIBUTIONS if distributions is None else distributions)
     if names:
@@ -544,7 +544,7 @@ def plot_matmul_error(
     size_list = list(sizes)
     if not size_list or any(isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 1 for s in size_list):
         raise ValueError(f"sizes must be positive integers, got {list(sizes)!r}")
-    results = accuracy.matmul_accuracy(block_formats=format_names, distributions=names, sizes=size_list, seed=seed,
+    results = accuracy.matmul_accuracy(matmul_formats=format_names, distributions=names, sizes=size_list, seed=seed,
                                        outer=outer, data=operands or None)  # fmt: skip
     panels = [*names, *(d.name for d in operands)]
     groups = [g for g in ([f for f in format_names if f in WIDE_MATMUL_FORMATS], [f for f in format_names
@@ -561,7 +561,7 @@ def plot_matmul_error(
             suffix = ""
             for p, panel in enumerate(panels):
                 points = sorted(
-                    (r.size, r.qsnr_db) for r in results if r.block_format == name and r.distribution == panel
+                    (r.size, r.qsnr_db) for r in results if r.matmul_format == name and r.distribution == panel
                 )
                 drawn = [(k * dodge, q) for k, q in points if math.isfinite(q)]
                 if len(drawn) < len(points):
@@ -570,10 +570,10 @@ def plot_matmul_error(
                     axes[g][p].plot(*zip(*drawn), color=color, marker=marker, markersize=6, linewidth=1.3,
                                     markerfacecolor=face, markeredgewidth=1.3)  # fmt: skip
             handles.append(Line2D([], [], color=color, marker=marker, markerfacecolor=face, markeredgewidth=1.3,
-                                  label=block_format_label(name) + suffix))  # fmt: skip
+                                  label=format_label(name) + suffix))  # fmt: skip
         which = "16- and 32-bit formats" if group[0] in WIDE_MATMUL_FORMATS else "8-bit and narrower formats"
         axes[g][0].set_ylabel(f"QSNR (dB)\n{which}")
-        shown = [r.qsnr_db for r in results if r.block_format in group and math.isfinite(r.qsnr_db)]
+        shown = [r.qsnr_db for r in results if r.matmul_format in group and math.isfinite(r.qsnr_db)]
         if shown:
             axes[g][0].set_ylim(*qsnr_limits(shown))
     for p, panel in enumerate(panels):
@@ -592,8 +592,8 @@ def plot_matmul_error(
     fig.legend(handles=handles, loc="outside right center", title="block format", fontsize="small")
     shape = f"drawn data: M = N = {outer}" if outer is not None else "drawn data: M = N = K"
     fig.suptitle(f"QSNR of quantized matmuls C = A B against the float64 product ({shape}; higher is better)")
-    header = ("block_format", "distribution", "m", "k", "n", "qsnr_db", "relative_error", "max_abs_error")
-    table = [(r.block_format, r.distribution, r.m, r.size, r.n, r.qsnr_db, r.relative_error, r.max_abs_error)
+    header = ("matmul_format", "distribution", "m", "k", "n", "qsnr_db", "relative_error", "max_abs_error")
+    table = [(r.matmul_format, r.distribution, r.m, r.size, r.n, r.qsnr_db, r.relative_error, r.max_abs_error)
              for r in results]  # fmt: skip
     return _save(fig, path, header, table)
 
@@ -747,14 +747,14 @@ def plot_bench(
 _RENAMED = {
     "RECIPE_STYLES": "MATMUL_FORMAT_STYLES",
     "WIDE_RECIPES": "WIDE_MATMUL_FORMATS",
-    "recipe_label": "block_format_label",
+    "recipe_label": "format_label",
     "recipe_style": "matmul_format_style",
 }
 
 
 def __getattr__(name: str) -> Any:
     """``RECIPE_STYLES``, ``WIDE_RECIPES``, ``recipe_label`` and ``recipe_style``, this module's names of
-    `MATMUL_FORMAT_STYLES`, `WIDE_MATMUL_FORMATS`, `block_format_label` and `matmul_format_style` in earlier
+    `MATMUL_FORMAT_STYLES`, `WIDE_MATMUL_FORMATS`, `format_label` and `matmul_format_style` in earlier
     releases: kept for one release, with a `DeprecationWarning`."""
     if name in _RENAMED:
         choices.warn_renamed(f"fpemu.tools.plot.{name}", f"fpemu.tools.plot.{_RENAMED[name]}")

@@ -35,7 +35,7 @@ U32 = 2.0**-24
 
 @pytest.fixture(scope="module")
 def errors() -> dict[tuple[str, str], MatmulError]:
-    return {(r.block_format, r.distribution): r for r in matmul_accuracy(sizes=(N,))}
+    return {(r.matmul_format, r.distribution): r for r in matmul_accuracy(sizes=(N,))}
 
 
 # -- sanity bounds from the formats' precision -------------------------------------------------------
@@ -72,23 +72,23 @@ def _floor_rule_clip(fmt) -> float:
     return (top - fmt.max) / top
 
 
-def _u_eff(block_format: str) -> float:
-    if block_format in ("bf16", "fp16"):
-        return _unit_roundoff(fpemu.get_format(block_format))
-    r = scaled.get_block_format(block_format)
-    if block_format == "mxint8":  # fixed point: 2**-(m) * amax absolute, amax / rms <= sqrt(block size)
+def _u_eff(matmul_format: str) -> float:
+    if matmul_format in ("bf16", "fp16"):
+        return _unit_roundoff(fpemu.get_format(matmul_format))
+    r = scaled.get_block_format(matmul_format)
+    if matmul_format == "mxint8":  # fixed point: 2**-(m) * amax absolute, amax / rms <= sqrt(block size)
         return 2.0**-r.element.mantissa_bits * math.sqrt(r.block_size)
     u = _unit_roundoff(r.element)
     return max(u, _floor_rule_clip(r.element)) if r.scale_rule == "ocp" else u
 
 
-U_EFF = {block_format: _u_eff(block_format) for block_format in MATMUL_FORMATS if block_format != "fp32"}
+U_EFF = {matmul_format: _u_eff(matmul_format) for matmul_format in MATMUL_FORMATS if matmul_format != "fp32"}
 
 
-def bound(block_format: str) -> float:
-    if block_format == "fp32":
+def bound(matmul_format: str) -> float:
+    if matmul_format == "fp32":
         return 3 * (N + 1) * U32 * math.sqrt(N)
-    return 3 * math.sqrt(2) * U_EFF[block_format]
+    return 3 * math.sqrt(2) * U_EFF[matmul_format]
 
 
 def test_every_block_format_has_a_bound():
@@ -96,13 +96,13 @@ def test_every_block_format_has_a_bound():
 
 
 @pytest.mark.parametrize("distribution", DISTRIBUTIONS)
-@pytest.mark.parametrize("block_format", MATMUL_FORMATS)
-def test_error_within_precision_bound(errors, block_format, distribution):
-    e = errors[block_format, distribution]
-    assert (e.block_format, e.distribution, e.size) == (block_format, distribution, N)
+@pytest.mark.parametrize("matmul_format", MATMUL_FORMATS)
+def test_error_within_precision_bound(errors, matmul_format, distribution):
+    e = errors[matmul_format, distribution]
+    assert (e.matmul_format, e.distribution, e.size) == (matmul_format, distribution, N)
     for value in (e.relative_error, e.max_abs_error, e.qsnr_db):
         assert isinstance(value, float) and math.isfinite(value)
-    assert 0 < e.relative_error < bound(block_format)
+    assert 0 < e.relative_error < bound(matmul_format)
     assert 0 < e.max_abs_error < 1
     assert e.qsnr_db == pytest.approx(-20 * math.log10(e.relative_error))
 
@@ -134,7 +134,7 @@ def test_reference_is_float64():
     assert ref.dtype == np.float64 and ref.tolist() == [[1 + 2.0**-23]]
     c = fpemu.matmul(a, b, accumulate_every=1)  # float32, one addition at a time
     assert c.tolist() == [[1.0]]
-    e = MatmulError.from_product(c, ref, block_format="fp32", distribution="gaussian", size=3)
+    e = MatmulError.from_product(c, ref, matmul_format="fp32", distribution="gaussian", size=3)
     assert e.relative_error == e.max_abs_error == 2.0**-23 / (1 + 2.0**-23)
     assert e.qsnr_db == pytest.approx(20 * math.log10(2.0**23 + 1))
 
@@ -143,7 +143,7 @@ def test_matmul_error_uses_the_float64_reference_of_matmul_inputs():
     a, b = matmul_inputs("gaussian", 32, seed=3)
     c = scaled.matmul(a, b, "fp32")
     expected = MatmulError.from_product(
-        c, reference_matmul(a, b), block_format="fp32", distribution="gaussian", size=32
+        c, reference_matmul(a, b), matmul_format="fp32", distribution="gaussian", size=32
     )
     assert matmul_error("fp32", "gaussian", 32, seed=3) == expected
     assert expected.relative_error > 0  # float32 accumulation is measured, not compared with itself
@@ -153,24 +153,24 @@ def test_nonfinite_products_are_reported_as_infinite():
     a = np.full((2, 2), 1e5, np.float32)  # beyond float16's max 65504: the fp16 operand is inf
     b = np.eye(2, dtype=np.float32)
     c = scaled.matmul(a, b, "fp16")
-    e = MatmulError.from_product(c, reference_matmul(a, b), block_format="fp16", distribution="gaussian", size=2)
+    e = MatmulError.from_product(c, reference_matmul(a, b), matmul_format="fp16", distribution="gaussian", size=2)
     assert (e.relative_error, e.max_abs_error, e.qsnr_db) == (math.inf, math.inf, -math.inf)
     nan = np.array([[np.nan, 1.0]], np.float32)
-    e = MatmulError.from_product(nan, np.ones((1, 2)), block_format="fp16", distribution="gaussian", size=2)
+    e = MatmulError.from_product(nan, np.ones((1, 2)), matmul_format="fp16", distribution="gaussian", size=2)
     assert (e.relative_error, e.qsnr_db) == (math.inf, -math.inf)
 
 
 def test_from_product_checks():
-    ok = MatmulError.from_product(np.zeros((2, 2), np.float32), np.zeros((2, 2)), block_format="fp32",
+    ok = MatmulError.from_product(np.zeros((2, 2), np.float32), np.zeros((2, 2)), matmul_format="fp32",
                                   distribution="gaussian", size=2)  # fmt: skip
     assert (ok.relative_error, ok.max_abs_error, ok.qsnr_db) == (0.0, 0.0, math.inf)
     with pytest.raises(ValueError, match="same shape"):
         MatmulError.from_product(
-            np.zeros((2, 2)), np.zeros((2, 3)), block_format="fp32", distribution="gaussian", size=2
+            np.zeros((2, 2)), np.zeros((2, 3)), matmul_format="fp32", distribution="gaussian", size=2
         )
     with pytest.raises(TypeError, match="float64"):
         MatmulError.from_product(
-            np.zeros(2), np.zeros(2, np.float32), block_format="fp32", distribution="gaussian", size=2
+            np.zeros(2), np.zeros(2, np.float32), matmul_format="fp32", distribution="gaussian", size=2
         )
 
 
@@ -190,7 +190,7 @@ def test_inputs():
 def test_matmul_accuracy_order_and_shared_reference():
     lines: list[str] = []
     rows = matmul_accuracy(["bf16", "fp32"], "gaussian", (32, 16), progress=lines.append)
-    assert [(r.block_format, r.distribution, r.size) for r in rows] == [
+    assert [(r.matmul_format, r.distribution, r.size) for r in rows] == [
         ("bf16", "gaussian", 32), ("bf16", "gaussian", 16), ("fp32", "gaussian", 32), ("fp32", "gaussian", 16),
     ]  # fmt: skip
     assert sum("reference" in line for line in lines) == 2  # once per (distribution, size)
@@ -295,13 +295,13 @@ def test_npy_round_trip(npy_pair):
     np.testing.assert_array_equal(_bits(d.rhs), _bits(rhs.astype(np.float32)))
     assert data_sizes(d, (16, 64, 256)) == (16, 64, 96)
     rows = matmul_accuracy(["mxfp4"], (), (16, 256), data=d)  # 256 > K: K itself
-    assert [(r.block_format, r.distribution, r.size, r.m, r.n) for r in rows] == [
+    assert [(r.matmul_format, r.distribution, r.size, r.m, r.n) for r in rows] == [
         ("mxfp4", "act.npy @ w.npy", k, 24, 20) for k in (16, 96)
     ]
     for row in rows:  # the prefix of the contraction, against its own float64 reference
         a, b = d.lhs[:, : row.size], d.rhs[: row.size]
-        c = scaled.matmul(a, b, row.block_format)
-        assert row == MatmulError.from_product(c, reference_matmul(a, b), block_format=row.block_format,
+        c = scaled.matmul(a, b, row.matmul_format)
+        assert row == MatmulError.from_product(c, reference_matmul(a, b), matmul_format=row.matmul_format,
                                                distribution=d.name, size=row.size)  # fmt: skip
 
 
@@ -350,9 +350,9 @@ def test_qsnr_agrees_with_scaled_qsnr():
     """`qsnr_db` is computed in float64 (qsnr_from_relative_error); fpemu.scaled.qsnr, in float32, agrees."""
     a, b = matmul_inputs("heavy_tailed", 64)
     ref = reference_matmul(a, b)
-    for block_format in ("mxfp4", "bf16"):
-        e = matmul_error(block_format, "heavy_tailed", 64)
-        assert e.qsnr_db == pytest.approx(float(scaled.qsnr(ref, scaled.matmul(a, b, block_format))), abs=0.01)
+    for matmul_format in ("mxfp4", "bf16"):
+        e = matmul_error(matmul_format, "heavy_tailed", 64)
+        assert e.qsnr_db == pytest.approx(float(scaled.qsnr(ref, scaled.matmul(a, b, matmul_format))), abs=0.01)
 
 
 # -- errors ------------------------------------------------------------------------------------------
@@ -363,7 +363,7 @@ def test_unknown_block_format_lists_the_block_formats():
         lambda: matmul_error("mxfp3", "gaussian", N),
         lambda: matmul_accuracy(["bf16", "nope"], sizes=(N,)),
     ):
-        with pytest.raises(ValueError, match="unknown block format") as info:
+        with pytest.raises(ValueError, match="unknown matmul format") as info:
             call()
         assert all(name in str(info.value) for name in MATMUL_FORMATS)
 
@@ -401,8 +401,8 @@ def test_validation_before_computation():
 # -- the table ---------------------------------------------------------------------------------------
 
 
-def _row(block_format, distribution, size, rel):
-    return MatmulError(block_format=block_format, distribution=distribution, size=size, m=size, n=size, relative_error=rel,
+def _row(matmul_format, distribution, size, rel):
+    return MatmulError(matmul_format=matmul_format, distribution=distribution, size=size, m=size, n=size, relative_error=rel,
                        max_abs_error=2 * rel, qsnr_db=-20 * math.log10(rel) if rel else math.inf)  # fmt: skip
 
 
@@ -415,7 +415,7 @@ def test_markdown_table():
         _row("fp16", "heavy_tailed", 256, math.inf),
     ]
     assert markdown_table(rows).splitlines() == [
-        "| block format | gaussian 256 | gaussian 512 | heavy_tailed 256 |",
+        "| matmul format | gaussian 256 | gaussian 512 | heavy_tailed 256 |",
         "|---|---:|---:|---:|",
         "| `fp32` | 2.87e-07 | 4.00e-07 | - |",
         "| `fp16` | - | - | inf |",
@@ -431,7 +431,7 @@ def test_markdown_table():
 
 def test_markdown_table_of_a_run(errors):
     lines = markdown_table(list(errors.values())).splitlines()
-    assert lines[0] == f"| block format | gaussian {N} | heavy_tailed {N} | outlier_channels {N} |"
+    assert lines[0] == f"| matmul format | gaussian {N} | heavy_tailed {N} | outlier_channels {N} |"
     assert [line.split(" | ")[0] for line in lines[2:]] == [f"| `{r}`" for r in MATMUL_FORMATS]
 
 
@@ -455,9 +455,9 @@ def test_bench_script(capsys, tmp_path):
     assert module.main(args) == 0
     out = capsys.readouterr().out
     assert "- versions: " in out and "'jax': " in out and "- git_commit: " in out and "- device: " in out
-    assert "| block format | gaussian 16 |" in out and "| `bf16` |" in out
+    assert "| matmul format | gaussian 16 |" in out and "| `bf16` |" in out
     payload = json.loads(out_json.read_text())
-    assert [r["block_format"] for r in payload["rows"]] == ["fp32", "bf16"]
+    assert [r["matmul_format"] for r in payload["rows"]] == ["fp32", "bf16"]
 
 
 def test_the_accuracy_tables_old_name_of_the_matmul_formats_warns():
@@ -472,29 +472,31 @@ def test_the_accuracy_tables_old_name_of_the_matmul_formats_warns():
 
 def test_the_old_recipe_names_warn_with_their_new_names_and_give_the_same_results():
     with pytest.warns(
-        DeprecationWarning, match=r"accuracy\.matmul_error\(recipe=\.\.\.\) is deprecated.*use block_format="
+        DeprecationWarning, match=r"accuracy\.matmul_error\(recipe=\.\.\.\) is deprecated.*use matmul_format="
     ):
         old = matmul_error(recipe="bf16", distribution="gaussian", size=16)
-    new = matmul_error(block_format="bf16", distribution="gaussian", size=16)
+    new = matmul_error(matmul_format="bf16", distribution="gaussian", size=16)
     assert old == new
     with pytest.warns(
         DeprecationWarning,
-        match=r"MatmulError\.recipe is deprecated.*use fpemu\.tools\.accuracy\.MatmulError\.block_format",
+        match=r"MatmulError\.recipe is deprecated.*use fpemu\.tools\.accuracy\.MatmulError\.matmul_format",
     ):
-        assert new.recipe == new.block_format == "bf16"
-    with pytest.warns(DeprecationWarning, match=r"matmul_accuracy\(recipes=\.\.\.\) is deprecated.*use block_formats="):
+        assert new.recipe == new.matmul_format == "bf16"
+    with pytest.warns(
+        DeprecationWarning, match=r"matmul_accuracy\(recipes=\.\.\.\) is deprecated.*use matmul_formats="
+    ):
         assert matmul_accuracy(recipes=["bf16"], distributions="gaussian", sizes=16) == [new]
     a, b = matmul_inputs("gaussian", 16)
     c, ref = scaled.matmul(a, b, "bf16"), reference_matmul(a, b)
-    with pytest.warns(DeprecationWarning, match=r"MatmulError\.from_product\(recipe=\.\.\.\).*use block_format="):
+    with pytest.warns(DeprecationWarning, match=r"MatmulError\.from_product\(recipe=\.\.\.\).*use matmul_format="):
         assert MatmulError.from_product(c, ref, recipe="bf16", distribution="gaussian", size=16) == new
     fields = dict(distribution="gaussian", size=8, m=8, n=8, relative_error=0.1, max_abs_error=0.2, qsnr_db=20.0)
-    with pytest.warns(DeprecationWarning, match=r"accuracy\.MatmulError\(recipe=\.\.\.\).*use block_format="):
-        assert MatmulError(recipe="fp16", **fields) == MatmulError(block_format="fp16", **fields)
+    with pytest.warns(DeprecationWarning, match=r"accuracy\.MatmulError\(recipe=\.\.\.\).*use matmul_format="):
+        assert MatmulError(recipe="fp16", **fields) == MatmulError(matmul_format="fp16", **fields)
 
 
 def test_the_old_and_the_new_keyword_together_are_refused():
-    with pytest.raises(TypeError, match=r"matmul_error: pass block_format= only \(recipe= is its deprecated name\)"):
-        matmul_error(block_format="bf16", distribution="gaussian", size=16, recipe="bf16")
-    with pytest.raises(TypeError, match=r"pass block_formats= only \(recipes= is its deprecated name\)"):
-        matmul_accuracy(recipes=["bf16"], block_formats=["bf16"])
+    with pytest.raises(TypeError, match=r"matmul_error: pass matmul_format= only \(recipe= is its deprecated name\)"):
+        matmul_error(matmul_format="bf16", distribution="gaussian", size=16, recipe="bf16")
+    with pytest.raises(TypeError, match=r"pass matmul_formats= only \(recipes= is its deprecated name\)"):
+        matmul_accuracy(recipes=["bf16"], matmul_formats=["bf16"])

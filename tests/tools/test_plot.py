@@ -167,7 +167,7 @@ def test_matmul_format_styles_are_distinct():
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class FakeMatmulError:
-    block_format: str
+    matmul_format: str
     distribution: str
     size: int
     m: int
@@ -182,15 +182,15 @@ def fake_accuracy(monkeypatch):
     """A stand-in `fpemu.tools.accuracy` that records its calls (the interface, not the numbers, is tested)."""
     calls = []
 
-    def matmul_accuracy(block_formats, distributions, sizes, *, seed, outer, data):
-        calls.append(dict(block_formats=block_formats, distributions=distributions, sizes=sizes, seed=seed, outer=outer,
+    def matmul_accuracy(matmul_formats, distributions, sizes, *, seed, outer, data):
+        calls.append(dict(matmul_formats=matmul_formats, distributions=distributions, sizes=sizes, seed=seed, outer=outer,
                           data=data))  # fmt: skip
         error = {"fp32": 0.0, "bf16": 2.0**-9, "mxfp4": 0.15}
         return [
-            FakeMatmulError(block_format=r, distribution=d, size=s, m=outer, n=outer,
+            FakeMatmulError(matmul_format=r, distribution=d, size=s, m=outer, n=outer,
                             relative_error=error[r] * (s / 64) ** 0.5, max_abs_error=0.5,
                             qsnr_db=-20 * math.log10(error[r] * (s / 64) ** 0.5) if error[r] else math.inf)
-            for r in block_formats for d in distributions for s in sizes
+            for r in matmul_formats for d in distributions for s in sizes
         ]  # fmt: skip
 
     module = types.ModuleType("fpemu.tools.accuracy")
@@ -204,16 +204,16 @@ def fake_accuracy(monkeypatch):
 
 def test_plot_matmul_error_calls_accuracy(tmp_path, fake_accuracy):
     path = _plot.plot_matmul_error(None, [16, 64, 256], tmp_path / "mm.png", outer=8, seed=3)
-    assert fake_accuracy == [dict(block_formats=["fp32", "bf16", "mxfp4"], distributions=["gaussian", "heavy_tailed"],
+    assert fake_accuracy == [dict(matmul_formats=["fp32", "bf16", "mxfp4"], distributions=["gaussian", "heavy_tailed"],
                                   sizes=[16, 64, 256], seed=3, outer=8, data=None)]  # fmt: skip
     colors = [_plot.MATMUL_FORMAT_STYLES[f][0] for f in ("bf16", "mxfp4")]  # fp32 is exact: a legend entry only
     assert_png_has_content(path, colors=colors, min_share=0.0005)
     rows = read_csv(tmp_path / "mm.csv")
-    assert [(r["block_format"], r["distribution"], int(r["k"]), int(r["m"]), int(r["n"])) for r in rows] == [
+    assert [(r["matmul_format"], r["distribution"], int(r["k"]), int(r["m"]), int(r["n"])) for r in rows] == [
         (r, d, k, 8, 8) for r in ("fp32", "bf16", "mxfp4") for d in ("gaussian", "heavy_tailed") for k in (16, 64, 256)
     ]
     for row in rows:  # the numbers the figure shows, read back exactly
-        rel = {"fp32": 0.0, "bf16": 2.0**-9, "mxfp4": 0.15}[row["block_format"]] * (int(row["k"]) / 64) ** 0.5
+        rel = {"fp32": 0.0, "bf16": 2.0**-9, "mxfp4": 0.15}[row["matmul_format"]] * (int(row["k"]) / 64) ** 0.5
         assert float(row["relative_error"]) == rel
         assert float(row["qsnr_db"]) == (-20 * math.log10(rel) if rel else math.inf)
 
@@ -232,7 +232,7 @@ def test_plot_matmul_error_refuses_bad_arguments(tmp_path, fake_accuracy):
 def test_plot_matmul_error_takes_fpemu_scaleds_block_format_aliases(tmp_path, fake_accuracy):
     """An alias of `fpemu.scaled.get_block_format` means the same block format here (``"mxfp4_e2m1"`` is ``mxfp4``)."""
     _plot.plot_matmul_error(["mxfp4_e2m1", "bf16", "mxfp4"], [16], tmp_path / "mm.png", outer=8)
-    assert [call["block_formats"] for call in fake_accuracy] == [["mxfp4", "bf16"]]
+    assert [call["matmul_formats"] for call in fake_accuracy] == [["mxfp4", "bf16"]]
 
 
 def test_mxfp8_is_one_block_format_in_the_matmul_error_and_qsnr_plots(tmp_path, capsys):
@@ -240,7 +240,7 @@ def test_mxfp8_is_one_block_format_in_the_matmul_error_and_qsnr_plots(tmp_path, 
     args = ["--block-formats", "mxfp8", "--distributions", "gaussian", "--out", str(tmp_path)]
     assert main(["plot", "matmul-error", "--sizes", "16", *args]) == 0
     assert main(["plot", "qsnr", *args]) == 0
-    assert {r["block_format"] for r in read_csv(tmp_path / "matmul_error.csv")} == {"mxfp8_e4m3"}
+    assert {r["matmul_format"] for r in read_csv(tmp_path / "matmul_error.csv")} == {"mxfp8_e4m3"}
     assert {r["block_format"] for r in read_csv(tmp_path / "qsnr.csv")} == {"mxfp8_e4m3"}
 
 
@@ -252,7 +252,7 @@ def test_plot_matmul_error_with_the_accuracy_module(tmp_path):
     rows = read_csv(tmp_path / "mm.csv")
     assert len(rows) == len(expected) == 8
     for row, e in zip(rows, expected):
-        assert (row["block_format"], row["distribution"], int(row["k"])) == (e.block_format, e.distribution, e.size)
+        assert (row["matmul_format"], row["distribution"], int(row["k"])) == (e.matmul_format, e.distribution, e.size)
         assert (float(row["qsnr_db"]), float(row["relative_error"])) == (e.qsnr_db, e.relative_error)
 
 
@@ -523,8 +523,8 @@ def test_the_old_recipes_keyword_of_the_plots_warns_and_gives_the_same(tmp_path,
         DeprecationWarning, match=r"plot\.qsnr_table\(recipes=\.\.\.\) is deprecated.*use block_formats="
     ):
         assert _plot.qsnr_table(recipes=["mxfp4"], shape=(2, 64)) == new
-    _plot.plot_matmul_error(block_formats=["bf16"], sizes=[16], path=tmp_path / "new.png", outer=8)
-    with pytest.warns(DeprecationWarning, match=r"plot\.plot_matmul_error\(recipes=\.\.\.\).*use block_formats="):
+    _plot.plot_matmul_error(matmul_formats=["bf16"], sizes=[16], path=tmp_path / "new.png", outer=8)
+    with pytest.warns(DeprecationWarning, match=r"plot\.plot_matmul_error\(recipes=\.\.\.\).*use matmul_formats="):
         _plot.plot_matmul_error(recipes=["bf16"], sizes=[16], path=tmp_path / "old.png", outer=8)
     assert fake_accuracy[0] == fake_accuracy[1]
     assert read_csv(tmp_path / "old.csv") == read_csv(tmp_path / "new.csv")
@@ -537,7 +537,7 @@ def test_the_old_recipes_keyword_of_the_plots_warns_and_gives_the_same(tmp_path,
     [
         ("RECIPE_STYLES", "MATMUL_FORMAT_STYLES"),
         ("WIDE_RECIPES", "WIDE_MATMUL_FORMATS"),
-        ("recipe_label", "block_format_label"),
+        ("recipe_label", "format_label"),
         ("recipe_style", "matmul_format_style"),
     ],
 )
