@@ -9,10 +9,8 @@ can trust.
 from __future__ import annotations
 
 import difflib
-import functools
-import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar, cast
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -419,33 +417,3 @@ def tuple_arg(values: Iterable[Any] | Any) -> tuple[Any, ...]:
     if isinstance(values, str) or not isinstance(values, Iterable):
         return (values,)
     return tuple(values)
-
-
-_F = TypeVar("_F", bound=Callable[..., Any])
-
-
-def warn_renamed(old: str, new: str) -> None:
-    """The `DeprecationWarning` of a name of an earlier release (kept for one release), at the caller's caller."""
-    warnings.warn(
-        f"{old} is deprecated and will be removed in the next release; use {new}", DeprecationWarning, stacklevel=3
-    )
-
-
-def renamed_keyword(old: str, new: str, what: str) -> Callable[[_F], _F]:
-    """A decorator: the keyword argument ``old`` (a name of an earlier release) is still taken for one
-    release, as ``new``, with a `DeprecationWarning` that names ``new``; both at once is a TypeError.
-    ``what`` names the function in the messages (``"fpemu.scaled.quantize_dequantize"``)."""
-
-    def wrap(fn: _F) -> _F:
-        @functools.wraps(fn)
-        def call(*args: Any, **kwargs: Any) -> Any:
-            if old in kwargs:
-                if new in kwargs:
-                    raise TypeError(f"{what}: pass {new}= only ({old}= is its deprecated name)")
-                warn_renamed(f"{what}({old}=...)", f"{new}=")
-                kwargs[new] = kwargs.pop(old)
-            return fn(*args, **kwargs)
-
-        return cast(_F, call)
-
-    return wrap

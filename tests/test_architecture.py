@@ -23,6 +23,7 @@ SOURCES = {"fpemu": ROOT / "fpemu", "fpemu.kernels": ROOT / "kernels"}
 LAYERS: tuple[tuple[str, int], ...] = (
     ("fpemu._checkout", 0),
     ("fpemu._text", 0),
+    ("fpemu.deprecation", 0),  # names of an earlier release: the one warning every renamed name gives
     ("fpemu._jax", 0),  # what fpemu knows of JAX: the primitive catalogue, the version shim
     ("fpemu._core", 1),
     ("fpemu._args", 2),

@@ -81,13 +81,18 @@ def quantize_operand(
       >>> quantize_operand(x, [0], q)[:, 3].tolist()  # per column: 100 and 0.4 share a scale
       [96.0, 0.0]
     """
+    x, dims, key, amax, margin = _checked(x, contracting_dims, q, key, amax, margin)
+    return _quantize(x, key, amax, q=q, dims=_traced_dims(q, dims, x.ndim), margin=margin)
+
+
+def _checked(x: Any, contracting_dims: Any, q: Any, key: Any, amax: Any, margin: Any) -> tuple[Any, ...]:
+    """The arguments of `quantize_operand` and `scaled_view`, checked: (x, dims, key, amax, margin)."""
     if not isinstance(q, Quantizer):
         raise TypeError(f"q must be a fpemu Quantizer, got {type(q).__name__}")
     x = operand_arg(x, "x")
     dims = contracting_dims_arg(contracting_dims, x.ndim)
     margin = int_arg(margin, "margin", minimum=-MAX_MARGIN, maximum=MAX_MARGIN)
-    key, amax = quantizer_key_arg(key, q, "key"), amax_arg(amax, q, "amax")
-    return _quantize(x, key, amax, q=q, dims=_traced_dims(q, dims, x.ndim), margin=margin)
+    return x, dims, quantizer_key_arg(key, q, "key"), amax_arg(amax, q, "amax"), margin
 
 
 def _traced_dims(q: Quantizer, dims: tuple[int, ...], ndim: int) -> tuple[int, ...]:
@@ -206,14 +211,10 @@ def scaled_view(
       >>> scaled_view(jnp.array([[1.0, 2.0], [3.0, 40.0]]), [0], q).scale.tolist()   # E8M0 codes, per column
       [[120, 124]]
     """
-    if not isinstance(q, Quantizer):
-        raise TypeError(f"q must be a fpemu Quantizer, got {type(q).__name__}")
+    x, dims, key, amax, margin = _checked(x, contracting_dims, q, key, amax, margin)
     if q.scaling == "none":
         raise ValueError("scaled_view: a quantizer with scaling='none' has no scales (use quantize_operand)")
-    x = operand_arg(x, "x")
-    dims = contracting_dims_arg(contracting_dims, x.ndim)
-    margin = int_arg(margin, "margin", minimum=-MAX_MARGIN, maximum=MAX_MARGIN)
-    return scaled_operand(x, quantizer_key_arg(key, q, "key"), amax_arg(amax, q, "amax"), q=q, dims=dims, margin=margin)
+    return scaled_operand(x, key, amax, q=q, dims=dims, margin=margin)
 
 
 def _delayed_scale(amax: jax.Array, fmt: BlockFormat, margin: int) -> jax.Array:

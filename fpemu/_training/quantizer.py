@@ -16,8 +16,8 @@ import jax.numpy as jnp
 from fpemu._args import bool_arg, choice_arg, format_arg, int_arg, key_arg, random_bits_arg, saturate_arg
 from fpemu._core.format import Format
 from fpemu._core.modes import Saturation
-from fpemu._core.registry import FormatLike, get_format
-from fpemu.scaled import SCALE_RULES, BlockFormat, BlockFormatLike, get_block_format
+from fpemu._core.registry import FormatLike
+from fpemu.scaled import SCALE_RULES, BlockFormat, BlockFormatLike, get_block_format, scale_kind
 
 __all__ = [
     "MAX_MARGIN",
@@ -37,15 +37,8 @@ SCALINGS: tuple[str, ...] = get_args(Scaling)
 QuantizerRounding = Literal["nearest_even", "stochastic"]
 QUANTIZER_ROUNDINGS: tuple[str, ...] = get_args(QuantizerRounding)
 
-_FP32 = get_format("fp32")
 #: The largest |margin| (as `fpemu.scaled.BlockFormat`'s: 2**±margin stays a normal float32).
 MAX_MARGIN = 64
-
-
-def _scale_kind(fmt: Format) -> str:
-    if fmt.encoding == _FP32.encoding:
-        return "fp32"
-    return "pow2" if fmt.mantissa_bits == 0 else "narrow"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True, init=False)
@@ -165,7 +158,7 @@ class Quantizer:
         fields.update(rounding=checked_rounding, random_bits=None if random_bits is None else int(random_bits))
         for name, value in fields.items():
             object.__setattr__(self, name, value)
-        kind = _scale_kind(self.scale_format)
+        kind = scale_kind(self.scale_format)
         self._check_scales(kind)
         if held is None and self.scaling != "none":
             held = self._build_block_format()
@@ -336,7 +329,7 @@ def _fields_given(scaling: Any, given: dict[str, Any]) -> dict[str, Any]:
     scale_format = format_arg(
         "fp32" if given["scale_format"] is None else given["scale_format"], "Quantizer.scale_format"
     )
-    kind = _scale_kind(scale_format)
+    kind = scale_kind(scale_format)
     rule, tensor_scale = given["scale_rule"], given["tensor_scale"]
     if scaling == "none" and (kind != "fp32" or rule is not None or tensor_scale not in (None, False)):
         raise ValueError(

@@ -17,7 +17,7 @@ a training or inference recipe only (`fpemu.training_recipe`, `fpemu.inference_r
 
 from typing import Any
 
-from fpemu._args import warn_renamed
+from fpemu.deprecation import warn_renamed
 from fpemu.scaled._array import BlockArray as BlockArray
 from fpemu.scaled._array import Packed as Packed
 from fpemu.scaled._block_format import MXINT8_ELEMENT as MXINT8_ELEMENT
@@ -27,6 +27,7 @@ from fpemu.scaled._block_format import BlockFormatLike as BlockFormatLike
 from fpemu.scaled._block_format import UnknownBlockFormatError as UnknownBlockFormatError
 from fpemu.scaled._block_format import block_formats as block_formats
 from fpemu.scaled._block_format import get_block_format as get_block_format
+from fpemu.scaled._block_format import scale_kind as scale_kind
 from fpemu.scaled._delayed import DelayedScaling as DelayedScaling
 from fpemu.scaled._delayed import DelayedScalingState as DelayedScalingState
 from fpemu.scaled._matmul import MATMUL_FORMATS as MATMUL_FORMATS
@@ -58,6 +59,7 @@ __all__ = [
     "quantize_dequantize_split",
     "block_formats",
     "relative_error",
+    "scale_kind",
 ]
 
 #: Names of earlier releases, each to the name that replaced it (kept for one release).

@@ -13,10 +13,10 @@ import numpy as np
 from jax import lax
 from jax.typing import ArrayLike, DTypeLike
 
-from fpemu._args import renamed_keyword, warn_renamed
 from fpemu._core.format import Format
 from fpemu._core.modes import Rounding, Saturation, StochasticVariant
 from fpemu._ops import codec
+from fpemu.deprecation import renamed_keyword, warn_renamed
 from fpemu.scaled import _core, _layout
 from fpemu.scaled._block_format import BlockFormat, BlockFormatLike, block_formats, get_block_format
 from fpemu.scaled._quantize import (

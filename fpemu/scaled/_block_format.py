@@ -14,10 +14,11 @@ import math
 from collections.abc import Callable
 from typing import Any, Literal, get_args
 
-from fpemu._args import bool_arg, choice_arg, format_arg, int_arg, renamed_keyword, saturate_arg
+from fpemu._args import bool_arg, choice_arg, format_arg, int_arg, saturate_arg
 from fpemu._core.format import Format
 from fpemu._core.modes import ROUNDING_MODES, Saturation
 from fpemu._core.registry import FormatLike, get_format
+from fpemu.deprecation import renamed_keyword
 
 ScaleRule = Literal["ocp", "ceil", "even", "ceil_log2", "float"]
 SCALE_RULES: tuple[str, ...] = get_args(ScaleRule)
@@ -53,7 +54,14 @@ _MAX_MARGIN = 64  # keeps 2**±margin a normal float32 constant
 
 
 def scale_kind(scale_format: Format) -> Literal["pow2", "fp32", "narrow"]:
-    """How a scale format holds scales: powers of two (E8M0), float32 values, or a narrow float (E4M3)."""
+    """How a scale format holds scales: ``"pow2"`` (no mantissa bits: powers of two, E8M0), ``"fp32"``
+    (float32 values) or ``"narrow"`` (a narrow float such as E4M3, NVFP4's block scales).
+
+    Example:
+      >>> from fpemu import get_format
+      >>> [scale_kind(get_format(name)) for name in ("e8m0fnu", "fp32", "e4m3fn")]
+      ['pow2', 'fp32', 'narrow']
+    """
     if scale_format.encoding == _FP32.encoding:
         return "fp32"
     if scale_format.mantissa_bits == 0:

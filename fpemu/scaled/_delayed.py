@@ -15,8 +15,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from fpemu._args import axis_arg, choice_arg, int_arg, renamed_keyword, warn_renamed
+from fpemu._args import axis_arg, choice_arg, int_arg
 from fpemu._core.modes import Rounding
+from fpemu.deprecation import renamed_keyword, warn_renamed
 from fpemu.scaled import _bits
 from fpemu.scaled._array import BlockArray, quantize_jit
 from fpemu.scaled._bits import ABS, INF, U32

@@ -9,11 +9,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fpemu._args import choice_arg, input_format, renamed_keyword
+from fpemu._args import choice_arg, input_format
 from fpemu._ops.accumulate import compute_dot
 from fpemu._ops.geometry import dot_geometry
 from fpemu._ops.matmul import tensor_scaled_dot
 from fpemu._ops.matmul_config import MatmulConfig, MatmulOptions, matmul_config
+from fpemu.deprecation import renamed_keyword
 from fpemu.scaled._block_format import BLOCK_FORMAT_ALIASES, get_block_format
 from fpemu.scaled._quantize import Config
 from fpemu.scaled._split import split_core

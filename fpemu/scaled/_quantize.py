@@ -18,10 +18,11 @@ import numpy as np
 from jax import lax
 from jax.typing import ArrayLike
 
-from fpemu._args import INPUT_DTYPES, axis_arg, bool_arg, int_arg, random_values_arg, renamed_keyword, rounding_arg
+from fpemu._args import INPUT_DTYPES, axis_arg, bool_arg, int_arg, random_values_arg, rounding_arg
 from fpemu._core.format import Format
 from fpemu._core.modes import Rounding, Saturation, StochasticVariant
 from fpemu._ops.rounding_spec import rounding_spec
+from fpemu.deprecation import renamed_keyword
 from fpemu.scaled import _core, _layout
 from fpemu.scaled._block_format import BlockFormat, BlockFormatLike, get_block_format
 

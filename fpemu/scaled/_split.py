@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from fpemu._args import renamed_keyword
+from fpemu.deprecation import renamed_keyword
 from fpemu.scaled import _core
 from fpemu.scaled._block_format import BlockFormatLike
 from fpemu.scaled._quantize import (

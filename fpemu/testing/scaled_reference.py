@@ -46,8 +46,8 @@ from typing import Any, NamedTuple
 import ml_dtypes
 import numpy as np
 
-from fpemu._args import renamed_keyword
 from fpemu._core.modes import Rounding, Saturation
+from fpemu.deprecation import renamed_keyword
 from fpemu.scaled import BlockFormat, get_block_format
 from fpemu.testing import reference as elem_ref
 

@@ -36,6 +36,7 @@ from typing import Any, cast
 import numpy as np
 
 import fpemu
+from fpemu.deprecation import renamed_keyword, warn_renamed
 from fpemu.testing import text_table
 from fpemu.tools import choices
 from fpemu.tools.data import DISTRIBUTIONS, STUDENT_T_DF, MatmulData, matmul_operands
@@ -162,13 +163,11 @@ class MatmulError:
     @property
     def recipe(self) -> str:
         """Deprecated: `matmul_format` (the name of an earlier release; warns)."""
-        choices.warn_renamed(
-            "fpemu.tools.accuracy.MatmulError.recipe", "fpemu.tools.accuracy.MatmulError.matmul_format"
-        )
+        warn_renamed("fpemu.tools.accuracy.MatmulError.recipe", "fpemu.tools.accuracy.MatmulError.matmul_format")
         return self.matmul_format
 
     @classmethod
-    @choices.renamed_keyword("recipe", "matmul_format", "fpemu.tools.accuracy.MatmulError.from_product")
+    @renamed_keyword("recipe", "matmul_format", "fpemu.tools.accuracy.MatmulError.from_product")
     def from_product(
         cls, c: Any, reference: np.ndarray, *, matmul_format: str, distribution: str, size: int
     ) -> MatmulError:
@@ -223,7 +222,7 @@ class MatmulError:
 
 
 # ``MatmulError(recipe=...)``, the field's name of an earlier release, is taken for one release.
-MatmulError.__init__ = choices.renamed_keyword("recipe", "matmul_format", "fpemu.tools.accuracy.MatmulError")(  # type: ignore[method-assign]
+MatmulError.__init__ = renamed_keyword("recipe", "matmul_format", "fpemu.tools.accuracy.MatmulError")(  # type: ignore[method-assign]
     MatmulError.__init__
 )
 
@@ -295,7 +294,7 @@ def _measure(
     return MatmulError.from_product(c, ref, matmul_format=matmul_format, distribution=distribution, size=size)
 
 
-@choices.renamed_keyword("recipe", "matmul_format", "fpemu.tools.accuracy.matmul_error")
+@renamed_keyword("recipe", "matmul_format", "fpemu.tools.accuracy.matmul_error")
 def matmul_error(
     matmul_format: str, distribution: str, size: int, *, seed: int = 0, outer: int | None = None
 ) -> MatmulError:
@@ -320,7 +319,7 @@ def matmul_error(
     return _measure(matmul_format, distribution, size, a, b, reference_matmul(a, b))
 
 
-@choices.renamed_keyword("recipes", "matmul_formats", "fpemu.tools.accuracy.matmul_accuracy")
+@renamed_keyword("recipes", "matmul_formats", "fpemu.tools.accuracy.matmul_accuracy")
 def matmul_accuracy(
     matmul_formats: Iterable[str] | str | None = None,
     distributions: Iterable[str] | str | None = None,
@@ -460,6 +459,6 @@ def __getattr__(name: str) -> Any:
     """``MATMUL_RECIPES``, this module's name of `MATMUL_FORMATS` in earlier releases: kept for one
     release, with a `DeprecationWarning`."""
     if name == "MATMUL_RECIPES":
-        choices.warn_renamed("fpemu.tools.accuracy.MATMUL_RECIPES", "fpemu.tools.accuracy.MATMUL_FORMATS")
+        warn_renamed("fpemu.tools.accuracy.MATMUL_RECIPES", "fpemu.tools.accuracy.MATMUL_FORMATS")
         return MATMUL_FORMATS
     raise AttributeError(f"module 'fpemu.tools.accuracy' has no attribute {name!r}")

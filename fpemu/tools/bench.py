@@ -34,6 +34,7 @@ import numpy as np
 from jax import lax
 
 import fpemu
+from fpemu.deprecation import renamed_keyword, warn_renamed
 from fpemu.tools import choices
 
 SCHEMA = "fpemu.bench/1"
@@ -359,12 +360,12 @@ class Selection:
     @property
     def recipes(self) -> tuple[str, ...]:
         """Deprecated: `block_formats` (the name of an earlier release; warns)."""
-        choices.warn_renamed("fpemu.tools.bench.Selection.recipes", "fpemu.tools.bench.Selection.block_formats")
+        warn_renamed("fpemu.tools.bench.Selection.recipes", "fpemu.tools.bench.Selection.block_formats")
         return self.block_formats
 
 
 # ``Selection(recipes=...)``, the field's name of an earlier release, is taken for one release.
-Selection.__init__ = choices.renamed_keyword("recipes", "block_formats", "fpemu.tools.bench.Selection")(  # type: ignore[method-assign]
+Selection.__init__ = renamed_keyword("recipes", "block_formats", "fpemu.tools.bench.Selection")(  # type: ignore[method-assign]
     Selection.__init__
 )
 
@@ -376,7 +377,7 @@ def _positive_sizes(values: Any, what: str) -> tuple[int, ...]:
     return tuple(dict.fromkeys(int(v) for v in values))
 
 
-@choices.renamed_keyword("recipes", "block_formats", "fpemu.tools.bench.select")
+@renamed_keyword("recipes", "block_formats", "fpemu.tools.bench.select")
 def select(
     settings: Settings,
     *,
@@ -790,6 +791,6 @@ def __getattr__(name: str) -> Any:
     """``QUICK_RECIPES`` and ``FULL_RECIPES``, this module's names of `QUICK_BLOCK_FORMATS` and
     `FULL_BLOCK_FORMATS` in earlier releases: kept for one release, with a `DeprecationWarning`."""
     if name in _RENAMED:
-        choices.warn_renamed(f"fpemu.tools.bench.{name}", f"fpemu.tools.bench.{_RENAMED[name]}")
+        warn_renamed(f"fpemu.tools.bench.{name}", f"fpemu.tools.bench.{_RENAMED[name]}")
         return globals()[_RENAMED[name]]
     raise AttributeError(f"module 'fpemu.tools.bench' has no attribute {name!r}")

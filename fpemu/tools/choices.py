@@ -13,16 +13,13 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import functools
 import re
-import warnings
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar, cast
+from typing import TypeVar
 
 import fpemu
 
 T = TypeVar("T")
-F = TypeVar("F", bound=Callable[..., Any])
 
 _MAX_HINTS = 4
 
@@ -57,47 +54,6 @@ def unknown(what: str, names: Sequence[str], choices: Sequence[str]) -> str:
     hint = f"did you mean {', '.join(map(repr, hints))}? " if hints else ""
     plural = "s" if len(names) > 1 else ""
     return f"unknown {what}{plural} {', '.join(map(repr, names))}; {hint}choose from: {', '.join(choices)}"
-
-
-def warn_renamed(old: str, new: str, stacklevel: int = 2) -> None:
-    """The `DeprecationWarning` of a name of an earlier release (kept for one release): the tools' twin
-    of the library's own (they use the public API only), with the same message."""
-    warnings.warn(
-        f"{old} is deprecated and will be removed in the next release; use {new}",
-        DeprecationWarning,
-        stacklevel=stacklevel + 1,
-    )
-
-
-def renamed_keyword(old: str, new: str, what: str) -> Callable[[F], F]:
-    """A decorator: the keyword argument ``old`` (a name of an earlier release) is still taken for one
-    release, as ``new``, with a `DeprecationWarning` that names ``new``; both at once is a TypeError.
-    ``what`` names the function in the messages (``"fpemu.tools.accuracy.matmul_error"``).
-
-    Example:
-      >>> @renamed_keyword("recipe", "block_format", "f")
-      ... def f(block_format):
-      ...     return block_format
-      >>> with warnings.catch_warnings(record=True) as caught:
-      ...     warnings.simplefilter("always")
-      ...     value = f(recipe="mxfp4")
-      >>> value, str(caught[0].message)
-      ('mxfp4', 'f(recipe=...) is deprecated and will be removed in the next release; use block_format=')
-    """
-
-    def wrap(fn: F) -> F:
-        @functools.wraps(fn)
-        def call(*args: Any, **kwargs: Any) -> Any:
-            if old in kwargs:
-                if new in kwargs:
-                    raise TypeError(f"{what}: pass {new}= only ({old}= is its deprecated name)")
-                warn_renamed(f"{what}({old}=...)", f"{new}=")
-                kwargs[new] = kwargs.pop(old)
-            return fn(*args, **kwargs)
-
-        return cast(F, call)
-
-    return wrap
 
 
 def check_names(what: str, names: Sequence[str], choices: Sequence[str]) -> list[str]:

@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import fpemu
+from fpemu.deprecation import renamed_keyword, warn_renamed
 from fpemu.tools import accuracy, choices, rounding
 from fpemu.tools import data as datasets
 
@@ -372,7 +373,7 @@ def plot_rounding_error(
 # -- QSNR of the block formats -------------------------------------------------------------------------
 
 
-@choices.renamed_keyword("recipes", "block_formats", "fpemu.tools.plot.qsnr_table")
+@renamed_keyword("recipes", "block_formats", "fpemu.tools.plot.qsnr_table")
 def qsnr_table(
     block_formats: Sequence[Any],
     *,
@@ -424,7 +425,7 @@ def _data_label(name: str) -> str:
     return datasets.DISTRIBUTION_LABELS.get(name, name)
 
 
-@choices.renamed_keyword("recipes", "block_formats", "fpemu.tools.plot.plot_qsnr")
+@renamed_keyword("recipes", "block_formats", "fpemu.tools.plot.plot_qsnr")
 def plot_qsnr(
     block_formats: Sequence[Any] | None = None,
     path: str | Path = "qsnr.png",
@@ -496,7 +497,7 @@ def qsnr_limits(values: Iterable[float]) -> tuple[float, float]:
     return bottom, max(top, bottom + MIN_QSNR_SPAN)
 
 
-@choices.renamed_keyword("recipes", "matmul_formats", "fpemu.tools.plot.plot_matmul_error")
+@renamed_keyword("recipes", "matmul_formats", "fpemu.tools.plot.plot_matmul_error")
 def plot_matmul_error(
     matmul_formats: Sequence[str] | None = None,
     sizes: Sequence[int] = DEFAULT_MATMUL_SIZES,
@@ -757,6 +758,6 @@ def __getattr__(name: str) -> Any:
     `MATMUL_FORMAT_STYLES`, `WIDE_MATMUL_FORMATS`, `format_label` and `matmul_format_style` in earlier
     releases: kept for one release, with a `DeprecationWarning`."""
     if name in _RENAMED:
-        choices.warn_renamed(f"fpemu.tools.plot.{name}", f"fpemu.tools.plot.{_RENAMED[name]}")
+        warn_renamed(f"fpemu.tools.plot.{name}", f"fpemu.tools.plot.{_RENAMED[name]}")
         return globals()[_RENAMED[name]]
     raise AttributeError(f"module 'fpemu.tools.plot' has no attribute {name!r}")
