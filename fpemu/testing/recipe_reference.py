@@ -216,18 +216,13 @@ def hadamard_reference(x: Any, axis: int, size: int, key: Any) -> np.ndarray:
     moved = np.moveaxis(x.astype(np.float32), axis, -1)
     out = moved.copy()
     full = moved.shape[-1] // size * size
+    coeffs = (h * d).astype(np.float64)  # row i: the signs of output i's terms
     for index in np.ndindex(moved.shape[:-1]):
         row = moved[index]
         for start in range(0, full, size):
-            v = [float(t) for t in row[start : start + size]]
+            terms = coeffs * row[start : start + size].astype(np.float64)  # exact: a float32 value times ±1
             for i in range(size):
-                coeff = h[i] * d
-                if all(math.isfinite(t) for t in v):
-                    total = sum((Fraction(int(c)) * Fraction(t) for c, t in zip(coeff, v)), Fraction(0))
-                    s = F32(element_reference.round_scalar(total, "fp32"))  # an exact zero: +0
-                else:
-                    s = F32(sum(float(c) * t for c, t in zip(coeff, v)))
-                out[index + (start + i,)] = F32(s * norm)
+                out[index + (start + i,)] = F32(_sum_f32(terms[i]) * norm)  # exact sum, rounded once
     return np.moveaxis(out, -1, axis).astype(x.dtype)
 
 
@@ -243,14 +238,15 @@ def _sum_f32(terms: np.ndarray) -> np.float32:
             total += t
         return F32(total)
     s = math.fsum(terms.tolist())  # the exact sum rounded once to float64
-    r = F32(s)
     if s == 0:
         return F32(0)
-    if float(r) != s and math.isfinite(float(r)):
-        other = np.nextafter(r, F32(math.copysign(math.inf, s - float(r))))
-        if (float(r) + float(other)) / 2 == s:  # a float32 tie in float64: decide it exactly
-            exact = sum((Fraction(t) for t in terms.tolist()), Fraction(0))
-            return F32(element_reference.round_scalar(exact, "fp32"))
+    with np.errstate(over="ignore"):  # beyond float32's range: inf (nearest even)
+        r = F32(s)
+        below = abs(float(r)) if abs(float(r)) <= abs(s) else float(np.nextafter(abs(r), F32(0)))  # <= |s|
+    ulp = 2.0**-149 if below < 2.0**-126 else 2.0 ** (math.frexp(below)[1] - 24)  # float32's spacing at below
+    if abs(s) == below + ulp / 2:  # a float32 tie (or the overflow threshold) in float64: decide it exactly
+        exact = sum((Fraction(t) for t in terms.tolist()), Fraction(0))
+        return F32(element_reference.round_scalar(exact, "fp32"))
     return r
 
 

@@ -177,10 +177,13 @@ def _grid_constants():
 @pytest.mark.parametrize("k_min", [-127, -126, 0])
 def test_scale_up_constant_is_scale_up(k_min):
     k = jnp.arange(k_min, 300, dtype=jnp.int32)
-    for value in _grid_constants():
-        got = jax.jit(lambda k, v=value: _bits.scale_up_constant(v, k, k_min))(k)
-        expected = _bits.scale_up(jnp.full(k.shape, _bits_of(np.float32(value)), jnp.uint32), k)
-        np.testing.assert_array_equal(np.asarray(got), np.asarray(expected), err_msg=f"{value!r}")
+    values = _grid_constants()
+    # one program for every constant (a row each), compiled once
+    got = jax.jit(lambda k: jnp.stack([_bits.scale_up_constant(v, k, k_min) for v in values]))(k)
+    constants = jnp.asarray(_bits_of(np.array(values, np.float32)))
+    expected = jax.jit(_bits.scale_up)(constants[:, None], k[None, :])
+    for value, got_row, expected_row in zip(values, np.asarray(got), np.asarray(expected), strict=True):
+        np.testing.assert_array_equal(got_row, expected_row, err_msg=f"{value!r}")
 
 
 @pytest.mark.parametrize("numerator", [1.0, 6.0, 448.0, 2688.0, 57344.0, 2.0**110, float(np.finfo(np.float32).max)])
