@@ -158,3 +158,22 @@ def test_reciprocal_of_product_edges():
 
 def _bits_of(x):
     return np.asarray(x, np.float32).view(np.uint32)
+
+
+@pytest.mark.parametrize("name", ["e2m1fn"])
+def test_round_element_is_the_table_rounding(name):
+    """NVFP4's elements (split path): saturate, then `round_clamped`, against the thresholds of
+    `_table.round_to_table` and the NumPy nearest-even search, over every 1021st non-negative pattern
+    (inf and NaN patterns included: they saturate, as the table's), and every midpoint's neighbours."""
+    from fpemu.scaled import _core, _table
+
+    fmt = get_format(name)
+    b = np.unique(np.concatenate([np.arange(0, 1 << 31, 1021, dtype=np.int64), _patterns(fmt, stride=1 << 30)]))
+    b = b.astype(np.uint32)
+    got = np.asarray(jax.jit(lambda v: _core._round_element(v, fmt))(jnp.asarray(b)))
+    entries = [jnp.uint32(int(np.float32(v).view(np.uint32))) for v in _table.positive_values(fmt)]
+    table = np.asarray(jax.jit(lambda v: _table.round_to_table(v, entries, fmt))(jnp.asarray(b)))
+    np.testing.assert_array_equal(got, table)
+    finite = b < 0x7F800000
+    reference = _nearest_even(np.minimum(b[finite].view(np.float32), np.float32(fmt.max)), fmt)
+    np.testing.assert_array_equal(got[finite], reference.view(np.uint32))
