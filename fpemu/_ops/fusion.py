@@ -25,7 +25,7 @@ __all__ = ["MATERIALIZE_MIN_SIZE", "computed_once", "materialize"]
 MATERIALIZE_MIN_SIZE = 1 << 16
 
 
-def materialize(arrays: tuple[jnp.ndarray, ...]) -> tuple[jnp.ndarray, ...]:
+def materialize(arrays: tuple[jnp.ndarray, ...], probe: jnp.ndarray | None = None) -> tuple[jnp.ndarray, ...]:
     """The same arrays, computed once rather than fused into every consumer's loop.
 
     XLA fuses an elementwise producer into its consumer even through a broadcast, so per-group
@@ -34,15 +34,22 @@ def materialize(arrays: tuple[jnp.ndarray, ...]) -> tuple[jnp.ndarray, ...]:
     are passed through an identity ``lax.cond`` on a data-dependent predicate, which fusion cannot
     cross; either branch returns the arrays unchanged, so the predicate does not matter. The
     derivative is the identity's (`_materialized`).
+
+    The predicate reads the first element of ``arrays[0]``, or of ``probe`` if given: a
+    data-dependent array that is already computed (a reduction's result), so that XLA does not
+    compute the first element's chain a second time, in the predicate's own fusion, where that
+    chain is short enough to duplicate.
     """
     if not arrays or any(a.size == 0 for a in arrays):
         return arrays
-    return _materialized(tuple(arrays))
+    if probe is None or probe.size == 0:
+        probe = arrays[0]
+    return _materialized(tuple(arrays), probe)
 
 
 @jax.custom_jvp
-def _materialized(arrays: tuple[jnp.ndarray, ...]) -> tuple[jnp.ndarray, ...]:
-    probe = _xor_zero(arrays[0].reshape(-1)[:1])
+def _materialized(arrays: tuple[jnp.ndarray, ...], probe_of: jnp.ndarray) -> tuple[jnp.ndarray, ...]:
+    probe = _xor_zero(probe_of.reshape(-1)[:1])
     pred = jnp.any(probe.astype(jnp.bool_) if probe.dtype == jnp.bool_ else probe == jnp.zeros((), probe.dtype))
     identity = lambda t: t
 
@@ -60,8 +67,8 @@ def _materialized_jvp(primals, tangents):
     """The tangents as they are: the identity's derivative. Differentiated as written, the branch that
     runs when the first element is not zero goes through integer bit patterns, whose derivative is
     zero, and every gradient through a materialized array would be zero."""
-    (arrays,), (tangent,) = primals, tangents
-    return _materialized(arrays), tangent
+    (arrays, probe), (tangent, _) = primals, tangents
+    return _materialized(arrays, probe), tangent
 
 
 def _xor_zero(a: jnp.ndarray) -> jnp.ndarray:

@@ -194,18 +194,51 @@ def reciprocal(p: jnp.ndarray) -> jnp.ndarray:
     return jnp.where(sub, jnp.float32(2.0**32), jnp.float32(1)) / jnp.where(sub, scaled, from_bits(p))
 
 
-def mul_flushing(x: jnp.ndarray, m: jnp.ndarray) -> jnp.ndarray:
+def mul_flushing(x: jnp.ndarray, m: jnp.ndarray, *, nonnegative: bool = False) -> jnp.ndarray:
     """The float32 product ``x * m`` (x as bits, m a positive normal float32 <= 2**128, returns float32).
 
     Exact (nearest even) wherever the product is a normal float32 or overflows, subnormal ``x``
     included. A product below 2**-126 may come back as a zero of the right sign (XLA:CPU flushes it):
     callers round it into an element format whose smallest value is far above 2**-126, where the
-    modes they allow give zero for both.
+    modes they allow give zero for both. ``nonnegative``: the caller guarantees ``x``'s sign bit is
+    clear (a group's amax), and the sign is not carried.
     """
-    sign = x & U32(SIGN)
-    a = x & U32(ABS)
-    sub = (a < U32(IMPLICIT)) & (a != U32(0))
-    fa = to_bits(jnp.where(sub, a, U32(1)).astype(jnp.float32))  # |x| * 2**149
-    xs = from_bits((fa - U32(125 << 23)) | sign)  # x * 2**24, normal
+    a = x if nonnegative else x & U32(ABS)
+    sub = (a - U32(1)) < U32(IMPLICIT - 1)  # a nonzero subnormal (0 wraps around to the top)
+    fa = to_bits(a.astype(jnp.float32))  # |x| * 2**149 where sub (exact, below 2**23); unused elsewhere
+    scaled = fa - U32(125 << 23)  # |x| * 2**24, normal
+    xs = from_bits(scaled if nonnegative else scaled | (x & U32(SIGN)))
     small = (xs * m) * jnp.float32(2.0**-24)
     return jnp.where(sub, small, from_bits(x) * m)
+
+
+def reciprocal_of_product(d: jnp.ndarray, g: jnp.ndarray, precision: int) -> jnp.ndarray:
+    """``fl(1 / fl(d * g))`` as `reciprocal` of `mul_normal` gives it (the same bits), for ``d`` the bits
+    of a non-negative float32, normal or zero, of at most ``precision`` significant bits (``1 <=
+    precision <= 6``: a narrow block scale), and ``g`` the bits of a positive normal float32 (the
+    per-tensor scale), with ``d * g <= 2**126``. Returns a float32 array.
+
+    ``d = 0`` gives inf (``1 / 0``). Where the product is a normal float32 (or overflows) it is the
+    float product, exact on every backend, and the result its float reciprocal. Products up to
+    ``2**-126`` (XLA:CPU would flush them) are rounded once at float32's subnormal quantum with
+    integer operations: ``r = round_even(d * g / 2**-149)`` from the exact integer product of the
+    significands (below ``2**30``: ``precision + 24`` bits), with the shift clipped to
+    ``precision + 25``, past which ``r`` is 0 anyway. Then ``1 / (r * 2**-149)`` is
+    ``2**126 / (r * 2**-23)``, the same quotient rounded once (``r * 2**-23`` is exact, ``r <=
+    2**23``): inf for ``r = 0``, and overflowing to inf exactly where the true reciprocal rounds to
+    inf. One division, the last operation, as in `reciprocal`.
+    """
+    assert 1 <= precision <= 6, precision
+    fast = to_bits(from_bits(d) * from_bits(g))
+    tiny = (fast <= U32(IMPLICIT)) & (d != U32(0))
+    ed = (d >> U32(23)).astype(I32)  # biased: d = sig_d * 2**(ed - 127 - (precision - 1)), d >= 0
+    eg = (g >> U32(23)).astype(I32)  # g = sig_g * 2**(eg - 150)
+    sig_d = ((d & U32(MANT)) | U32(IMPLICIT)) >> U32(24 - precision)  # exact: d has <= precision bits
+    p = sig_d * ((g & U32(MANT)) | U32(IMPLICIT))  # exact: below 2**(precision + 24) <= 2**30
+    # d * g = p * 2**(ed + eg - 276 - precision) = (p / 2**sh) * 2**-149
+    sh = jnp.clip(127 + precision - ed - eg, 0, precision + 25).astype(U32)
+    mask = (U32(1) << sh) - U32(1)
+    lsb = (p >> sh) & U32(1)
+    r = (p + ((mask + lsb) >> U32(1))) >> sh  # nearest even: below 2**31, no wrap-around
+    scaled = r.astype(jnp.float32) * jnp.float32(2.0**-23)  # exact: r < 2**24
+    return jnp.where(tiny, jnp.float32(2.0**126), jnp.float32(1)) / jnp.where(tiny, scaled, from_bits(fast))

@@ -118,7 +118,8 @@ def _narrow_scales(bits: jnp.ndarray, block_format: BlockFormat, layout: Layout)
     amax_block = group_max(bits & U32(ABS), layout)
     finite = jnp.where(amax_block < U32(INF), amax_block, U32(0))  # blocks with NaN/inf do not count
     amax_tensor = jnp.max(finite, axis=tuple(range(bits.ndim)), keepdims=True, initial=U32(0))
-    return two_level_scales(amax_tensor, amax_block, block_format, once=lambda *arrays: materialize(arrays))
+    once = lambda *arrays: materialize(arrays, probe=amax_tensor)  # a predicate that repeats no chain
+    return two_level_scales(amax_tensor, amax_block, block_format, once=once)
 
 
 def _by_table(block_format: BlockFormat, scale: jnp.ndarray | None, rounding: Rounding) -> bool:
@@ -136,21 +137,41 @@ def _by_table(block_format: BlockFormat, scale: jnp.ndarray | None, rounding: Ro
 def _qdq_by_table(x: jnp.ndarray, block_format: BlockFormat, layout: Layout, *, split: bool = False):
     """`quantize_dequantize` for `_by_table` block formats: the same bits, rounded by thresholds and with each
     block's ``fl(v * d * g)`` computed once per value (`fpemu.scaled._table`). ``split``: the pair of
-    `quantize_dequantize_split` instead, each block's ``v * d`` (exact) and ``g``."""
+    `quantize_dequantize_split` instead, each element's ``v * d`` (exact: a normal float32 of at most 8
+    significant bits, or zero) and ``g``, with ``v`` rounded by `_round_element` (no table: the product
+    is one float multiplication per element). NaN wherever a block holds NaN or ±inf; a float32
+    subnormal ``x`` is scaled exactly (`_bits.mul_flushing`); the sign of zero is kept."""
     bits = _bits.to_bits(x)
     w = Work(x.shape, layout)
     d, g, enc_b, nan = _narrow_scales(bits, block_format, layout)  # d computed once: the table repeats no chain
+    if split:  # each element's value times its block's d: exact (normal), as the table's entries are
+        nan, enc_b, d = w.per_element(nan, enc_b, d)
+        y = _bits.to_bits(_bits.mul_flushing(bits, enc_b))
+        v = _round_element(y & U32(ABS), block_format.element)
+        out = _bits.to_bits(_bits.from_bits(v) * _bits.from_bits(d)) | (y & U32(SIGN))
+        return _bits.from_bits(jnp.where(nan, U32(NAN), out)), g
     nan, enc_b = w.materialized(nan, enc_b)
     values = np.array(_table.positive_values(block_format.element), np.float32)
     products = d[None] * values.reshape((-1,) + (1,) * d.ndim)  # exact, normal
-    if not split:
-        products = _bits.from_bits(_bits.mul_normal(_bits.to_bits(products), _bits.to_bits(g)[None]))
-    (table,) = w.materialized(_bits.to_bits(products))
+    products = _bits.mul_normal(_bits.to_bits(products), _bits.to_bits(g)[None])
+    (table,) = w.materialized(products)
     *entries, nan, enc_b = w.broadcast(*(table[i] for i in range(len(values))), nan, enc_b)
     y = _bits.to_bits(_bits.mul_flushing(bits, enc_b))
     out = _table.round_to_table(y & U32(ABS), entries, block_format.element) | (y & U32(SIGN))
-    out = _bits.from_bits(jnp.where(nan, U32(NAN), out))
-    return (out, g) if split else out
+    return _bits.from_bits(jnp.where(nan, U32(NAN), out))
+
+
+def _round_element(magnitude: jnp.ndarray, fmt) -> jnp.ndarray:
+    """float32 bits of `_table.round_to_table`'s nearest-even value of each magnitude (uint32 bits of a
+    non-negative float32, or of NaN, which masks follow) in a `_table.applies` format: saturated to
+    ``fmt.max`` (beyond it, inf and NaN patterns included: an integer minimum of the bits), then
+    `_rne.round_clamped` where it applies (a dozen operations instead of a comparison and a selection
+    per value), else the table of ``fmt``'s values."""
+    top = int(np.float32(fmt.max).view(np.uint32))
+    if _rne.clamped_applies(fmt):
+        return _rne.round_clamped(jnp.minimum(magnitude, U32(top)), fmt)
+    constants = np.array(_table.positive_values(fmt), np.float32).view(np.uint32)
+    return _table.round_to_table(magnitude, [U32(c) for c in constants.tolist()], fmt)
 
 
 def _by_stochastic(

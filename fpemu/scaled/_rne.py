@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from fpemu._core.format import Format
@@ -85,3 +86,56 @@ def round_rne(
     if not negative_zero:
         res = jnp.where(res == U32(SIGN), U32(0), res)
     return jnp.where(a > U32(INF), b, res)  # NaN inputs come out unchanged
+
+
+def clamped_applies(fmt: Format) -> bool:
+    """Whether `round_clamped` rounds into ``fmt``: a float format with an exponent field and subnormals
+    whose normal exponents lie within float32's (so that ``lax.reduce_precision`` with 8 exponent bits
+    rounds its normal range) and whose smallest subnormal is at least ``2**-125`` (so that the quantum
+    of its subnormal range and every multiple of it up to the smallest normal are normal float32
+    constants, and every float32 subnormal lies below half of it)."""
+    return (
+        fmt.exponent_bits >= 1
+        and fmt.has_subnormals
+        and 1 <= fmt.mantissa_bits <= 22
+        and fmt.min_subnormal_exponent >= -125
+        and fmt.emax <= 127
+        and fmt.max >= fmt.min_normal
+    )
+
+
+def round_clamped(b: jnp.ndarray, fmt: Format) -> jnp.ndarray:
+    """float32 bits of ``b`` rounded to nearest even into ``fmt``, for ``b`` the bits of a float32 in
+    ``[+0, fmt.max]`` (finite, non-negative, already clamped), where `clamped_applies`: the bits of
+    ``round_rne(b, Grid.for_scale(fmt, 0, k_min=0), fmt, saturate=True, negative_zero=False)`` in a
+    few operations (NVFP4's E4M3 block scales).
+
+    Other inputs are outside the contract: NaN, infinities, negative values (-0 included) and values
+    above ``fmt.max`` are not handled (no overflow, no sign). A result never exceeds ``fmt.max``,
+    which is a value of the format, so nothing overflows; float32 subnormal inputs give +0.
+
+    Why it is exact, on every backend:
+
+    - ``x >= fmt.min_normal``: ``lax.reduce_precision(x, exponent_bits=8, mantissa_bits=m)`` rounds
+      the significand to ``m`` bits, nearest even, with integer operations on the bit pattern (a
+      carry into the exponent moves to the next binade); with 8 exponent bits it neither flushes
+      nor clamps the exponent, and ``fmt``'s normal values are exactly float32's ``m``-bit values
+      between ``2**emin`` and ``fmt.max``.
+    - ``x < fmt.min_normal``: the grid is the multiples of the quantum ``q = fmt.min_subnormal``.
+      ``x * (1 / q)`` is exact (a power of two, the product normal or zero; a float32 subnormal
+      ``x`` may be flushed to 0 by XLA:CPU, or not on a GPU, and either way lies below ``q / 2``
+      because ``q >= 2**-125``, so it rounds to 0); `lax.round` to nearest even gives the integer
+      ``k <= 2**m``, and ``k * q`` is exact (a normal float32 or zero). The tie ``q / 2`` goes to 0,
+      as it should; ``k = 2**m`` is the smallest normal, reached from below.
+
+    Both branches are computed and one is selected by a comparison of bit patterns.
+    """
+    mb = fmt.mantissa_bits
+    x = _bits.from_bits(b)
+    normal = lax.reduce_precision(x, exponent_bits=8, mantissa_bits=mb)
+    quantum = np.float32(fmt.min_subnormal)
+    assert float(quantum) == fmt.min_subnormal and float(np.float32(1 / fmt.min_subnormal)) == 1 / fmt.min_subnormal
+    k = lax.round(x * np.float32(1 / fmt.min_subnormal), lax.RoundingMethod.TO_NEAREST_EVEN)
+    small = k * quantum
+    min_normal = int(np.float32(fmt.min_normal).view(np.uint32))
+    return _bits.to_bits(jnp.where(b >= U32(min_normal), normal, small))

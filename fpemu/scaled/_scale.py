@@ -120,9 +120,16 @@ def two_level_scales(
     - ``S = min(fl(fl(M_s * M_e) / amax_tensor), 2**126)`` (``2**126`` for an all-zero tensor), or
       ``S = 1`` without ``global_scale``; ``g = fl(1 / S)`` (the float32 per-tensor decode scale);
     - ``d = round_sat(min(fl(amax_block * fl(S * fl(1 / M_e))), M_s))`` in the scale format, nearest
-      even (the block decode scale, stored as a code), by `fpemu.scaled._rne`'s rounding onto the
-      scale format's grid;
-    - ``enc_b = min(fl(1 / fl(d * g)), FLT_MAX)`` (the block's encode scale).
+      even (the block decode scale, stored as a code). The value rounded is finite, non-negative
+      and at most ``M_s``, so no sign, NaN, infinity or overflow reaches the rounding: where
+      `_rne.clamped_applies` (E4M3, E5M2 and the other narrow formats with subnormals down to at
+      least ``2**-125``) it is `_rne.round_clamped`, a dozen operations, else the general
+      `_rne.round_rne` onto the scale format's grid (the same bits). A float32 subnormal product
+      (flushed to 0 by XLA:CPU, or not) rounds to ``d = 0``; so does an all-zero or non-finite block;
+    - ``enc_b = min(fl(1 / fl(d * g)), FLT_MAX)`` (the block's encode scale; ``FLT_MAX`` for
+      ``d = 0``), by `_bits.reciprocal_of_product` where ``d`` and ``g`` are normal or zero (the
+      product rounded once, at float32's subnormal quantum where it is below ``2**-126``, then one
+      division), else `_bits.mul_normal` or `_bits.mul_exact` and `_bits.reciprocal` (the same bits).
     """
     s_fmt, e_fmt = block_format.scale_format, block_format.element
     nonfinite = amax_block >= U32(INF)
@@ -136,12 +143,19 @@ def two_level_scales(
         g = s
     mult = s * F32(np.float32(1) / np.float32(e_fmt.max))
     block = jnp.where(nonfinite, U32(0), amax_block)
-    wanted = _bits.to_bits(jnp.minimum(_bits.mul_flushing(block, mult), F32(s_fmt.max)))  # finite, >= 0
-    grid = _rne.Grid.for_scale(s_fmt, jnp.zeros((), I32), k_min=0)  # the scale format's own values
-    (d,) = once(_rne.round_rne(wanted, grid, s_fmt, saturate=True, negative_zero=False))
+    wanted = _bits.to_bits(jnp.minimum(_bits.mul_flushing(block, mult, nonnegative=True), F32(s_fmt.max)))
+    if _rne.clamped_applies(s_fmt):  # wanted: finite, >= +0, <= M_s
+        rounded = _rne.round_clamped(wanted, s_fmt)
+    else:
+        grid = _rne.Grid.for_scale(s_fmt, jnp.zeros((), I32), k_min=0)  # the scale format's own values
+        rounded = _rne.round_rne(wanted, grid, s_fmt, saturate=True, negative_zero=False)
+    (d,) = once(rounded)
     # d is normal or zero where every value of the scale format is
     normal = s_fmt.min_subnormal >= 2.0**-126 and global_scale_is_normal(block_format)
-    mul = _bits.mul_normal if normal else _bits.mul_exact
-    p = mul(d, _bits.to_bits(g))
-    enc = jnp.minimum(_bits.reciprocal(p), _bits.from_bits(U32(FLT_MAX)))
+    if normal and s_fmt.precision <= 6:
+        recip = _bits.reciprocal_of_product(d, _bits.to_bits(g), s_fmt.precision)
+    else:
+        mul = _bits.mul_normal if normal else _bits.mul_exact
+        recip = _bits.reciprocal(mul(d, _bits.to_bits(g)))
+    enc = jnp.minimum(recip, _bits.from_bits(U32(FLT_MAX)))
     return _bits.from_bits(d), g, enc, nonfinite

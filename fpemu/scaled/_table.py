@@ -11,7 +11,10 @@ narrow-scale block format (NVFP4) quantize-dequantize without the general machin
   instead of one per element), and each element selects its own.
 
 The other rounding modes keep `fpemu.quantize` and the per-element products: through a table they
-measured slower (bench/RESULTS_scaled.md, with the speed of this path).
+measured slower (bench/RESULTS_scaled.md, with the speed of this path). `quantize_dequantize_split`
+(the training recipes' NVFP4 operands) needs no table: its ``v * d`` is one exact multiplication per
+element, and ``v`` comes from `fpemu.scaled._rne.round_clamped` on the saturated magnitude, the
+same nearest-even value as `round_to_table`'s in fewer operations.
 """
 
 from __future__ import annotations

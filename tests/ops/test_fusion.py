@@ -33,3 +33,14 @@ def test_computed_once_materializes_large_arrays_only():
     )
     batched = jax.vmap(jax.grad(lambda v: jnp.sum(computed_once(v) ** 2)))(jnp.full((2, MATERIALIZE_MIN_SIZE), 1.5))
     assert_bit_exact(batched, np.full((2, MATERIALIZE_MIN_SIZE), 3.0, np.float32))
+
+
+@pytest.mark.parametrize("probe", [0, 7])  # either branch of the identity conditional
+def test_materialize_with_a_probe_keeps_the_bits_and_the_derivative(probe):
+    x = jnp.asarray(np.array([0.0, -1.5, np.inf, 3e-45], np.float32))
+    p = jnp.asarray(np.uint32(probe)).reshape(1, 1)
+    (y,) = jax.jit(lambda v, q: materialize((v,), probe=q))(x, p)
+    assert_bit_exact(y, x)
+    assert "cond" in str(jax.make_jaxpr(lambda v, q: materialize((v,), probe=q))(x, p))
+    grad = jax.jit(jax.grad(lambda v: jnp.sum(materialize((v,), probe=p)[0] * jnp.float32(3))))(x)
+    assert_bit_exact(grad, np.full(4, 3.0, np.float32))
