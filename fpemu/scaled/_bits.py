@@ -40,6 +40,11 @@ def from_bits(b: jnp.ndarray) -> jnp.ndarray:
     return lax.bitcast_convert_type(b, jnp.float32)
 
 
+def constant_bits(value: float) -> int:
+    """The bit pattern of the float32 nearest to the Python float ``value`` (host-side, for constants)."""
+    return int(np.float32(value).view(np.uint32))
+
+
 def pow2_bits(k: jnp.ndarray) -> jnp.ndarray:
     """Bits of the normal float32 ``2**k`` (k in [-126, 127])."""
     return (k + 127).astype(U32) << U32(23)
@@ -65,14 +70,19 @@ def unpack(a: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
     return ex, mant | U32(IMPLICIT)
 
 
-def rne_shift(v: jnp.ndarray, sh: jnp.ndarray) -> jnp.ndarray:
-    """``v / 2**sh`` rounded to nearest, ties to even, for uint32 ``v`` and int32 ``sh >= 0``."""
-    shc = jnp.clip(sh, 0, 31).astype(U32)
+def rne_shift(v: jnp.ndarray, sh: jnp.ndarray, *, max_shift: int = 255) -> jnp.ndarray:
+    """``v / 2**sh`` rounded to nearest, ties to even, for uint32 ``v`` and int32 ``sh >= 0``.
+
+    ``max_shift``: a static bound on ``sh`` the caller guarantees; at most 31, the shifts of 32 and
+    more are not handled (fewer operations)."""
+    shc = (sh if max_shift <= 31 else jnp.clip(sh, 0, 31)).astype(U32)
     q = v >> shc
     rem = v & ((U32(1) << shc) - U32(1))
     half = (U32(1) << shc) >> U32(1)
     up = (shc > U32(0)) & ((rem > half) | ((rem == half) & ((q & U32(1)) == U32(1))))
     res = q + up.astype(U32)
+    if max_shift <= 31:
+        return res
     res = jnp.where(sh == 32, (v > U32(1 << 31)).astype(U32), res)  # v / 2**32 < 1: the tie 1/2 goes to 0
     return jnp.where(sh > 32, U32(0), res)
 
@@ -122,7 +132,7 @@ def scale_up_constant(value: float, k: jnp.ndarray, k_min: int) -> jnp.ndarray:
     field ``e + k`` beside ``value``'s mantissa, a subnormal one its significand shifted right, and a
     field above 254 overflows to inf, as `scale_up` gives them. Any other constant takes `scale_up`.
     """
-    q = int(np.float32(value).view(np.uint32))
+    q = constant_bits(value)
     field, mant = q >> 23, q & MANT
     assert 1 <= field <= 254, value  # a positive normal float32
     sig = mant | IMPLICIT
@@ -222,8 +232,7 @@ def reciprocal_of_product(d: jnp.ndarray, g: jnp.ndarray, precision: int) -> jnp
     float product, exact on every backend, and the result its float reciprocal. Products up to
     ``2**-126`` (XLA:CPU would flush them) are rounded once at float32's subnormal quantum with
     integer operations: ``r = round_even(d * g / 2**-149)`` from the exact integer product of the
-    significands (below ``2**30``: ``precision + 24`` bits), with the shift clipped to
-    ``precision + 25``, past which ``r`` is 0 anyway. Then ``1 / (r * 2**-149)`` is
+    significands (below ``2**30``: ``precision + 24`` bits), by `rne_shift`. Then ``1 / (r * 2**-149)`` is
     ``2**126 / (r * 2**-23)``, the same quotient rounded once (``r * 2**-23`` is exact, ``r <=
     2**23``): inf for ``r = 0``, and overflowing to inf exactly where the true reciprocal rounds to
     inf. One division, the last operation, as in `reciprocal`.
@@ -235,10 +244,7 @@ def reciprocal_of_product(d: jnp.ndarray, g: jnp.ndarray, precision: int) -> jnp
     eg = (g >> U32(23)).astype(I32)  # g = sig_g * 2**(eg - 150)
     sig_d = ((d & U32(MANT)) | U32(IMPLICIT)) >> U32(24 - precision)  # exact: d has <= precision bits
     p = sig_d * ((g & U32(MANT)) | U32(IMPLICIT))  # exact: below 2**(precision + 24) <= 2**30
-    # d * g = p * 2**(ed + eg - 276 - precision) = (p / 2**sh) * 2**-149
-    sh = jnp.clip(127 + precision - ed - eg, 0, precision + 25).astype(U32)
-    mask = (U32(1) << sh) - U32(1)
-    lsb = (p >> sh) & U32(1)
-    r = (p + ((mask + lsb) >> U32(1))) >> sh  # nearest even: below 2**31, no wrap-around
+    # d * g = p * 2**(ed + eg - 276 - precision) = (p / 2**sh) * 2**-149, sh >= 0 where tiny
+    r = rne_shift(p, jnp.clip(127 + precision - ed - eg, 0, 31), max_shift=31)  # past 30 bits: 0 anyway
     scaled = r.astype(jnp.float32) * jnp.float32(2.0**-23)  # exact: r < 2**24
     return jnp.where(tiny, jnp.float32(2.0**126), jnp.float32(1)) / jnp.where(tiny, scaled, from_bits(fast))

@@ -167,9 +167,8 @@ def _round_element(magnitude: jnp.ndarray, fmt) -> jnp.ndarray:
     ``fmt.max`` (beyond it, inf and NaN patterns included: an integer minimum of the bits), then
     `_rne.round_clamped` where it applies (a dozen operations instead of a comparison and a selection
     per value), else the table of ``fmt``'s values."""
-    top = int(np.float32(fmt.max).view(np.uint32))
     if _rne.clamped_applies(fmt):
-        return _rne.round_clamped(jnp.minimum(magnitude, U32(top)), fmt)
+        return _rne.round_clamped(jnp.minimum(magnitude, U32(_bits.constant_bits(fmt.max))), fmt)
     constants = np.array(_table.positive_values(fmt), np.float32).view(np.uint32)
     return _table.round_to_table(magnitude, [U32(c) for c in constants.tolist()], fmt)
 

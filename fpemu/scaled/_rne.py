@@ -137,5 +137,4 @@ def round_clamped(b: jnp.ndarray, fmt: Format) -> jnp.ndarray:
     assert float(quantum) == fmt.min_subnormal and float(np.float32(1 / fmt.min_subnormal)) == 1 / fmt.min_subnormal
     k = lax.round(x * np.float32(1 / fmt.min_subnormal), lax.RoundingMethod.TO_NEAREST_EVEN)
     small = k * quantum
-    min_normal = int(np.float32(fmt.min_normal).view(np.uint32))
-    return _bits.to_bits(jnp.where(b >= U32(min_normal), normal, small))
+    return _bits.to_bits(jnp.where(b >= U32(_bits.constant_bits(fmt.min_normal)), normal, small))

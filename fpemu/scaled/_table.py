@@ -40,9 +40,11 @@ def positive_values(fmt: Format) -> tuple[float, ...]:
 def applies(fmt: Format) -> bool:
     """Whether ``fmt``'s elements can be rounded by thresholds: a sign-magnitude format with -0 and
     without infinity or NaN (every input, overflow included, rounds to one of its values, as
-    `fpemu.quantize` rounds for such formats whatever the saturation), with few values."""
+    `fpemu.quantize` rounds for such formats whatever the saturation), with few values, and with
+    mantissa bits: without them (E2M0...) `fpemu.quantize` breaks a tie between two binades by its
+    ``exponent_ties`` rule (away from zero by default, as ml_dtypes), not to the even code."""
     plain = fmt.signed and fmt.has_negative_zero and not (fmt.has_inf or fmt.has_nan or fmt.twos_complement)
-    return plain and len(positive_values(fmt)) <= MAX_VALUES
+    return plain and fmt.mantissa_bits >= 1 and len(positive_values(fmt)) <= MAX_VALUES
 
 
 def round_to_table(magnitude: jnp.ndarray, table: list[jnp.ndarray], fmt: Format) -> jnp.ndarray:

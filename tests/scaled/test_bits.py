@@ -152,6 +152,11 @@ def test_rne_shift(sh):
     v = np.concatenate([RNG.integers(0, 1 << 32, 4096, dtype=np.uint64), [0, 1, 2, 3, 1 << 31, (1 << 31) + 1]])
     v = v.astype(np.uint32)
     got = np.asarray(jax.jit(_bits.rne_shift)(jnp.asarray(v), jnp.full(v.shape, sh, jnp.int32)))
+    if sh <= 31:  # the short form, for callers that bound the shift
+        short = jax.jit(lambda a, s: _bits.rne_shift(a, s, max_shift=31))(
+            jnp.asarray(v), jnp.full(v.shape, sh, jnp.int32)
+        )
+        np.testing.assert_array_equal(np.asarray(short), got)
     expected = []
     for x in v.tolist():
         q, r = divmod(x, 1 << sh)

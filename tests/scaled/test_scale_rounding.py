@@ -11,8 +11,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import fpemu
 from fpemu._core.registry import formats, get_format
 from fpemu.scaled import _bits, _rne
+from fpemu.testing import reference
 
 RNG = np.random.default_rng(20261128)
 _NAMES = [getattr(f, "name", f) for f in formats()]
@@ -20,34 +22,20 @@ CLAMPED = [get_format(n) for n in _NAMES if get_format(n).bits <= 16 and _rne.cl
 
 
 def _values(fmt):
-    """(values, codes): the format's non-negative finite values, increasing, with their magnitude codes."""
-    pairs = sorted(
-        (fmt.magnitude_value(c), c)
-        for c in range(fmt.max_code + 1)
-        if np.isfinite(fmt.magnitude_value(c)) and fmt.magnitude_value(c) >= 0
-    )
-    values, codes = zip(*dict(pairs).items(), strict=True)  # one code per value (no duplicates in these formats)
-    return np.array(values, np.float64), np.array(codes)
+    """The format's non-negative finite values, increasing."""
+    return np.array(sorted({v for c in range(fmt.max_code + 1) if np.isfinite(v := fmt.magnitude_value(c)) and v >= 0}))
 
 
 def _nearest_even(x, fmt):
-    """float32 nearest-even rounding of non-negative float32 ``x`` onto ``fmt``'s values, in float64
-    (exact: every value and midpoint has few bits): the nearer neighbour, on a tie the even code."""
-    values, codes = _values(fmt)
-    x = x.astype(np.float64)
-    hi = np.clip(np.searchsorted(values, x), 1, len(values) - 1)
-    lo = hi - 1
-    below, above = x - values[lo], values[hi] - x
-    pick_hi = (above < below) | ((above == below) & (codes[hi] % 2 == 0))
-    out = np.where(pick_hi, values[hi], values[lo])
-    return np.where(x >= values[-1], values[-1], out).astype(np.float32)
+    """The exact oracle's nearest-even rounding of non-negative float32 ``x`` into ``fmt``, saturating."""
+    return reference.round_array(x, fmt, "nearest_even", saturate=True).astype(np.float32)
 
 
 def _patterns(fmt, stride):
     """float32 bit patterns in [+0, fmt.max]: a stride over all of them, every float32 subnormal with a
     stride, and every value and midpoint of ``fmt`` with its 4 neighbouring patterns on each side."""
     top = int(np.float32(fmt.max).view(np.uint32))
-    values, _ = _values(fmt)
+    values = _values(fmt)
     points = np.concatenate([values, (values[:-1] + values[1:]) / 2]).astype(np.float32).view(np.uint32)
     near = (points.astype(np.int64)[:, None] + np.arange(-4, 5)).ravel()
     parts = [
@@ -162,14 +150,19 @@ def _bits_of(x):
     return np.asarray(x, np.float32).view(np.uint32)
 
 
-@pytest.mark.parametrize("name", ["e2m1fn"])
-def test_round_element_is_the_table_rounding(name):
-    """NVFP4's elements (split path): saturate, then `round_clamped`, against the thresholds of
-    `_table.round_to_table` and the NumPy nearest-even search, over every 1021st non-negative pattern
-    (inf and NaN patterns included: they saturate, as the table's), and every midpoint's neighbours."""
+# e2m1fn (NVFP4's elements) takes `round_clamped`; a few-valued format without an exponent field, the table
+E0M3 = fpemu.Format(name="e0m3_no_specials", exponent_bits=0, mantissa_bits=3, bias=0, specials="none")
+
+
+@pytest.mark.parametrize("fmt", [get_format("e2m1fn"), E0M3], ids=lambda f: f.name)
+def test_round_element_is_the_table_rounding(fmt):
+    """The split path's elements: saturated, then `round_clamped` (or the table where it does not apply),
+    against the thresholds of `_table.round_to_table` and the exact oracle, over every 1021st
+    non-negative pattern (inf and NaN patterns included: they saturate, as the table's), and every
+    midpoint's neighbours."""
     from fpemu.scaled import _core, _table
 
-    fmt = get_format(name)
+    assert _table.applies(fmt) and _rne.clamped_applies(fmt) == (fmt is not E0M3)
     b = np.unique(np.concatenate([np.arange(0, 1 << 31, 1021, dtype=np.int64), _patterns(fmt, stride=1 << 30)]))
     b = b.astype(np.uint32)
     got = np.asarray(jax.jit(lambda v: _core._round_element(v, fmt))(jnp.asarray(b)))
