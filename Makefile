@@ -14,7 +14,7 @@ PYTHON_NEWEST ?= $(shell .ci/find-python 3.12 2>/dev/null)
 PYTHON_313 ?= $(shell .ci/find-python 3.13 2>/dev/null)
 PYTHON_OLDEST ?= $(shell .ci/find-python 3.11 2>/dev/null)
 
-.PHONY: install demo lint test test-newest smoke-oldest smoke-313 test-slow bench clean
+.PHONY: install demo lint test test-long test-newest smoke-oldest smoke-313 test-slow bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,11 +44,19 @@ CACHED = cache=$$(mktemp -d) && trap 'rm -rf "$$cache"' EXIT && JAX_COMPILATION_
 # runs its derandomized `ci` profile (fixed examples, no database): the same run every time. The tests
 # run in one process per core (pytest-xdist; a worker that runs out of tests takes over half of the
 # other's queue): no test depends on another or on the order they run in.
+# `make test` leaves out the tests marked `long` (several seconds each: the examples of README.md and
+# docs/, end-to-end training, sharding, pinned recipe bits, the CLI's runs, whole-range properties) so
+# that it takes under 10 minutes on two cores; `make test-long` runs exactly those. CI (.ci/run) runs
+# both, and the whole suite on the newest JAX.
 SUITE = tests fpemu kernels README.md docs --doctest-modules --doctest-glob='*.md' -p no:cacheprovider -n auto --dist worksteal
 test: lint
-	$(CACHED) FPEMU_HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest $(SUITE)
+	$(CACHED) FPEMU_HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest $(SUITE) -m 'not slow and not long'
 
-# The same suite on the newest JAX a user gets (Python 3.12), in .venv-newest.
+test-long: $(STAMP)
+	$(CACHED) FPEMU_HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest $(SUITE) -m 'long and not slow'
+
+# The whole suite (`make test` and `make test-long` together) on the newest JAX a user gets (Python 3.12),
+# in .venv-newest.
 .venv-newest/.installed-stamp: pyproject.toml
 	@test -n "$(PYTHON_NEWEST)" || .ci/find-python 3.12 PYTHON_NEWEST
 	$(PYTHON_NEWEST) -m venv .venv-newest

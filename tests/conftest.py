@@ -32,12 +32,18 @@ if settings.get_current_profile_name() == "default":
     settings.load_profile("ci")
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests marked ``long`` and the examples of the Markdown files (several seconds each) run first,
-    in their order; the rest keep theirs. pytest-xdist hands each process a contiguous share of the
-    list and lets a process that runs dry take half of another's queue: with the long tests at the
-    end, one process could still be in one of them while the other had finished."""
-    items.sort(key=lambda item: not (item.get_closest_marker("long") or item.path.suffix == ".md"))
+    """The examples of the Markdown files (several seconds each) are ``long`` tests, like the tests marked
+    so: ``make test`` leaves them out, ``make test-long`` and CI run them (tryfirst: before ``-m`` selects).
+
+    Long tests run first, in their order; the rest keep theirs. pytest-xdist hands each process a
+    contiguous share of the list and lets a process that runs dry take half of another's queue: with the
+    long tests at the end, one process could still be in one of them while the other had finished."""
+    for item in items:
+        if item.path.suffix == ".md":
+            item.add_marker(pytest.mark.long)
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
 
 
 @pytest.fixture

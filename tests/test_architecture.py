@@ -250,6 +250,7 @@ def test_long_module_list_is_current():
         assert reason.strip()
 
 
+@pytest.mark.long
 def test_import_fpemu_loads_no_tools_kernels_or_testing():
     """``import fpemu`` is the library: the command line, benchmarks, plots, Pallas and hypothesis load on use."""
     import subprocess
@@ -263,6 +264,7 @@ def test_import_fpemu_loads_no_tools_kernels_or_testing():
     assert out.strip() == "[]", out
 
 
+@pytest.mark.long
 def test_kernels_import_from_a_plain_checkout(tmp_path):
     """A checkout on PYTHONPATH (nothing installed) imports ``fpemu.kernels`` from its ``kernels/`` folder."""
     import os

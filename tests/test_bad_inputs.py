@@ -916,6 +916,7 @@ def bits(x: Any) -> list[int]:
     return a.view({2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize]).ravel().tolist()
 
 
+@pytest.mark.long
 def test_a_python_float_list_is_float64_data():
     """PITFALLS: -431.99999999999994 -> e4m3fn is -416 from float64 (-448 if rounded through float32 first)."""
     v = -431.99999999999994
@@ -1028,6 +1029,7 @@ FLOAT64_DOORS = [
 ]
 
 
+@pytest.mark.long
 @pytest.mark.parametrize(("door", "call", "expected"), FLOAT64_DOORS, ids=[d[0] for d in FLOAT64_DOORS])
 def test_the_input_contract_for_a_float64_value(door, call, expected):
     assert np.asarray(call(), np.float64).ravel().tolist() == [expected], door

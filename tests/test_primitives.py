@@ -49,6 +49,7 @@ def installed() -> list[str]:
     return names
 
 
+@pytest.mark.long
 def test_every_primitive_of_the_installed_jax_is_in_the_catalogue(installed):
     missing = [name for name in installed if name not in CATALOGUE]
     assert not missing, (

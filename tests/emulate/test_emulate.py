@@ -193,6 +193,7 @@ def _hand(name, fmt):
 HAND_CASES = [(name, fmt) for name in PROGRAMS for fmt in FORMATS if fmt != "fp16" or name in ("mlp", "layernorm")]
 
 
+@pytest.mark.long
 @pytest.mark.parametrize(("name", "fmt"), HAND_CASES, ids=[f"{n}-{f}" for n, f in HAND_CASES])
 def test_matches_hand_inserted_rounding(name, fmt):
     fn, args = PROGRAMS[name](identity)
@@ -206,12 +207,14 @@ def test_matches_hand_inserted_rounding(name, fmt):
     assert_same_bits(got, expected)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("name", ["control"])
 def test_eager_matches_jit(name):
     fn, args = PROGRAMS[name](identity)
     assert_same_bits(fpemu.emulate(fn, "bf16")(*args), jax.jit(fpemu.emulate(fn, "bf16"))(*args))
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("name", DIFFERENTIABLE)
 def test_grad_of_emulate_is_straight_through(name):
     """jax.grad(emulate(f)) == the gradient of the hand-rounded program with straight-through rounding:
@@ -231,6 +234,7 @@ def test_grad_of_emulate_is_straight_through(name):
     assert_same_bits(grads, expected)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("name", ["rnn"])
 def test_emulate_of_grad_rounds_the_backward_pass(name):
     fn, args = PROGRAMS[name](identity)
@@ -247,6 +251,7 @@ def test_emulate_of_grad_rounds_the_backward_pass(name):
         np.testing.assert_allclose(g, e, rtol=0.1, atol=0.1)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("name", ["rnn", "control"])
 def test_vmap_of_emulate_equals_per_example(name):
     fn, (params, x) = PROGRAMS[name](identity)
@@ -266,6 +271,7 @@ def _gelu_block(params, x):
     return jax.nn.log_softmax(h @ params[1]) + jax.nn.logsumexp(h)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("name", [*PROGRAMS, "gelu_block"])
 def test_fp32_policy_is_bit_identical(name):
     if name == "gelu_block":
@@ -292,6 +298,7 @@ def test_fp32_policy_is_bit_identical(name):
             np.testing.assert_allclose(np.asarray(a), e, rtol=0, atol=2.0**-20 * float(np.abs(e).max()))
 
 
+@pytest.mark.long
 def test_linear_solve():
     a = _normal(KEYS[0], (4, 4)) + 4.0 * jnp.eye(4, dtype=jnp.float32)
     v = _normal(KEYS[1], (4,))
@@ -364,6 +371,7 @@ def test_every_listed_primitive_has_a_rule_of_its_kind():
     assert {name: entry.kind for name, entry in RULES.items()} == listed
 
 
+@pytest.mark.long
 def test_exact_primitives_are_not_rounded():
     x = jnp.array([0.1, -0.3, 1e-3, 7.7], jnp.float32)  # none of these is a bf16 value
     policy = fpemu.Policy(default="bf16", round_inputs=False)
@@ -445,6 +453,7 @@ def test_inputs_and_literals():
     assert fpemu.emulate(lambda n: n * 1000 + 7, "e4m3fn")(ints).tolist() == [1007, 2007, 300007]
 
 
+@pytest.mark.long
 def test_policy_default_none_rounds_only_dots():
     a, b = _normal(KEYS[0], (4, 16)), _normal(KEYS[1], (16, 8))
     policy = fpemu.Policy(dot=fpemu.DotPolicy(lhs="e4m3fn", rhs="e5m2", out="bf16"))
@@ -459,6 +468,7 @@ def test_policy_default_none_rounds_only_dots():
 # -- dot_general and conv under a DotPolicy ----------------------------------------------------------------
 
 
+@pytest.mark.long
 def test_dot_policy_uses_fpemu_dot_general():
     a, b = _normal(KEYS[0], (2, 8, 32), 10.0), _normal(KEYS[1], (2, 32, 4))
     dot = fpemu.DotPolicy(lhs="e4m3fn", rhs="e5m2", accumulate="bf16", accumulate_every=8)
@@ -489,6 +499,7 @@ def test_dot_policy_in_the_backward_pass():
         assert_same_bits(g, fpemu.quantize(g, "bf16"))
 
 
+@pytest.mark.long
 def test_conv_follows_dot_policy():
     x, w = _normal(KEYS[2], (2, 3, 8, 8)), _normal(KEYS[3], (4, 3, 3, 3))
     policy = fpemu.Policy(default="bf16", dot=fpemu.DotPolicy(lhs="e4m3fn", rhs="e4m3fn"))
@@ -510,6 +521,7 @@ def _counts(stats, site):
     return {field: int(value) for field, value in stats[site].items()}
 
 
+@pytest.mark.long
 def test_stats_count_known_events():
     f = lambda v: v + 0.0
     policy = fpemu.Policy(default="e4m3fn", round_inputs=False)
@@ -526,6 +538,7 @@ def test_stats_count_known_events():
     assert _counts(stats, "add") == dict(elements=9, overflow=0, saturated=0, underflow=1, subnormal=0, inf=1, nan=1)
 
 
+@pytest.mark.long
 def test_stats_in_loops_branches_scopes_and_vmap():
     x = jnp.asarray(SPECIALS)
 
@@ -641,6 +654,7 @@ def test_named_scopes_survive_in_traces():
 # -- stochastic rounding ---------------------------------------------------------------------------------
 
 
+@pytest.mark.long
 def test_stochastic_rounding_is_keyed_and_per_site():
     x = jnp.full((256,), 1.0 + 2.0**-10, jnp.float32)  # between two bf16 values
     policy = fpemu.Policy(default="bf16", rounding="stochastic", round_inputs=False)
@@ -693,6 +707,7 @@ def assert_values_of(tree, fmt):
 Z = lax.complex(_normal(KEYS[2], (16,), 3.0), _normal(KEYS[3], (16,), 3.0))  # complex64, not format values
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("fmt", ["e4m3fn", "bf16"])
 def test_complex_results_are_rounded_by_parts(fmt):
     """Each rule against the program with rounding inserted by hand (complex data by parts), bit for bit."""
@@ -717,6 +732,7 @@ def test_complex_results_are_rounded_by_parts(fmt):
     assert_values_of(got, fmt)
 
 
+@pytest.mark.long
 def test_complex_statistics_and_stochastic_rounding():
     z = jnp.full((256,), 1.1 + 1.1j, jnp.complex64)  # both parts between e4m3fn's 1.0 and 1.125
     _, stats = jax.jit(fpemu.emulate(lambda v: v * 2.0, "e4m3fn", with_stats=True))(z)
@@ -744,6 +760,7 @@ def test_complex_convert_counts_by_the_parts_dtype(x64):
 # -- the exact class: exact for every dtype and format it meets --------------------------------------------
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16, jnp.complex64, jnp.int32])
 def test_exact_primitives_are_exact_for_every_dtype(dtype):
     """Selection, data movement, sign changes: bit for bit the unemulated program (inputs are e4m3fn

@@ -150,6 +150,7 @@ DOT_OPTIONS = [
 ]
 
 
+@pytest.mark.long
 @pytest.mark.parametrize(("saturate", "variant", "ties"), DOT_OPTIONS, ids=str)
 def test_dot_policy_passes_the_options_to_dot_general(saturate, variant, ties):
     rng = np.random.default_rng(3)
@@ -169,6 +170,7 @@ def test_dot_policy_passes_the_options_to_dot_general(saturate, variant, ties):
         assert np.all(np.isfinite(np.asarray(got)[1]))
 
 
+@pytest.mark.long
 def test_dot_policy_hands_every_option_to_dot_general(monkeypatch):
     """With 32 random bits (fpemu.dot_general's) the variants rarely differ on a dot's sums: check the
     options handed over, including "floor" where no rounding of the dot is stochastic."""
@@ -232,6 +234,7 @@ def _float32_bitcasts(jaxpr) -> int:
     return found
 
 
+@pytest.mark.long
 def test_a_value_already_rounded_is_not_rounded_again_as_a_dot_operand():
     # tanh and exp round their results to e4m3fn; the dot's operands are those values (the transpose
     # between moves bits only), so the only other rounding is the dot's result: 3, not 5
@@ -247,6 +250,7 @@ def test_a_value_already_rounded_is_not_rounded_again_as_a_dot_operand():
 # -- explicit random bits: emulate(random=source) -------------------------------------------------------
 
 
+@pytest.mark.long
 def test_a_bit_source_of_the_keys_own_bits_gives_the_keyed_result():
     f = lambda a, b: jnp.tanh(a @ b) * 3.0 + jnp.exp(a).sum()
     a, b = jnp.linspace(-2.0, 2.0, 12).reshape(3, 4), jnp.linspace(-1.0, 1.0, 20).reshape(4, 5)
@@ -283,6 +287,7 @@ def test_a_bit_source_gives_every_stochastic_rounding_its_bits():
     assert not np.array_equal(np.asarray(emulated(x)), np.asarray(nearest))
 
 
+@pytest.mark.long
 def test_a_bit_source_of_a_dot_policy_draws_each_operand_stream():
     calls = []
 
@@ -313,6 +318,7 @@ def test_bad_bit_sources(policy, kwargs, error, match):
         fpemu.emulate(lambda v: v * 3.0, policy, **kwargs)
 
 
+@pytest.mark.long
 def test_a_bit_source_reaches_a_stochastic_accumulator_once_per_chunk():
     calls = []
 

@@ -327,6 +327,7 @@ def test_backward_pass_emulated_in_bf16(name):
     assert relative_error(got, expected) < BF16_ERROR
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("name", [name for name in MODELS if not name.startswith("act_")])
 def test_straight_through_gradient_of_bf16_forward(name):
     _, loss, params = _step_and_reference(name)

@@ -45,6 +45,7 @@ def _adam_problem():
     return step, params, opt.init(params), x
 
 
+@pytest.mark.long
 def test_an_adam_step_in_bf16_names_the_division_and_the_literal():
     step, params, opt_state, x = _adam_problem()
     promotion = jax.numpy_dtype_promotion("standard")  # optax raises a float to an int32 power
@@ -110,6 +111,7 @@ def test_excluded_literals_do_not_warn():
 # -- find_nonfinite ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.long
 def test_layernorm_eps_in_e4m3fn_divides_by_zero_on_a_constant_row():
     def layernorm(x):
         mean = jnp.mean(x, axis=-1, keepdims=True)

@@ -91,6 +91,7 @@ def _inputs(fmt, k: int) -> tuple[np.ndarray, np.ndarray]:
 CASES = [(saturate, k) for saturate in (False, True) for k in (3, 32)]
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("fmt", FAST, ids=[f.name for f in FAST])
 def test_round_stochastic_equals_round_narrow(fmt):
     """Every case of `CASES` (saturation on and off; 3 and 32 random bits) in one compiled program."""

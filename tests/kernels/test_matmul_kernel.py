@@ -129,6 +129,7 @@ class MatmulKernelTest:
             accumulate_every=1,
         )  # fmt: skip
 
+    @pytest.mark.long
     def test_rank1_steps_and_chunks_across_steps(self):
         # block_k=8: K steps narrower than a dot, one chunk of 12 over three steps of gcd(12, 8) = 4.
         a, b = _ints((M, K), 6, 4), _ints((K, N), 7, 4)
@@ -185,6 +186,7 @@ class MatmulKernelTest:
         self._check(_floats((M, K), 12, 100), _floats((K, N), 13), lhs="e4m3fn", rhs="e5m2", lhs_scale=3.0)
         self._check(_floats((M, K), 12), _floats((K, N), 13, 100), lhs="e4m3fn", rhs="e5m2", rhs_scale=jnp.float32(3))
 
+    @pytest.mark.long
     def test_saturate(self):
         # Operands beyond 448, a running sum beyond it and an output beyond e5m2's 57344 all clamp.
         a, b = _ints((M, K), 14) * 80, _ints((K, N), 15) * 100
@@ -229,12 +231,14 @@ class MatmulKernelTest:
         got = self._check(a, b, lhs="e8m0fnu", rhs="e2m1fn")
         assert not np.isnan(np.asarray(got)).any()
 
+    @pytest.mark.long
     def test_narrow_input_dtypes(self):
         # A bfloat16 a used as it is (its values are bf16: the bf16 dot path), a float16 b rounded to e4m3fn.
         a = jnp.asarray(_ints((M, K), 20)).astype(jnp.bfloat16)
         b = jnp.asarray(_floats((K, N), 21)).astype(jnp.float16)
         self._check(a, b, rhs="e4m3fn", accumulate="bf16", accumulate_every=16)
 
+    @pytest.mark.long
     def test_host_float64_operands_round_once(self):
         # With x64 off, a NumPy float64 operand is rounded from its float64 value, as fpemu.matmul does:
         # 1 + 2**-4 + 2**-30 is just above the e4m3fn tie 1.0625, so it rounds up to 1.125.
@@ -249,12 +253,14 @@ class MatmulKernelTest:
 
     # -- stochastic rounding: the XLA path's random bits ----------------------------------------------
 
+    @pytest.mark.long
     def test_stochastic_operands_and_output(self):
         kw = {"lhs": "e4m3fn", "rhs": "e2m1fn", "out": "e4m3fn", "rounding": "stochastic", "key": jax.random.key(7)}
         a, b = _floats((M, K), 24), _floats((K, N), 25)
         got = self._check(a, b, accumulate_every=1, **kw)  # exact chunk sums: bit-equal
         _assert_same(got, self._run(a, b, self.rank1_blocks, accumulate_every=1, **kw))  # any block size
 
+    @pytest.mark.long
     def test_stochastic_accumulator(self):
         kw = {"accumulate": "bf16", "accumulate_every": 3, "accumulate_rounding": "stochastic"}
         self._check_oracle(_ints((M, K), 26, 16), _ints((K, N), 27, 16), key=jax.random.PRNGKey(8), **kw)

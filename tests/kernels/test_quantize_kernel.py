@@ -94,6 +94,7 @@ class QuantizeKernelTest:
         self._check("e4m3fn", "nearest_even", False, True, x)
 
     # Every example compiles the kernel for a new shape (and interprets it on CPU): few examples.
+    @pytest.mark.long
     @settings(max_examples=10, suppress_health_check=[HealthCheck.function_scoped_fixture])
     @given(data=st.data())
     def test_ragged_float32_arrays_against_xla_and_ml_dtypes(self, data):
@@ -109,6 +110,7 @@ class QuantizeKernelTest:
         keep = ~np.isnan(x) if not fmt.has_nan else np.ones(x.shape, bool)
         _assert_same(np.asarray(got)[keep], host[keep])
 
+    @pytest.mark.long
     def test_float64_inputs(self, x64):
         """With x64 on, float64 arrays are rounded once from their float64 value, in the kernel too:
         1 + 2**-4 + 2**-40 is above the e4m3fn tie 1 + 2**-4 only in float64 (it rounds up).

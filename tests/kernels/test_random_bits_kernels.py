@@ -50,6 +50,7 @@ class RandomBitsKernelTest:
         if not self.interpret and jax.default_backend() != "gpu":
             pytest.skip("compiled Pallas kernels need a GPU")
 
+    @pytest.mark.long
     @pytest.mark.parametrize(
         ("fmt", "variant", "k"), [("e4m3fn", "floor", 32), ("e2m1fn", "nearest_even", 3), ("bf16", "nearest_away", 9)]
     )
@@ -65,6 +66,7 @@ class RandomBitsKernelTest:
         got = quantize_kernel(x, fmt, random=other, interpret=self.interpret, **kw)
         _same(got, fpemu.quantize(x, fmt, random=other, **kw))
 
+    @pytest.mark.long
     def test_matmul_kernel_takes_the_bits(self):
         """Every stream: operands (e2m1fn), a chunked fp16 running sum, the output (e4m3fn)."""
         blocks = MatmulBlockSizes(block_m=16, block_n=16, block_k=16)
@@ -89,6 +91,7 @@ class RandomBitsKernelTest:
         got = matmul_kernel(a, b, random=other, block_sizes=blocks, interpret=self.interpret, **options)
         _same(got, fpemu.matmul(a, b, random=other, **options))
 
+    @pytest.mark.long
     def test_matmul_kernel_rank1_steps_and_a_narrow_result(self):
         """Chunks of 3 (K steps of 1, rank-1 updates); a bfloat16 result is the output rounding."""
         a, b = _ints((5, 11), 6), _ints((11, 3), 7)

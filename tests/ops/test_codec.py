@@ -28,6 +28,7 @@ def _e8m0_ml_dtypes_bug(x32: np.ndarray) -> np.ndarray:
     return (x32 > 2.0**-127) & (x32 < 1.5 * 2.0**-127)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("fmt", ML_DTYPES_FORMATS, ids=lambda f: f.name)
 def test_encode_equals_ml_dtypes_cast(fmt):
     x = _patterns_as_float32()
@@ -163,6 +164,7 @@ def _stream_reference(codes: np.ndarray, width: int) -> np.ndarray:
 PACK_FORMATS = ["e2m1fn", "e2m3fn", "e3m2fn", "e4m3fn", "bf16", "fp16"]
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("fmt", [*PACK_FORMATS, "custom7"])
 def test_pack_matches_bit_stream_reference_and_unpack_inverts(fmt):
     fmt = fpemu.Format(name="e3m3", exponent_bits=3, mantissa_bits=3) if fmt == "custom7" else fpemu.get_format(fmt)
@@ -182,6 +184,7 @@ def test_pack_layouts_in_words():
     assert int(packed[0]) | int(packed[1]) << 8 | int(packed[2]) << 16 == 1 | 2 << 6 | 3 << 12 | 4 << 18
 
 
+@pytest.mark.long
 def test_pack_unpack_errors():
     with pytest.raises(ValueError, match="multiple of 3 bytes"):
         fpemu.unpack(jnp.zeros(4, jnp.uint8), "e2m3fn")
@@ -202,6 +205,7 @@ def test_pack_unpack_errors():
         fpemu.unpack(packed, "e2m3fn", count=2.0)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("fmt", ["e2m1fn", "e2m3fn", "custom7", "bf16"])
 @pytest.mark.parametrize("n", [3, 13])
 def test_pack_any_length_pads_with_zero_codes_and_unpack_takes_the_count(fmt, n):
@@ -222,6 +226,7 @@ def test_pack_any_length_under_jit():
     np.testing.assert_array_equal(np.asarray(round_trip), np.asarray(codes), strict=True)
 
 
+@pytest.mark.long
 def test_pack_under_jit_and_vmap():
     codes = jnp.asarray(np.random.default_rng(1).integers(0, 16, (4, 8)), jnp.uint8)
     packed = jax.jit(lambda c: fpemu.pack(c, "e2m1fn"))(codes)

@@ -108,6 +108,7 @@ _OTHER_NEW_CASES = [(f, "nearest_even") for f in OTHER_NEW_FORMATS] + [
 ]
 
 
+@pytest.mark.long
 @pytest.mark.parametrize(("fmt", "rounding"), _OTHER_NEW_CASES, ids=lambda v: getattr(v, "name", v))
 def test_every_16_bit_pattern_other_new_formats(fmt, rounding, patterns):
     _check(fmt, patterns, rounding, False, True)
@@ -185,6 +186,7 @@ def test_ties_to_the_even_exponent(fmt, saturate, patterns):
     _check(fmt, patterns, "nearest_even", saturate, True, exponent_ties="even")
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("fmt", [f for f in fpemu.formats() if f.exponent_bits == 8 and f.specials == "ieee"],
                          ids=lambda f: f.name)  # fmt: skip
 def test_reduce_precision_fast_path_equals_the_integer_path(fmt, patterns):

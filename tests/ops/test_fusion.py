@@ -24,6 +24,7 @@ def test_materialize_keeps_the_bits_and_the_derivative(first):
     assert_bit_exact(tangent, np.arange(4.0, dtype=np.float32))
 
 
+@pytest.mark.long
 def test_computed_once_materializes_large_arrays_only():
     small = jnp.ones(MATERIALIZE_MIN_SIZE - 1)
     large = jnp.ones(MATERIALIZE_MIN_SIZE)

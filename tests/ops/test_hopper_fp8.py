@@ -74,6 +74,7 @@ def _emulated(a: np.ndarray, b: np.ndarray, lhs: str, rhs: str, every, split: in
     return total
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("name", ["align", "group", "swamp", "carry", "swamp/highest", "operand"])
 def test_designed_dot_products_match_the_h200(name):
     """cuBLAS's FP8 GEMM on the designed sets: one large product and one small one (the 13 bits kept
@@ -93,6 +94,7 @@ def test_designed_dot_products_match_the_h200(name):
     assert _same_bits(got, expected) == 0
 
 
+@pytest.mark.long
 @pytest.mark.parametrize(("key", "every", "split"), _random_keys(), ids=lambda v: str(v))
 def test_random_dot_products_match_the_h200(key, every, split):
     """The top-left 32 x 32 results of each recorded random product, bit for bit."""
@@ -129,6 +131,7 @@ def test_the_recorded_results_are_not_plain_float32_sums():
     assert _same_bits(RECORDED["designed/swamp/highest"], RECORDED["designed/swamp"]) > 10000
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("every", [None, 32, 64])
 @pytest.mark.parametrize(
     ("lhs", "rhs"), [("e4m3fn", "e4m3fn"), ("e5m2", "e4m3fn"), ("e4m3fn", "e5m2"), ("e5m2", "e5m2")]
@@ -156,6 +159,7 @@ def test_zero_sums_are_positive_zero():
     assert got[0, 0] == 0 and not np.signbit(got[0, 0])
 
 
+@pytest.mark.long
 def test_promotion_every_128_is_a_float32_sum_of_tensor_core_sums():
     """``accumulate_every=128``: each chunk of 128 summed by the tensor core from +0, the chunk sums
     added in float32 (what `test_designed_dot_products_match_the_h200[swamp/highest]` shows cuBLAS does)."""
@@ -189,6 +193,7 @@ def test_x64_float64_operands_are_refused(x64):
         fpemu.matmul(x, x.T, lhs="e4m3fn", rhs="e4m3fn", accumulate="hopper_fp8")
 
 
+@pytest.mark.long
 def test_jit_and_grad():
     """Under jit the same bits; the gradient is straight-through (the product's), as for every accumulator."""
     a, b = cases.random_operands("normal", 3, 2, 64, 11)

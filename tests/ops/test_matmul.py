@@ -71,6 +71,7 @@ def test_accumulator_matches_reference(rng, operands, accumulate, every):
     assert_same_bits(fpemu.dot_general(a, b, MM, **options), dot_general_reference(a, b, MM, **options))
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("saturate", [False, True], ids=["wrap", "saturate"])
 @pytest.mark.parametrize("mode", ROUNDING_MODES)
 def test_accumulate_rounding_modes(rng, mode, saturate):
@@ -85,6 +86,7 @@ def test_accumulate_rounding_modes(rng, mode, saturate):
         assert_same_bits(fpemu.dot_general(a, b, MM, **options), dot_general_reference(a, b, MM, **options))
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("saturate", [False, True], ids=["wrap", "saturate"])
 @pytest.mark.parametrize("mode", ROUNDING_MODES)
 def test_operand_and_output_rounding_modes(rng, mode, saturate):
@@ -98,6 +100,7 @@ def test_operand_and_output_rounding_modes(rng, mode, saturate):
         assert np.isnan(np.asarray(actual)[0]).any() != saturate
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("accumulate", ["bf16", "fp16"])
 def test_sequential_accumulation_of_any_values_is_exact(rng, accumulate):
     """accumulate_every=1: each chunk is one exact product, so any data matches bit for bit."""
@@ -108,6 +111,7 @@ def test_sequential_accumulation_of_any_values_is_exact(rng, accumulate):
         assert_same_bits(fpemu.matmul(a, b, **options), dot_general_reference(a, b, MM, **options))
 
 
+@pytest.mark.long
 def test_contraction_order_with_batch_and_several_contracting_dimensions(rng):
     """The contraction runs row-major over the contracting dimensions in the order listed."""
     a = exact_friendly(rng, (2, 3, 4, 5))
@@ -235,6 +239,7 @@ def test_fast_path_takes_bf16_operands(lhs, rhs, dtype, fast):
         assert dots and all((d == ("bfloat16", "bfloat16")) == fast for d in dots), dots
 
 
+@pytest.mark.long
 def test_fast_path_equals_reference_on_exact_sums(rng):
     a, b = exact_friendly(rng, (16, 200)), exact_friendly(rng, (200, 8))
     for fmt in ("e4m3fn", "e5m2", "e2m3fn", "e2m1fn"):
@@ -247,6 +252,7 @@ def _bf16(rng, shape):
     return fpemu.quantize(jnp.asarray(exact_friendly(rng, shape)), "e4m3fn").astype(jnp.bfloat16)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize(
     ("lhs_shape", "rhs_shape", "dn"),
     [
@@ -350,6 +356,7 @@ def test_stagnation_of_narrow_accumulators():
 # -- float64 and host float64 --------------------------------------------------------------------------
 
 
+@pytest.mark.long
 def test_float64_inputs_compute_in_float64(x64, rng):
     a = rng.standard_normal((3, 20))
     b = rng.standard_normal((20, 4))
@@ -395,6 +402,7 @@ def test_matmul_shapes_follow_jnp_matmul(rng, a_shape, b_shape):
     np.testing.assert_array_equal(np.asarray(actual), expected)
 
 
+@pytest.mark.long
 def test_matmul_rounds_operands_before_broadcasting(rng):
     """Stochastic operand rounding indexes each operand's own elements: a broadcast b is rounded once."""
     a = rng.standard_normal((3, 2, 6)).astype(np.float32)
@@ -417,6 +425,7 @@ def _ops(a, b, **options):
     }
 
 
+@pytest.mark.long
 @pytest.mark.parametrize(
     ("dtype", "preferred"),
     [
@@ -460,6 +469,7 @@ CONVS = [
 ]
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("case", CONVS, ids=lambda c: f"{c[0]}x{c[1]}")
 def test_conv_matches_lax_on_exact_inputs(rng, case):
     lhs_shape, rhs_shape, strides, padding, lhs_dil, rhs_dil, dn, fg, bg = case
@@ -500,6 +510,7 @@ def test_conv_accumulator_matches_im2col_reference(rng, options):
 # -- jit, vmap, grad ------------------------------------------------------------------------------------
 
 
+@pytest.mark.long
 def test_jit_equals_eager(rng):
     a, b = rng.standard_normal((5, 9)).astype(np.float32), rng.standard_normal((9, 4)).astype(np.float32)
     key = jax.random.key(0)
@@ -511,6 +522,7 @@ def test_jit_equals_eager(rng):
         assert_same_bits(jitted[name], eager[name])
 
 
+@pytest.mark.long
 def test_vmap_equals_a_loop(rng):
     a = rng.standard_normal((3, 5, 9)).astype(np.float32)
     b = rng.standard_normal((9, 4)).astype(np.float32)
@@ -521,6 +533,7 @@ def test_vmap_equals_a_loop(rng):
     assert_same_bits(mapped, np.swapaxes(np.stack([np.asarray(fpemu.matmul(x, b, **options)) for x in a]), 1, 2))
 
 
+@pytest.mark.long
 @pytest.mark.parametrize(
     "options", [dict(), dict(accumulate="bf16"), dict(accumulate="fp32", accumulate_every=4, out="e4m3fn")]
 )
@@ -541,6 +554,7 @@ def test_grad_is_straight_through(rng, options):
     np.testing.assert_allclose(np.asarray(jvp), np.ones((4, 8)) @ qb, rtol=1e-6)
 
 
+@pytest.mark.long
 def test_grad_with_scales_follows_the_chain_rule(rng):
     a = rng.standard_normal((2, 5)).astype(np.float32)
     b = rng.standard_normal((5, 3)).astype(np.float32)
@@ -558,6 +572,7 @@ def test_grad_with_scales_follows_the_chain_rule(rng):
     np.testing.assert_allclose(float(dsa), expected_dsa, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.long
 def test_conv_grad_is_the_lax_conv_grad_of_the_rounded_operands(rng):
     x = rng.integers(-4, 5, (2, 3, 6)).astype(np.float32)
     w = rng.integers(-4, 5, (4, 3, 3)).astype(np.float32) / 3
@@ -577,6 +592,7 @@ def test_conv_grad_is_the_lax_conv_grad_of_the_rounded_operands(rng):
 # -- stochastic rounding --------------------------------------------------------------------------------
 
 
+@pytest.mark.long
 def test_stochastic_results_depend_on_the_key_only(rng):
     a, b = rng.standard_normal((4, 16)).astype(np.float32), rng.standard_normal((16, 4)).astype(np.float32)
     options = dict(lhs="e4m3fn", rhs="e4m3fn", accumulate="bf16", out="e4m3fn", rounding="stochastic",
@@ -716,6 +732,7 @@ def _policy_operands():
     return rng.normal(size=(3, 16)).astype(np.float32), rng.normal(size=(16, 5)).astype(np.float32)
 
 
+@pytest.mark.long
 def test_policy_is_the_keyword_options_as_one_record():
     """Every entry point computes the same bits from ``policy=DotPolicy(...)`` as from the keywords it holds."""
     from fpemu.kernels import matmul_kernel

@@ -53,6 +53,7 @@ def test_saturation_modes_differ_where_p3109_says():
     assert results["ovf_inf"] == [np.inf, np.inf]
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("variant", ["floor", "nearest_even", "nearest_odd", "nearest_away"])
 def test_stochastic_variants_in_every_rounding_equal_the_reference(variant):
     a, b = _operands(1, 3.0)
@@ -64,6 +65,7 @@ def test_stochastic_variants_in_every_rounding_equal_the_reference(variant):
     np.testing.assert_array_equal(_bits(got), _bits(dot_general_reference(a, b, DIMS, **options)))
 
 
+@pytest.mark.long
 def test_stochastic_variants_change_the_operands_as_quantize_does():
     """The operand rounding of the dot is `fpemu.quantize` with the same key stream and variant."""
     a = np.full((1, 16), 1.0 + 2.0**-5 * 3 / 8, np.float32)  # 3/8 of an e4m3fn step above 1
@@ -100,6 +102,7 @@ def test_the_options_are_checked_and_named():
         fpemu.matmul(a, b, lhs="e4m3fn", saturate="sat_finit")
 
 
+@pytest.mark.long
 @pytest.mark.parametrize(
     "options",
     [

@@ -54,6 +54,7 @@ def _sample(n: int, seed: int = 0) -> jax.Array:
 # -- explicit random bits -----------------------------------------------------------------------------
 
 
+@pytest.mark.long
 @pytest.mark.parametrize(
     ("fmt", "k", "variant"),
     [("e4m3fn", None, "floor"), ("e2m1fn", 3, "nearest_even"), ("bf16", 8, "nearest_odd"),
@@ -81,6 +82,7 @@ def test_stochastic_bits_are_the_keyed_draws():
         _quantize.stochastic_bits(0, (2,))
 
 
+@pytest.mark.long
 def test_explicit_random_bits_under_jit_vmap_grad_and_float64():
     x = _sample(64).reshape(4, 16)
     key = jax.random.key(3)
@@ -100,6 +102,7 @@ def test_explicit_random_bits_under_jit_vmap_grad_and_float64():
     _same_bits(got, fpemu.quantize(x64, "e5m2", rounding="stochastic", key=key, random_bits=6))
 
 
+@pytest.mark.long
 def test_explicit_random_bits_broadcast_to_the_input():
     x = _sample(24).reshape(2, 3, 4)
     row = jnp.array([0, 1, 2, 3], jnp.uint8)
@@ -135,6 +138,7 @@ def test_argument_errors(kwargs, error, match):
             op(jnp.ones(4), "e4m3fn", **kwargs)
 
 
+@pytest.mark.long
 def test_the_pallas_engine_takes_explicit_bits_as_the_xla_engine_does():
     x = jnp.linspace(-3.0, 3.0, 256, dtype=jnp.float32) + 0.01
     bits = fpemu.stochastic_bits(jax.random.key(5), x.shape)
@@ -229,6 +233,7 @@ def test_issue_example_277_in_e5m2_with_3_random_bits():
     assert up == {"floor": 0.25, "nearest_even": 0.375, "nearest_odd": 0.375, "nearest_away": 0.375}
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("variant", ["nearest_even", "nearest_odd", "nearest_away"])
 def test_variants_are_unbiased_on_average(variant):
     """E[q(x)] over the 2**k draws differs from x by at most half a draw's weight of the gap."""
@@ -313,6 +318,7 @@ def _boundary_inputs(fmt, dtype, seed: int) -> np.ndarray:
     return np.concatenate([values, -values])
 
 
+@pytest.mark.long
 @settings(max_examples=15, deadline=None)
 @given(
     k=st.integers(3, 16), p_frac=st.floats(0, 1), signed=st.booleans(), extended=st.booleans(),

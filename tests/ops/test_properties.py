@@ -99,6 +99,7 @@ def test_custom_formats(fmt, rounding, saturate, subnormals, seed):
         _assert_matches_reference(boundary_inputs(fmt, np.float64, seed), fmt, rounding, saturate, subnormals)
 
 
+@pytest.mark.long
 @given(
     fmt=st.sampled_from([f for f in BUILTINS if fits(f, fpemu.get_format("fp32"))]),
     xs=st.lists(st.floats(width=32, allow_nan=True, allow_infinity=True), min_size=1, max_size=20),
@@ -108,12 +109,14 @@ def test_any_float32(fmt, xs, rounding):
     _assert_matches_reference(np.array(xs, np.float32), fmt, rounding, False, True)
 
 
+@pytest.mark.long
 @given(fmt=st.sampled_from(BUILTINS), xs=st.lists(st.floats(), min_size=1, max_size=20), rounding=rounding_modes)
 def test_any_float64(fmt, xs, rounding):
     with jax.enable_x64(True):
         _assert_matches_reference(np.array(xs, np.float64), fmt, rounding, False, True)
 
 
+@pytest.mark.long
 @given(xs=st.lists(st.floats(), min_size=1, max_size=20), rounding=rounding_modes)
 def test_numpy_float64_with_x64_off_is_rounded_once(xs, rounding):
     """A NumPy float64 array while x64 is off: the float32 result equals rounding the float64 value."""

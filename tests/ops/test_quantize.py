@@ -202,6 +202,7 @@ def test_jit_eager_and_vmap_agree(rounding):
         assert_same_bits(eager, mapped)
 
 
+@pytest.mark.long
 def test_vmap_over_keys():
     x = _sample(256)
     keys = jax.random.split(jax.random.key(0), 4)
@@ -350,6 +351,7 @@ _PUBLIC_OPS = {
 }
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("op", _PUBLIC_OPS, ids=str)
 def test_every_public_op_is_the_same_eager_jitted_and_vmapped(op):
     fn = _PUBLIC_OPS[op]

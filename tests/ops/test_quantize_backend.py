@@ -97,6 +97,7 @@ def test_pallas_engine_under_vmap_matches_xla_under_vmap():
     np.testing.assert_array_equal(_bits(got), _bits(expected))
 
 
+@pytest.mark.long
 def test_pallas_engine_rounds_host_float64_once():
     # 1 + 2**-4 + 2**-30 is above the e4m3fn tie 1.0625 only in float64: float32 would round it to the tie.
     x = np.array([1 + 2.0**-4 + 2.0**-30, -(1 + 2.0**-4)], np.float64)

@@ -53,6 +53,7 @@ def _key_bits(key, a_shape, b_shape, out_shape, chunks, streams=("lhs", "rhs", "
     return {name: bits[name]() for name in streams}
 
 
+@pytest.mark.long
 def test_dot_general_with_operand_and_output_rounding_equals_the_key():
     """Batch and free dimensions, two contracting dimensions: the bits follow each array's own
     row-major order (the operands in their shapes, the output in the result's)."""
@@ -66,6 +67,7 @@ def test_dot_general_with_operand_and_output_rounding_equals_the_key():
     np.testing.assert_array_equal(_bits(explicit), _bits(keyed))
 
 
+@pytest.mark.long
 def test_dot_general_with_a_stochastic_accumulator_equals_the_key():
     a, b = _operands((3, 10), (10, 4), seed=1)
     options = dict(accumulate="fp16", accumulate_every=4, accumulate_rounding="stochastic")
@@ -74,6 +76,7 @@ def test_dot_general_with_a_stochastic_accumulator_equals_the_key():
     np.testing.assert_array_equal(_bits(fpemu.dot_general(a, b, DIMS, random=random, **options)), _bits(keyed))
 
 
+@pytest.mark.long
 def test_explicit_bits_against_the_exact_reference():
     """Arbitrary bits (not from any key), some broadcast, through the fast path and the oracle."""
     a, b = _operands((3, 7), (7, 4), seed=3)
@@ -99,6 +102,7 @@ def test_the_bits_decide_the_rounding():
         assert np.asarray(y).tolist() == [[expected] * 4]
 
 
+@pytest.mark.long
 def test_matmul_broadcast_batches_and_a_narrower_result_dtype():
     """`matmul` rounds the operands in their own shapes; a bfloat16 result is an output rounding."""
     a, b = _operands((2, 1, 3, 6), (4, 6, 2), seed=5)
@@ -110,6 +114,7 @@ def test_matmul_broadcast_batches_and_a_narrower_result_dtype():
     np.testing.assert_array_equal(np.asarray(explicit).view(np.uint16), np.asarray(keyed).view(np.uint16))
 
 
+@pytest.mark.long
 def test_under_jit_and_grad():
     """Traced bits (not range-checked) give the same result; the gradient is straight-through: the
     plain dot of the cotangent with the rhs rounded with its bits."""
@@ -122,6 +127,7 @@ def test_under_jit_and_grad():
     np.testing.assert_array_equal(_bits(g), _bits(np.ones((3, 2)) @ b_q.T))
 
 
+@pytest.mark.long
 def test_host_float64_operands_are_rounded_once_with_the_bits():
     a = np.array([[1.0 + 2.0**-40, 0.3, 2.7]])  # NumPy float64: rounded from its float64 value
     b = np.ones((3, 1), np.float32)
@@ -131,6 +137,7 @@ def test_host_float64_operands_are_rounded_once_with_the_bits():
     np.testing.assert_array_equal(_bits(fpemu.matmul(a, b, random=random, **options)), _bits(keyed))
 
 
+@pytest.mark.long
 @pytest.mark.parametrize(
     "groups", ["none", pytest.param("feature", marks=pytest.mark.slow), pytest.param("batch", marks=pytest.mark.slow)]
 )

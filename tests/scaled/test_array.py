@@ -56,6 +56,7 @@ def test_jit_in_and_out(recipe):
     _same(jax.tree_util.tree_unflatten(treedef, leaves).dequantize(), sa.dequantize())
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("recipe", ["mxfp8_e4m3", "nvfp4"])
 def test_vmap_matches_per_example_calls(recipe):
     batch = jnp.asarray(np.stack([X, X * 1e-3, X * 1e3]))
@@ -71,6 +72,7 @@ def test_vmap_matches_per_example_calls(recipe):
     _same(jax.vmap(lambda x: scaled.quantize_dequantize(x, recipe))(batch), expected)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_gradient_is_straight_through(recipe):
     x = X.copy()
@@ -107,6 +109,7 @@ def test_gradient_of_the_values_divides_by_the_scale():
     _same(g, 1 / s)
 
 
+@pytest.mark.long
 def test_forward_mode():
     x = jnp.asarray(X)
     t = jnp.ones_like(x)
@@ -151,6 +154,7 @@ def test_nbytes_is_the_packed_size(recipe, nbytes):
     assert sa.nbytes == nbytes == sa.pack().nbytes
 
 
+@pytest.mark.long
 @pytest.mark.parametrize(("recipe", "cols"), [*((r, 64) for r in RECIPES), ("mxfp6_e3m2", 50), ("mxfp4", 49)])
 def test_pack_round_trip(recipe, cols):
     x = jnp.asarray(X[:, :cols])
@@ -164,6 +168,7 @@ def test_pack_round_trip(recipe, cols):
     _same(again.dequantize(), sa.dequantize())
 
 
+@pytest.mark.long
 def test_fp4_packing_layout():
     """Two E2M1 codes per byte, the first in the low nibble (fpemu.pack's layout)."""
     x = np.zeros((1, 32), np.float32)
@@ -174,6 +179,7 @@ def test_fp4_packing_layout():
     assert sa.pack().scale.tolist() == [[127]]
 
 
+@pytest.mark.long
 def test_mxint8_codes_are_twos_complement():
     x = np.zeros((1, 32), np.float32)
     x[0, :4] = [1.0, -1.0, -1.5, 0.015625]  # amax 1.5: scale 2**0
@@ -210,6 +216,7 @@ def _nan_input() -> np.ndarray:
     return x
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("recipe", SINGLE_LEVEL)
 def test_nan_element_with_a_given_scale_survives_pack_and_unpack(recipe):
     """With a given scale a NaN element stays NaN in `values`. FP8 elements store it as their NaN code;
@@ -451,6 +458,7 @@ def test_from_packed_blames_the_recipe_when_another_element_width_fits(packed_as
         BlockArray.from_packed(sa.pack(), block_format=read_as, shape=sa.shape)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("recipe", ["mxfp4", "mxfp6_e3m2"])
 def test_from_packed_refuses_a_shape_that_drops_codes_into_the_padding(recipe):
     """63 FP4 codes pack into the same 32 bytes as 64 (61 FP6 codes into the 48 bytes of 64): the dropped
@@ -481,6 +489,7 @@ def test_from_packed_argument_errors():
         BlockArray.from_packed(packed._replace(scale=packed.scale[:, :1]), block_format="mxfp4", shape=(4, 64))
 
 
+@pytest.mark.long
 def test_scale_values_of_a_nan_block_are_nan():
     """The E8M0 NaN code (0xff) is a NaN scale, not 2**128 (= inf)."""
     x = jnp.array([jnp.nan, 1.0, 2.0, 4.0], jnp.float32)

@@ -179,6 +179,7 @@ def _grid_constants():
     return sorted(values)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("k_min", [-127, -126, 0])
 def test_scale_up_constant_is_scale_up(k_min):
     k = jnp.arange(k_min, 300, dtype=jnp.int32)

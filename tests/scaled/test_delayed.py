@@ -47,6 +47,7 @@ def test_scale_kept_while_amax_is_zero_or_not_finite():
     assert np.isnan(outs[2][0]) and outs[3][0] == 896.0  # a given scale: NaN stays, inf saturates
 
 
+@pytest.mark.long
 def test_state_matches_current_scaling_with_the_same_amax():
     """With history_length 1, step t + 1's scale is step t's current-scaling scale."""
     rng = np.random.default_rng(0)

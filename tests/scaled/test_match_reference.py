@@ -127,12 +127,14 @@ def test_stochastic_rounding_matches_reference(recipe, x):
     _check(x, recipe, rounding="stochastic")
 
 
+@pytest.mark.long
 @share(2)
 @given(x=arrays(), rounding=st.sampled_from(get_block_format("mxfp6_e3m2").allowed_roundings))
 def test_every_rounding_mode_of_a_power_of_two_recipe(x, rounding):
     _check(x, "mxfp6_e3m2", rounding=rounding)
 
 
+@pytest.mark.long
 @share(3)
 @given(x=arrays(), rounding=st.sampled_from(get_block_format("fp8_e4m3").allowed_roundings))
 def test_every_rounding_mode_of_a_float_recipe(x, rounding):
@@ -201,6 +203,7 @@ def _every_bfloat16() -> np.ndarray:
     return np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(ml_dtypes.bfloat16).astype(np.float32)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize(
     "recipe", [r if r in FAST_SUBSET else pytest.param(r, marks=pytest.mark.slow) for r in block_formats()]
 )

@@ -36,6 +36,7 @@ def _assert_same_array(a, b) -> None:
     np.testing.assert_array_equal(a.view(f"uint{8 * a.dtype.itemsize}"), b.view(f"uint{8 * b.dtype.itemsize}"))
 
 
+@pytest.mark.long
 @pytest.mark.parametrize(
     ("recipe", "axis", "k"),
     [("mxfp4", -1, 32), ("nvfp4", -1, 3), ("fp8_e4m3", 0, 8), ("mxint8", 0, 5)],

@@ -30,6 +30,7 @@ def _random_bits(shape, random_bits: int) -> np.ndarray:
     return words >> np.uint32(32 - random_bits)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("recipe", ["mxfp4", "mxfp8_e4m3", "nvfp4"])
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_variant_matches_reference(recipe, variant):
@@ -41,6 +42,7 @@ def test_variant_matches_reference(recipe, variant):
     reference.assert_equal(quantize_dequantize(jnp.asarray(x), recipe, key=KEY, **kw), expected.dequantized, "fused")
 
 
+@pytest.mark.long
 def test_variants_change_the_bits():
     """A block with amax 1.5 has the scale 2**-2; 4.625 / 4 scales to 4.625, 5/16 of a step (2) above 4
     on the E2M1 grid. With 3 random bits r it rounds up iff T + r >= 8, T = 8 * 5/16 = 2.5 rounded:

@@ -107,6 +107,7 @@ def value(x):
     return np.asarray(jsa.asarray(x)).tolist()
 
 
+@pytest.mark.long
 def test_int_scale_through_scalify():
     x = int_scaled()
     out = jsa.scalify(lambda v: v * 2)(x)
@@ -180,6 +181,7 @@ def test_scaled_concatenate_and_pad_calling_forms():
     assert value(jsa.lax.scaled_pad(a, 0.0, padding_config=[(0, 1, 0)])) == [2.0, 4.0, 0.0]
 
 
+@pytest.mark.long
 def test_public_shape_ops():
     a = jsa.scaled_array(np.arange(6, dtype=np.float32).reshape(2, 3), np.float32(2))
     L = jsa.lax

@@ -115,6 +115,7 @@ def _lines(fn, *args):
     return jax.jit(fn).lower(*args).compile().as_text().count("\n")
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("mode", ["DOWN", "UP"])
 def test_compiled_scale_arithmetic_is_not_copied_into_every_fusion(mode):
     """A training step of 8 residual layers compiles to at most 12 times the plain program's lines

@@ -72,6 +72,7 @@ def test_get_mantissa():
         assert core.get_mantissa(dtype(2.1)) * core.pow2_round_down(dtype(2.1)) == dtype(2.1)
 
 
+@pytest.mark.long
 def test_pow2_stochastic_is_keyed_unbiased_and_keeps_powers_of_two():
     key = jax.random.key(7)
     x = jnp.full((4096,), 3.0, jnp.float32)  # 2 * 1.5: up with probability 1/2

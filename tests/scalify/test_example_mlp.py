@@ -19,6 +19,7 @@ def _load():
     return module
 
 
+@pytest.mark.long
 def test_scalified_fp16_and_fp8_training_match_fp32():
     example = _load()
     data = example.load_data()

@@ -126,6 +126,7 @@ def test_conv():
 # -- reductions -------------------------------------------------------------------------------------
 
 
+@pytest.mark.long
 def test_reductions():
     x = jnp.asarray(A)
     assert_scaled(jsa.scalify(lambda v: v.sum(axis=1))(sa()), x.sum(axis=1) / np.float32(4), SA * 4)

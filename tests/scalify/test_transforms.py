@@ -4,6 +4,7 @@ rounding; composition with fpemu.emulate; the coverage table."""
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from jax import lax
 
 import fpemu
@@ -38,6 +39,7 @@ def test_value_semantics_and_jit_both_orders():
     close(jsa.scalify(jax.jit(loss))(sa(W, 4.0), sa(X, 0.5)), ref)
 
 
+@pytest.mark.long
 def test_scalify_of_grad_propagates_scales_through_the_backward_pass():
     ref = jax.grad(loss)(W, X)
     grads = jsa.scalify(jax.grad(loss))(sa(W, 4.0), sa(X, 0.5))
@@ -143,6 +145,7 @@ def test_stochastic_scale_rounding_is_reproducible():
     assert float(keyed.scale) in (1.0, 2.0)
 
 
+@pytest.mark.long
 def test_composes_with_emulate():
     # fp16 data, float32 scales, e4m3fn matmul operands: emulate rounds the data of the scalified program
     x16, w16 = sa(X, 0.5).astype(jnp.float16), sa(W, 4.0).astype(jnp.float16)

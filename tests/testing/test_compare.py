@@ -38,6 +38,7 @@ def test_hand_computed_product():
     assert report.size == 1 and report.reference == "fp64" and not report.intermediates
 
 
+@pytest.mark.long
 def test_maxima_over_elements_and_outputs():
     """Two outputs, several elements: each maximum is over all of them."""
 
@@ -119,6 +120,7 @@ def test_float64_inputs_are_rounded_once():
     assert row.max_abs_error == 2**-8 - 2**-40
 
 
+@pytest.mark.long
 def test_special_values():
     x = np.array([500.0, np.inf, np.nan, 1.0])
     e4m3fn = compare(lambda v: v, x, ["e4m3fn", "e5m2"])
@@ -146,6 +148,7 @@ def test_inputs_forms():
     assert tree.row("fp16").max_abs_error == 0.0
 
 
+@pytest.mark.long
 def test_report_text_and_rows():
     report = compare(jnp.sqrt, np.array([2.0, 3.0]), ["bf16", "e5m2"])
     text = str(report).splitlines()
@@ -180,6 +183,7 @@ def test_argument_errors():
         compare(lambda v: jnp.int32(1), x)
 
 
+@pytest.mark.long
 def test_plot(tmp_path):
     pytest.importorskip("matplotlib")
     path = compare(_mul, (np.array([1.1]), np.array([3.0]))).plot(tmp_path / "errors.png")
@@ -200,6 +204,7 @@ def _gelu_tanh(x):
     return 0.5 * x * (1 + jnp.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
 
 
+@pytest.mark.long
 def test_gelu_tanh_fp32_is_not_the_worst_row():
     """The issue's example: 1 + tanh cancels for x << 0, so float32 arithmetic (every row's) leaves
     results of 0 where the reference is ~1e-7. Against the floor, that noise no longer makes fp32
@@ -246,6 +251,7 @@ def test_rel_floor():
         row(rel_floor="small")
 
 
+@pytest.mark.long
 def test_nonfinite_outputs_read_as_failed(tmp_path):
     """x * 1e5 overflows e5m2 (to inf) and e4m3fn (to NaN) everywhere: FAILED rows, no '0 error'."""
     x = np.linspace(1, 2, 16)

@@ -164,6 +164,7 @@ def test_profile_registered_by_a_conftest_is_accepted(pytester):
     result.stdout.fnmatch_lines(["*PROFILE mine 7 *"])
 
 
+@pytest.mark.long
 def test_unknown_profile_in_a_fresh_process_is_a_usage_error(pytester):
     """In a new process the plugins load in their installed order (entry points), as when a user runs pytest."""
     pytester.makepyfile(PROFILE_PROBE)
@@ -232,6 +233,7 @@ def test_property(v):
 """
 
 
+@pytest.mark.long
 def test_profiles_leave_out_the_explain_phase(pytester, monkeypatch):
     """Hypothesis' explanation of a failed fpemu assertion listed fpemu's failure-formatting lines (without
     a profile it still does: hypothesis' defaults); fpemu's profiles leave the explain phase out."""

@@ -487,6 +487,7 @@ def _cross_inputs(fmt, n_random=500, seed=0) -> np.ndarray:
     return x
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("fmt", CROSS_FORMATS)
 def test_vectorised_matches_scalar(fmt):
     fmt = fpemu.get_format(fmt)
@@ -692,6 +693,7 @@ def _check_p3109_codes(widths):
     return count
 
 
+@pytest.mark.long
 def test_every_code_of_every_p3109_format_up_to_10_bits():
     assert _check_p3109_codes(range(3, 11)) == sum(4 * k - 2 for k in range(3, 11))
 
@@ -734,6 +736,7 @@ def test_ocp_int8_values():
     assert reference.round_scalar(-2.0 - 1 / 64, fmt, "to_odd") == -2.0  # to_odd does not overflow
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("fmt", ["p3109_k8p1se", "p3109_k8p3ue", "p3109_k8p8uf", "int8_ocp"])
 def test_vectorised_matches_scalar_new_layouts_and_options(fmt):
     """The array path against the scalar oracle for P3109's layouts, two's complement, P3109's

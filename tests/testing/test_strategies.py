@@ -64,6 +64,7 @@ def test_values_are_representable_custom(fmt, data):
     assert _oracle_keeps(v, fmt), f"{v!r} is not a value of {fmt}"
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("fmt", FITS_FP32, ids=ids)
 @settings(max_examples=15)
 @given(data=st.data())
@@ -102,6 +103,7 @@ def test_codes_options(fmt, data, specials, subnormals, negative):
         assert specials  # 0x80 is NaN: only drawn as a special
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("fmt", ["e4m3fn", "e5m2", "bf16", "e4m3fnuz", "e2m1fn", "e8m0fnu", "p3109_k8p3se",
                                  "p3109_k8p3ue", "int8_ocp"])  # fmt: skip
 def test_values_cover_every_kind(fmt):
@@ -513,6 +515,7 @@ RANGES = [
 ]
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("fmt, bounds", RANGES, ids=lambda v: v if isinstance(v, str) else "-".join(v))
 def test_ranges_draw_only_values_inside_and_hit_the_boundaries(fmt, bounds):
     """Every draw is a value of the format inside the range; over many draws the range's ends (the

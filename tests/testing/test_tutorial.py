@@ -10,6 +10,8 @@ import io
 import pathlib
 import re
 
+import pytest
+
 TUTORIAL = pathlib.Path(__file__).resolve().parents[2] / "docs" / "tutorial_pallas.md"
 FENCE = re.compile(r"^```(\w+)\n(.*?)^```$", re.M | re.S)
 
@@ -24,6 +26,7 @@ def test_the_tutorial_has_code_and_outputs():
     assert kinds.count("python") >= 5 and kinds.count("text") >= 4
 
 
+@pytest.mark.long
 def test_the_tutorial_runs_and_prints_what_it_shows():
     namespace: dict = {"__name__": "tutorial_pallas"}
     checker = doctest.OutputChecker()

@@ -95,6 +95,7 @@ def test_every_block_format_has_a_bound():
     assert set(U_EFF) | {"fp32"} == set(MATMUL_FORMATS)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("distribution", DISTRIBUTIONS)
 @pytest.mark.parametrize("matmul_format", MATMUL_FORMATS)
 def test_error_within_precision_bound(errors, matmul_format, distribution):
@@ -287,6 +288,7 @@ def npy_pair(tmp_path):
     return tmp_path / "act.npy", tmp_path / "w.npy", lhs, rhs
 
 
+@pytest.mark.long
 def test_npy_round_trip(npy_pair):
     lhs_path, rhs_path, lhs, rhs = npy_pair
     d = data.load_matmul_data(lhs_path, rhs_path)
@@ -305,6 +307,7 @@ def test_npy_round_trip(npy_pair):
                                                distribution=d.name, size=row.size)  # fmt: skip
 
 
+@pytest.mark.long
 def test_data_beside_distributions(npy_pair):
     d = data.load_matmul_data(*npy_pair[:2], name="mine")
     rows = matmul_accuracy("fp16", "gaussian", (8,), data=d)

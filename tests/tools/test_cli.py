@@ -469,6 +469,7 @@ def test_demo_covers_every_format_and_mode(capsys):
     assert re.search(r"Demo done in [\d.]+ s\.", out)  # its 30 s limit is checked in bench/test_fpemu_bench.py
 
 
+@pytest.mark.long
 def test_python_dash_m_fpemu():
     proc = subprocess.run(
         [sys.executable, "-m", "fpemu", "formats"], capture_output=True, text=True, timeout=120, check=False
@@ -520,6 +521,7 @@ def test_ctrl_c_exits_130_with_one_line(capsys, monkeypatch):
     assert (status, out, err) == (130, "partial output\n", "interrupted\n")
 
 
+@pytest.mark.long
 def test_swallowed_ctrl_c_still_stops_the_demo(capsys, monkeypatch):
     def command(args):
         swallow_a_sigint()
@@ -531,6 +533,7 @@ def test_swallowed_ctrl_c_still_stops_the_demo(capsys, monkeypatch):
     assert out == "the interrupt was swallowed\n"  # the demo stopped at its first check
 
 
+@pytest.mark.long
 def test_swallowed_ctrl_c_is_reported_when_the_command_ends(capsys, monkeypatch):
     def command(args):
         swallow_a_sigint()
@@ -541,12 +544,14 @@ def test_swallowed_ctrl_c_is_reported_when_the_command_ends(capsys, monkeypatch)
     assert "e4m3fn" in out
 
 
+@pytest.mark.long
 def test_a_later_run_is_not_interrupted(capsys, monkeypatch):
     assert run_interrupted(capsys, monkeypatch, lambda args: swallow_a_sigint(), "formats")[0] == 130
     monkeypatch.undo()
     assert "e4m3fn" in run(capsys, "formats", "--aliases")
 
 
+@pytest.mark.long
 def test_ctrl_c_stops_the_real_demo():
     env = dict(os.environ, PYTHONUNBUFFERED="1", JAX_PLATFORMS="cpu")
     proc = subprocess.Popen(

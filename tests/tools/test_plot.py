@@ -64,6 +64,7 @@ def test_positive_values_facts():
         _plot.positive_values("fp32")
 
 
+@pytest.mark.long
 def test_plot_values_and_its_csv(tmp_path):
     path = _plot.plot_values(["e4m3fn", "e2m1fn", "fp16"], tmp_path / "sub" / "values.png")
     assert path == tmp_path / "sub" / "values.png"
@@ -108,6 +109,7 @@ def test_rounding_error_table_facts():
         rounding.rounding_error_table(["e4m3fn"], modes=["nearest"])
 
 
+@pytest.mark.long
 def test_plot_rounding_error_and_its_csv(tmp_path):
     formats = ["e4m3fn", "bf16", "e2m1fn", "fp64"]
     modes = ["nearest_even", "stochastic"]
@@ -130,6 +132,7 @@ def test_plot_rounding_error_and_its_csv(tmp_path):
 # -- QSNR of the block formats ---------------------------------------------------------------------------
 
 
+@pytest.mark.long
 def test_qsnr_table_matches_scaled_qsnr():
     table = _plot.qsnr_table(["mxfp8_e4m3", "nvfp4"], shape=(16, 256), seed=1)
     assert list(table) == list(data.DISTRIBUTIONS)
@@ -141,6 +144,7 @@ def test_qsnr_table_matches_scaled_qsnr():
     assert only == {"mine": {"mxfp4": math.inf}}  # ones are exact in MXFP4
 
 
+@pytest.mark.long
 def test_plot_qsnr_and_its_csv(tmp_path):
     arrays = {"w.npy": np.random.default_rng(4).laplace(size=(8, 128)).astype(np.float32)}
     path = _plot.plot_qsnr(["mxfp8_e4m3", "mxfp4"], tmp_path / "qsnr.png", shape=(16, 256), arrays=arrays)
@@ -235,6 +239,7 @@ def test_plot_matmul_error_takes_fpemu_scaleds_block_format_aliases(tmp_path, fa
     assert [call["matmul_formats"] for call in fake_accuracy] == [["mxfp4", "bf16"]]
 
 
+@pytest.mark.long
 def test_mxfp8_is_one_block_format_in_the_matmul_error_and_qsnr_plots(tmp_path, capsys):
     """``--block-formats mxfp8`` is ``mxfp8_e4m3`` in both kinds, as in `fpemu.scaled` (it was refused by matmul-error)."""
     args = ["--block-formats", "mxfp8", "--distributions", "gaussian", "--out", str(tmp_path)]
@@ -244,6 +249,7 @@ def test_mxfp8_is_one_block_format_in_the_matmul_error_and_qsnr_plots(tmp_path, 
     assert {r["block_format"] for r in read_csv(tmp_path / "qsnr.csv")} == {"mxfp8_e4m3"}
 
 
+@pytest.mark.long
 def test_plot_matmul_error_with_the_accuracy_module(tmp_path):
     kwargs = dict(distributions=["gaussian", "outlier_channels"], outer=8, seed=1)
     path = _plot.plot_matmul_error(["bf16", "mxfp4"], [16, 32], tmp_path / "mm.png", **kwargs)
@@ -280,6 +286,7 @@ def test_plot_bench_from_json_dicts(tmp_path):
 # -- the command line ---------------------------------------------------------------------------------
 
 
+@pytest.mark.long
 def test_cli_plot_all(tmp_path, capsys):
     out = tmp_path / "plots"
     lines = run_cli(capsys, "plot", "all", "--formats", "e4m3fn,e2m1fn", "--block-formats", "mxfp4", "--sizes", "16,32",
@@ -293,6 +300,7 @@ def test_cli_plot_all(tmp_path, capsys):
     assert [(r["k"], r["m"]) for r in read_csv(out / "matmul_error.csv")] == [("16", "8"), ("32", "8")]
 
 
+@pytest.mark.long
 def test_cli_data_round_trip(tmp_path, capsys):
     """--data: the .npy files measured as they are, the same numbers as the API on the loaded arrays."""
     rng = np.random.default_rng(9)
@@ -421,6 +429,7 @@ def test_single_panel_rounding_error_title_fits(tmp_path, figures):
     assert "\n" in fig._suptitle.get_text()  # wrapped, not shrunk away
 
 
+@pytest.mark.long
 def test_rounding_error_panels_share_their_y_axis(tmp_path, figures):
     _plot.plot_rounding_error(["bf16", "e4m3fn", "e2m1fn"], tmp_path / "err.png", samples_per_binade=20)
     fig = figures["err.png"]
@@ -429,6 +438,7 @@ def test_rounding_error_panels_share_their_y_axis(tmp_path, figures):
     assert_titles_inside(fig)
 
 
+@pytest.mark.long
 def test_qsnr_names_how_each_block_format_scales(tmp_path, figures):
     _plot.plot_qsnr(["fp8_e4m3", "fp8_e5m2", "mxfp4", "nvfp4"], tmp_path / "qsnr.png", shape=(4, 64),
                     distributions=["gaussian"])  # fmt: skip
@@ -438,6 +448,7 @@ def test_qsnr_names_how_each_block_format_scales(tmp_path, figures):
     assert [r["block_format"] for r in read_csv(tmp_path / "qsnr.csv")] == ["fp8_e4m3", "fp8_e5m2", "mxfp4", "nvfp4"]
 
 
+@pytest.mark.long
 def test_matmul_error_rows_show_honest_ranges(tmp_path, fake_accuracy, figures):
     """A row of one format (bf16: 54 to 60 dB here) is drawn from 0 dB, not zoomed into its own few dB."""
     _plot.plot_matmul_error(["bf16", "mxfp4"], [16, 64], tmp_path / "mm.png", outer=8)
@@ -469,6 +480,7 @@ def bench_rows(sizes, matmul_sizes):
     return rows
 
 
+@pytest.mark.long
 def test_bench_chart_has_one_unit_per_axis_and_names_every_baseline(tmp_path, figures):
     rows = bench_rows([4096], [64])
     for metric in ("ns_per_element", "ratio_to_fpemu"):
@@ -490,6 +502,7 @@ def test_bench_chart_has_one_unit_per_axis_and_names_every_baseline(tmp_path, fi
     assert [r["baseline"] for r in read_csv(tmp_path / "ratio_to_fpemu.csv")][-1] == "matmul/fpemu-e4m3fn"
 
 
+@pytest.mark.long
 def test_bench_chart_puts_sizes_on_an_axis(tmp_path, figures):
     """With several sizes, x is the size and each case one line: no size hidden in a label."""
     rows = bench_rows([4096, 65536], [64, 128])

@@ -76,6 +76,7 @@ CASES = [
 ]
 
 
+@pytest.mark.long
 @pytest.mark.parametrize(("name", "gemm_name"), CASES)
 def test_each_recipes_gemms_match_the_reference(name, gemm_name):
     gemm, lhs, rhs, dn, kw = _case(name, gemm_name)
@@ -85,6 +86,7 @@ def test_each_recipes_gemms_match_the_reference(name, gemm_name):
     assert_bit_exact(got, expected)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize(
     ("name", "gemm_name"),
     [("nvfp4", "forward"), ("fp8_current", "forward"), ("nvfp4", "wgrad"), ("fp8_delayed", "dgrad")],
@@ -115,6 +117,7 @@ def test_an_overflowing_scale_product_keeps_an_exact_zero():
     assert_bit_exact(got, quantized_dot_general_reference(x, w, dn, gemm))
 
 
+@pytest.mark.long
 def test_fp8_blockwise_tiles_and_promotes_every_128_products():
     """DeepSeek-V3: 1 x 128 activation tiles, 128 x 128 weight blocks, float32 promotion every 128 products."""
     gemm = training_recipe("fp8_blockwise").forward
@@ -137,6 +140,7 @@ def test_the_reference_product_is_the_public_dot_oracle():
 # -- each operand along its own contraction ----------------------------------------------------------------
 
 
+@pytest.mark.long
 def test_a_batched_dot_blocks_each_batch_along_its_contraction():
     gemm = training_recipe("mxfp8").forward
     x = np.stack([grid((6, 40), 10), grid((6, 40), 11) * 2])
@@ -149,6 +153,7 @@ def test_a_batched_dot_blocks_each_batch_along_its_contraction():
         assert_bit_exact(got[b], quantized_dot_general(jnp.asarray(x[b]), jnp.asarray(w[b]), plain, gemm))
 
 
+@pytest.mark.long
 def test_several_contracting_dims_merge_in_the_order_listed():
     sr = Quantizer(format="e4m3fn", scaling="block", block_size=16, scale_format="e8m0fnu", rounding="stochastic")
     tile = Quantizer(format="e2m1fn", scaling="block_2d", block_size=8, scale_format="e8m0fnu")
@@ -187,6 +192,7 @@ def test_an_operand_without_a_quantizer_is_used_as_it_is():
 # -- the Hadamard transform --------------------------------------------------------------------------------
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("size", [16, 4])
 def test_hadamard_is_orthogonal(size):
     q = hadamard(jnp.eye(size), 1, size, KEY)  # row i: Q e_i, so q = Q^T
@@ -223,6 +229,7 @@ def test_a_nan_spreads_over_its_block_only():
     assert_bit_exact(got, hadamard_reference(x, 1, 16, None))
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("axis", [0, 1])  # lanes after the axis, and the transposed copy
 def test_hadamard_computes_its_input_once(monkeypatch, axis):
     """Each butterfly output reads several inputs, and XLA:CPU fused the input's producers into the
@@ -261,6 +268,7 @@ def test_a_hadamard_on_both_operands_leaves_the_product_unchanged():
     np.testing.assert_allclose(got, a.T.astype(np.float64) @ b, rtol=0, atol=2e-5)
 
 
+@pytest.mark.long
 def test_wgrad_with_the_transform_is_within_the_quantization_error_of_wgrad_without():
     r = training_recipe("nvfp4")
     without = dataclasses.replace(r.wgrad, hadamard=None)

@@ -44,6 +44,7 @@ X = normal(1, 2, 5, 4, 32)
 
 # Each recipe compiles its quantized convolutions (seconds each; nvfp4's transform and stochastic
 # rounding most): nvfp4 runs with -m slow.
+@pytest.mark.long
 @pytest.mark.parametrize("name", ["fp8_current", "mxfp8", pytest.param("nvfp4", marks=pytest.mark.slow)])
 def test_grad_of_emulate_equals_emulate_of_grad_for_convolutions(name):
     policy = Policy(dot=name)
@@ -63,6 +64,7 @@ def test_grad_of_emulate_equals_emulate_of_grad_for_convolutions(name):
         assert not np.array_equal(np.asarray(a), np.asarray(e))
 
 
+@pytest.mark.long
 def test_delayed_scaling_histories_of_a_convolution_under_grad_of_emulate():
     policy = Policy(dot="fp8_delayed")
 
@@ -101,6 +103,7 @@ def test_delayed_scaling_histories_of_a_convolution_under_grad_of_emulate():
     assert_tree_bits(outside, inside)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("name", ["fp8_current", "mxfp8"])
 def test_quantized_conv_general_is_the_forward_convolution_of_emulate(name):
     """`fpemu._training.quantized_conv_general` with the recipe's forward GEMM gives the bits of the

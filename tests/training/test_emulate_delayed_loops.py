@@ -18,6 +18,7 @@ import textwrap
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from jax import lax
 
 from fpemu import Policy, emulate, init_training_state
@@ -62,6 +63,7 @@ def amax_per_iteration(a: jax.Array) -> np.ndarray:
     return np.abs(np.asarray(a)).max(axis=(1, 2))
 
 
+@pytest.mark.long
 def test_a_scanned_dot_records_the_max_over_iterations_and_equals_the_unrolled_loop():
     step = jax.value_and_grad(scanned, argnums=(0, 1), has_aux=True)
     state = init_training_state(step, POLICY, WS, XS, MS)
@@ -100,6 +102,7 @@ def test_a_scanned_dot_records_the_max_over_iterations_and_equals_the_unrolled_l
         assert not np.array_equal(np.asarray(a), np.asarray(e))
 
 
+@pytest.mark.long
 def test_grad_of_an_emulated_scan_records_the_forward_histories():
     # jax.grad outside emulate: the forward dot's custom_vjp also keeps the weight of dgrad and the
     # activation of wgrad (its gradients are scaled from their current amax)
@@ -185,6 +188,7 @@ SHARD_MAP_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.long
 def test_a_dot_in_shard_map_all_reduces_its_amax_by_max():
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
     result = subprocess.run(

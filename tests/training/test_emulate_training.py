@@ -151,11 +151,13 @@ def test_mlp_every_gemm_matches_the_hand_written_custom_vjp(name):
     _check_against_reference(mlp, MLP_PARAMS, MLP_X, name)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("name", recipes(("fp8_current",)))
 def test_attention_block_matches_the_reference_and_keeps_attention_high(name):
     _check_against_reference(attention_block, ATTN_PARAMS, ATTN_X, name)
 
 
+@pytest.mark.long
 def test_only_the_dots_change_with_default_none():
     def f(x, w):
         return jnp.exp(x) @ w * 3.0 + jnp.sin(x).sum()
@@ -193,6 +195,7 @@ def _layers(mm, ws, w_out, x):
     return jnp.sum(mm(1, body(ws, x), w_out) ** 2)
 
 
+@pytest.mark.long
 def test_nested_jit_remat_and_scan_match_the_reference():
     ws, w_out, x = normal(9, 2, 16, 16, scale=0.4), normal(10, 16, 8, scale=0.4), normal(11, 4, 16)
     mm = reference_matmul("fp8_current", stochastic=False)
@@ -202,6 +205,7 @@ def test_nested_jit_remat_and_scan_match_the_reference():
     assert_tree_bits(got, expected)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("form", ["emulate(value_and_grad)", "value_and_grad(emulate)"])
 def test_a_value_two_gemms_read_is_computed_once(monkeypatch, form):
     """A cotangent is read by dgrad and by wgrad, a layer's input by its forward GEMM and by wgrad.
@@ -241,6 +245,7 @@ def test_a_value_two_gemms_read_is_computed_once(monkeypatch, form):
     assert_tree_bits(result, separate_result)
 
 
+@pytest.mark.long
 def test_vmap_of_per_example_gradients_is_per_example():
     def loss(w, x):
         return jnp.sum(jnp.tanh(x @ w) ** 2)
@@ -267,6 +272,7 @@ def _small_integers(seed: int) -> tuple[jax.Array, jax.Array]:
     return x, jnp.asarray(rng.integers(-2, 3, (3, 2, 3, 3)).astype(np.float32))
 
 
+@pytest.mark.long
 def test_convolutions_compute_their_three_gemms_with_the_recipe():
     # power-of-two per-tensor scales on small integers: every product and sum below is exact, so the
     # convolutions of emulate (fpemu.conv_general_dilated) and of the reference (lax) agree bit for bit
@@ -294,6 +300,7 @@ def test_convolutions_compute_their_three_gemms_with_the_recipe():
     assert_tree_bits(got, expected(x, w))
 
 
+@pytest.mark.long
 def test_convolutions_apply_per_tensor_float_scales_to_their_result():
     # fp8_current: scales amax / max (2 / 448 and so on, not powers of two) multiply each convolution's
     # result, not its operands; small integers keep every product and sum exact
@@ -322,6 +329,7 @@ def test_convolutions_apply_per_tensor_float_scales_to_their_result():
 # -- statistics ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.long
 def test_statistics_name_the_role_of_every_quantized_operand():
     def loss(w, x):
         with jax.named_scope("proj"):
@@ -347,6 +355,7 @@ def test_statistics_name_the_role_of_every_quantized_operand():
     assert int(stats["proj/dot_general.wgrad.rhs"]["elements"]) == g.size
 
 
+@pytest.mark.long
 def test_statistics_count_subnormal_elements_in_the_scaled_domain():
     # one per-tensor scale, amax / 448 = 1: the elements are the values themselves
     x = jnp.array([[448.0, 2.0**-8, 2.0**-12, 0.0]])
@@ -362,6 +371,7 @@ def test_statistics_count_subnormal_elements_in_the_scaled_domain():
 # -- delayed scaling: functional state ---------------------------------------------------------------------
 
 
+@pytest.mark.long
 def test_delayed_scaling_histories_advance_as_transformer_engine_documents():
     recipe = dataclasses.replace(training_recipe("fp8_delayed"), amax_history_len=3)
     policy = Policy(dot=recipe)

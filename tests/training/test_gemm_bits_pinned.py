@@ -120,6 +120,7 @@ def _assert_same_bits(actual: dict[str, np.ndarray], pinned: dict[str, np.ndarra
 FAST = ("fp8_current", "mxfp8")
 
 
+@pytest.mark.long
 @pytest.mark.parametrize(
     "name", [n if n in FAST else pytest.param(n, marks=pytest.mark.slow) for n in TRAINING_RECIPES]
 )
@@ -127,6 +128,7 @@ def test_training_recipe_bits_are_pinned(name):
     _assert_same_bits(recipe_arrays(name), _pinned(), f"{name}/")
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("recipe", scaled.MATMUL_FORMATS)
 def test_scaled_matmul_bits_are_pinned(recipe):
     _assert_same_bits(matmul_arrays(recipe), _pinned(), f"scaled.matmul/{recipe}")

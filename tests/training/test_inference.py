@@ -64,6 +64,7 @@ def test_every_inference_recipe_is_forward_only_with_a_source():
     assert not set(fpemu.INFERENCE_RECIPES) & set(fpemu.TRAINING_RECIPES)  # one name, one thing
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("name", tuple(SCALED))
 def test_a_single_dot_quantizes_each_operand_as_quantize_dequantize(name):
     kx, kw = jax.random.split(jax.random.key(3))
@@ -84,6 +85,7 @@ def test_a_single_dot_quantizes_each_operand_as_quantize_dequantize(name):
     np.testing.assert_array_equal(_bits(y), _bits(expected))
 
 
+@pytest.mark.long
 def test_gradients_are_untouched_and_gemm_roles_names_the_weight():
     kx, kw = jax.random.split(jax.random.key(4))
     x, w = jax.random.normal(kx, (8, 32)), jax.random.normal(kw, (32, 4))
@@ -163,6 +165,7 @@ def test_recipe_names_are_checked_and_both_sets_listed():
 # -- the trained model ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("name", WEIGHT_ONLY)
 def test_quantize_params_keeps_the_accuracy_of_a_trained_mlp(digits, name):
     module, model, variables, x, y = digits
@@ -185,6 +188,7 @@ def test_quantize_params_keeps_the_accuracy_of_a_trained_mlp(digits, name):
     assert "params/Dense_1/kernel" in str(report) and "total" in str(report)
 
 
+@pytest.mark.long
 def test_emulated_fp8_w8a8_keeps_the_accuracy_of_a_trained_mlp(digits):
     module, model, variables, x, y = digits
     fp32 = module.accuracy(model.apply(variables, x), y)
@@ -196,6 +200,7 @@ def test_emulated_fp8_w8a8_keeps_the_accuracy_of_a_trained_mlp(digits):
 # -- quantize_params: trees, axes, bytes, bad inputs ---------------------------------------------------------
 
 
+@pytest.mark.long
 def test_report_bytes_are_the_packed_storage():
     w = jnp.linspace(-1, 1, 64 * 16, dtype=jnp.float32).reshape(64, 16)
     expected = {
@@ -209,6 +214,7 @@ def test_report_bytes_are_the_packed_storage():
         assert (report.bytes_before, report.bytes_after) == (64 * 16 * 4, nbytes), name
 
 
+@pytest.mark.long
 def test_axes_patterns_name_3d_kernels_and_keep_leaves():
     k = jax.random.normal(jax.random.key(5), (4, 8, 32), jnp.float32)  # (heads, head_dim, features) out kernel
     params = {"attn": {"out": {"kernel": k}}, "embed": {"embedding": jnp.ones((10, 32))}, "step": jnp.int32(3)}
@@ -221,6 +227,7 @@ def test_axes_patterns_name_3d_kernels_and_keep_leaves():
         fpemu.quantize_params(params, "mxfp8_weights")
 
 
+@pytest.mark.long
 def test_quantize_params_takes_flax_nnx_state():
     nnx = pytest.importorskip("flax.nnx")
     layer = nnx.Linear(32, 8, rngs=nnx.Rngs(0))
@@ -247,6 +254,7 @@ def test_a_contraction_the_block_does_not_divide_is_refused_unless_pad():
     np.testing.assert_array_equal(_bits(q["w"]), _bits(scaled.quantize_dequantize(w, "mxfp4", axis=0, pad=True)))
 
 
+@pytest.mark.long
 def test_bad_inputs_name_the_argument():
     params = {"dense": {"kernel": jnp.ones((32, 4)), "bias": jnp.ones(4)}}
     with pytest.raises(ValueError, match=r"axes pattern\(s\) 'query' match no leaf; paths: dense/bias, dense/kernel"):

@@ -68,6 +68,7 @@ CASES = [
 ]
 
 
+@pytest.mark.long
 @pytest.mark.parametrize(("name", "layout"), CASES, ids=lambda v: str(v))
 def test_matches_the_reference(name, layout):
     q = QUANTIZERS[name]
@@ -149,6 +150,7 @@ def _quantizers(recipe):
 SLOW = pytest.mark.slow
 
 
+@pytest.mark.long
 @pytest.mark.parametrize(
     "name",
     [
@@ -242,6 +244,7 @@ def test_stochastic_rounding_is_keyed_and_matches_fpemu_scaled():
     assert_bit_exact(a, expected)
 
 
+@pytest.mark.long
 def test_stochastic_rounding_is_unbiased_over_every_random_value():
     """With 3 random bits, eight copies of a value drawing 0..7 average to it exactly (its fraction is k/8)."""
     q = Quantizer(format="e2m1fn", scaling="row", scale_format="e8m0fnu", rounding="stochastic", random_bits=3)

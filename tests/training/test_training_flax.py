@@ -116,6 +116,7 @@ def nnx_by_hand(p, x):
     return h @ p["l1"]["kernel"] + p["l1"]["bias"].reshape(1, -1)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("recipe", ["mxfp8", "fp8_current", pytest.param("nvfp4", marks=SLOW)])
 def test_nnx_split_merge_trains_as_the_same_model_by_hand(recipe):
     graphdef, state = nnx.split(nnx.eval_shape(lambda: NnxNet(nnx.Rngs(0))))
