@@ -1,8 +1,8 @@
 """Where XLA may fuse: `materialize`, which computes arrays once instead of inside every consumer's loop.
 
 XLA fuses an elementwise producer into each of its consumers, recomputing it there. That is right for
-cheap producers and wrong for expensive ones read by several loops: a block's scale constants (dozens
-of operations per group) broadcast to each of its elements, or a training recipe's operand (the
+cheap producers and wrong for expensive ones read by several loops: a block's scale exponent or NVFP4's
+E4M3 block scale (dozens of operations per group) broadcast to each of its elements, or a training recipe's operand (the
 backward pass's chain of elementwise work) read by a quantizer's amax reduction and again by its
 rounding loop, or the Hadamard transform's signs (a hash of the key) read by each of its elements,
 or its input, read several times by each butterfly pass.
@@ -11,6 +11,12 @@ transpose into the quantizer's rounding loop, which then runs in the transposed 
 `fpemu.scaled` and the training recipes' GEMMs and Hadamard transform use `materialize` there; under
 `fpemu.emulate`, a value that several GEMMs read (a layer's input, a cotangent) is materialized once
 for all of them. A materialized array has the identity's derivative.
+
+Each materialization costs compile time: the conditional, its predicate and a loop of its own for each
+array (about 60 ms of XLA:CPU time per quantizer site on the bench transformer block). So only the
+long chains are materialized; values a few operations away from them (a block's grid limits from its
+scale exponent, NaN masks, NVFP4's encode scale) are recomputed in the elements' loop
+(bench/RESULTS_training.md, "Fewer materializations").
 """
 
 from __future__ import annotations

@@ -145,7 +145,7 @@ def _qdq_by_table(x: jnp.ndarray, block_format: BlockFormat, layout: Layout, *, 
     w = Work(x.shape, layout)
     d, g, enc_b, nan = _narrow_scales(bits, block_format, layout)  # d computed once: the table repeats no chain
     if split:  # each element's value times its block's d: exact (normal), as the table's entries are
-        nan, enc_b, d = w.per_element(nan, enc_b, d)
+        nan, enc_b, d = w.broadcast(nan, enc_b, d)  # d is materialized; enc_b and nan in the elements' loop
         y = _bits.to_bits(_bits.mul_flushing(bits, enc_b))
         v = _round_element(y & U32(ABS), block_format.element)
         out = _bits.to_bits(_bits.from_bits(v) * _bits.from_bits(d)) | (y & U32(SIGN))
@@ -198,7 +198,7 @@ def _qdq_stochastic(
     bits = _bits.to_bits(x)
     w = Work(x.shape, layout)
     d, g, enc_b, nan = _narrow_scales(bits, block_format, layout)
-    nan, enc_b, d = w.per_element(nan, enc_b, d)
+    nan, enc_b, d = w.broadcast(nan, enc_b, d)  # d is materialized; enc_b and nan in the elements' loop
     spec = element_spec.rounding_spec(
         block_format.element,
         "stochastic",
@@ -257,7 +257,7 @@ def _pow2_scales(
 def _rne_on_grid(xb: jnp.ndarray, k: jnp.ndarray, block_format: BlockFormat, w: Work) -> jnp.ndarray:
     """float32 bits of round_nearest_even(x / 2**k) * 2**k (the element values times their scale)."""
     fmt = block_format.element
-    grid = _rne.Grid(*w.per_element(*_rne.Grid.for_scale(fmt, k, k_min=smallest_exponent(block_format))))
+    grid = _rne.Grid(*w.broadcast(*_rne.Grid.for_scale(fmt, k, k_min=smallest_exponent(block_format))))
     saturate = block_format.saturate  # nearest even on a signed element: "sat_finite" is True, "ovf_inf" False
     clamp = saturate in (True, "sat_finite", "sat_propagate")
     keep_inf = saturate == "sat_propagate" and fmt.has_inf
@@ -301,7 +301,8 @@ def quantize_dequantize(
         return decode(values, scale_leaf, global_leaf, block_format, layout, computed_global=True)
     bits = _bits.to_bits(x)
     w = Work(x.shape, layout)
-    k, nan = w.materialized(*_pow2_scales(bits, block_format, layout, scale))  # once, not in each grid constant's loop
+    k, nan = _pow2_scales(bits, block_format, layout, scale)
+    (k,) = w.materialized(k)  # the exponent's chain once; the grid's limits and the NaN mask in the elements' loop
     out = _rne_on_grid(bits, k, block_format, w)
     out = jnp.where(w.broadcast(nan), U32(NAN), out)
     return _bits.from_bits(out)

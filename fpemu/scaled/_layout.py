@@ -109,9 +109,10 @@ def _expand(g: jnp.ndarray, layout: Layout, shape: tuple[int, ...]) -> jnp.ndarr
 
 
 class Work(NamedTuple):
-    """The elementwise work runs in ``x``'s own shape; per-group values are materialized once and
-    broadcast to the elements (a broadcast-and-reshape that XLA vectorises; computing in a blocked
-    ``(..., groups, block)`` shape instead makes XLA:CPU emit scalar index arithmetic)."""
+    """The elementwise work runs in ``x``'s own shape; per-group values are broadcast to the elements (a
+    broadcast-and-reshape that XLA vectorises; computing in a blocked ``(..., groups, block)`` shape
+    instead makes XLA:CPU emit scalar index arithmetic). `per_element` materializes them first, which
+    is for long chains only (`fpemu._ops.fusion`: each materialization costs compile time)."""
 
     shape: tuple[int, ...]
     layout: Layout
@@ -121,13 +122,17 @@ class Work(NamedTuple):
         return self.broadcast(*self.materialized(*groups))
 
     def materialized(self, *groups: jnp.ndarray) -> tuple[jnp.ndarray, ...]:
-        """``groups`` computed once (`materialize`), where the elements are many enough to be worth it."""
-        if math.prod(self.shape) >= MATERIALIZE_MIN_SIZE:  # small arrays: not worth the compile time
-            return materialize(groups)
+        """``groups`` computed once (`materialize`), where the elements are many enough to be worth it and
+        the groups are not the whole tensor (a per-tensor value is one scalar for the elements' loop:
+        materialized, it cost compile time and made no step faster, bench/RESULTS_training.md)."""
+        if self.layout.axis is not None and math.prod(self.shape) >= MATERIALIZE_MIN_SIZE:
+            return materialize(groups)  # small arrays: not worth the compile time
         return groups
 
     def broadcast(self, *groups: jnp.ndarray):
-        """`per_element` without materializing (for groups that already are, or slices of those)."""
+        """`per_element` without materializing: for groups that already are, slices of those, or values a
+        few operations away from them, which the elements' loop recomputes more cheaply than a
+        materialization compiles."""
         if self.layout.axis is None or self.layout.block is None:
             out = groups  # keepdims: they broadcast as they are
         else:
