@@ -924,6 +924,7 @@ def test_a_python_float_list_is_float64_data():
         assert np.asarray(fpemu.quantize(x, "e4m3fn")).ravel().tolist() == [-416.0], x
 
 
+@pytest.mark.long
 def test_float64_overflow_of_float32_is_rounded_from_float64():
     for x in (1e40, [1e40], np.array([1e40])):
         y = fpemu.quantize(x, "e4m3fn", rounding="toward_zero")

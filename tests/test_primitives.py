@@ -66,6 +66,7 @@ def test_every_rule_of_emulate_has_the_catalogues_kind():
     }
 
 
+@pytest.mark.long
 def test_every_primitive_with_a_scale_rule_kind_has_its_rule(installed):
     """The kinds that need a registered rule have one for every primitive this JAX defines (``tile`` and
     ``stage`` only exist from jax 0.12); the fallback and plain kinds need none; every registered rule of a

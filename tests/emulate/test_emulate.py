@@ -487,6 +487,7 @@ def test_dot_policy_uses_fpemu_dot_general():
     assert int(stats["dot_general.lhs"]["saturated"]) == int(jnp.sum(jnp.abs(fp16(big)) > 448)) > 0
 
 
+@pytest.mark.long
 def test_dot_policy_in_the_backward_pass():
     fn, args = PROGRAMS["mlp"](identity)
     policy = fpemu.Policy(default="bf16", dot=fpemu.DotPolicy(lhs="e4m3fn", rhs="e4m3fn"))
@@ -559,6 +560,7 @@ def test_stats_in_loops_branches_scopes_and_vmap():
     assert "loop/mul" in fpemu.stats_summary(stats)
 
 
+@pytest.mark.long
 def test_stats_under_value_and_grad():
     f = fpemu.emulate(lambda v: jnp.sum(jnp.exp(v) * 100.0), "e4m3fn", with_stats=True)
     (value, stats), grad = jax.jit(jax.value_and_grad(f, has_aux=True))(jnp.array([0.0, 1.0, 2.0]))
@@ -677,6 +679,7 @@ def test_stochastic_rounding_is_keyed_and_per_site():
     assert abs(float(jnp.mean(a)) - (1.0 + 2.0**-10)) < 2.0**-8  # unbiased-ish: 1/8 of the gap up on average
 
 
+@pytest.mark.long
 def test_stochastic_narrow_accumulator_without_accumulate_every_gets_a_key():
     """A narrow accumulator rounds after every product even without accumulate_every: it needs a key."""
     a, b = _normal(KEYS[0], (4, 8)), _normal(KEYS[1], (8, 3))
@@ -804,6 +807,7 @@ def test_sign_changes_that_leave_the_format_are_rounded(fmt, f, x, expected):
 F64 = -431.99999999999994  # e4m3fn: -416 rounded once; through float32 (-432, a tie) -448
 
 
+@pytest.mark.long
 def test_float64_with_x64_off_is_rounded_twice_and_quantize_first_is_exact():
     same = fpemu.emulate(lambda v: v * 1.0, "e4m3fn")
     x = np.array([F64])

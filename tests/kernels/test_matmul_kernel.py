@@ -92,6 +92,7 @@ class MatmulKernelTest:
 
     # -- exact sums: bit-equal ----------------------------------------------------------------------
 
+    @pytest.mark.long
     @pytest.mark.parametrize("pair", _FAST_PAIRS, ids=_pair_id)
     def test_small_integers_bit_equal(self, pair):
         lhs, rhs = pair

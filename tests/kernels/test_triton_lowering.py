@@ -122,6 +122,7 @@ def test_matmul_kernel_lowers_to_triton(name):
         assert TRITON_CALL in text, name
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("every", [16, 3])
 def test_matmul_kernel_with_explicit_random_bits_lowers_to_triton(every):
     """Every stream's bits as kernel inputs, sliced in the kernel as Triton can (2-D ref slices)."""

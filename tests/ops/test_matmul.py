@@ -370,6 +370,7 @@ def test_float64_inputs_compute_in_float64(x64, rng):
         assert_same_bits(actual, dot_general_reference(jnp.asarray(a), jnp.asarray(b), MM, **options))
 
 
+@pytest.mark.long
 def test_host_float64_operand_is_rounded_once():
     a = np.array([[-431.99999999999994]])  # float64; JAX would make it float32 -432 first (x64 off)
     y = fpemu.matmul(a, np.ones((1, 1)), lhs="e4m3fn")

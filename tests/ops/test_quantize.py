@@ -159,6 +159,7 @@ def test_quantize_python_float_rounds_from_float64():
     assert float(y) == 1 + 2.0**-7
 
 
+@pytest.mark.long
 def test_numpy_float64_with_x64_off_rounds_once():
     assert not jax.config.jax_enable_x64
     x = np.array([-431.99999999999994, 1 + 2.0**-4 + 2.0**-40, 2.0**-10 * (1 + 2.0**-30)], np.float64)

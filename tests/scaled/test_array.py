@@ -22,6 +22,7 @@ def _same(a, b):
     reference.assert_equal(np.asarray(a), np.asarray(b))
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_dtype_and_shape_of_every_output(recipe):
     sa = scaled.BlockArray.from_array(jnp.asarray(X), recipe)
@@ -190,6 +191,7 @@ def test_mxint8_codes_are_twos_complement():
     assert float(minus_two.dequantize()[0, 0]) == -2.0  # the -128 code decodes, though quantize never makes it
 
 
+@pytest.mark.long
 def test_scale_values_and_e8m0_codes():
     x = np.zeros((1, 64), np.float32)
     x[0, 32] = 448.0 * 2**-20
@@ -247,6 +249,7 @@ def test_nan_element_with_a_given_scale_survives_pack_and_unpack(recipe):
     _same(y[finite], np.asarray(sa.dequantize())[finite])
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_nan_block_survives_pack_and_unpack_through_its_scale(recipe):
     """Current scaling: a block (or slice, or tensor) holding NaN gets the NaN scale, which pack stores."""
@@ -260,6 +263,7 @@ def test_nan_block_survives_pack_and_unpack_through_its_scale(recipe):
     np.testing.assert_array_equal(np.isnan(np.asarray(back.dequantize())), expected_nan)
 
 
+@pytest.mark.long
 def test_pack_of_an_mxfp4_nan_no_longer_gives_negative_zero():
     """The issue's case: before, the NaN became the code 0x8 (-0.0) under a finite scale."""
     x = np.ones((1, 32), np.float32)
@@ -397,6 +401,7 @@ def test_from_codes_axis_dtype_and_code_errors():
         BlockArray.from_codes(np.full((4, 64), 200, np.int16), scale, block_format="mxint8")
 
 
+@pytest.mark.long
 def test_from_codes_defaults_and_accepted_forms():
     """The axis default is from_array's (per tensor for fp8_e4m3); a 0-d scale is a per-tensor one;
     MXINT8 codes may be the signed integers k or the unsigned codes."""

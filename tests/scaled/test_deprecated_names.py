@@ -78,6 +78,7 @@ def test_the_old_and_the_new_keyword_together_are_refused():
         scaled.quantize_dequantize(_x(), recipe="mxfp4", block_format="mxfp4")
 
 
+@pytest.mark.long
 def test_codes_packing_and_matmul_take_the_old_keyword_with_a_warning():
     sa = scaled.BlockArray.from_array(_x(), "mxfp4")
     with pytest.warns(DeprecationWarning, match="BlockArray.recipe is deprecated.*BlockArray.block_format"):

@@ -39,6 +39,7 @@ def test_all_zero_tensor_has_finite_scales_and_zero_output(recipe):
         assert np.all(np.isfinite(np.asarray(sa.global_scale)))
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("recipe", MX)
 def test_mx_zero_block_gets_the_smallest_e8m0_scale(recipe):
     x = np.zeros((1, 64), np.float32)
@@ -210,6 +211,7 @@ def test_half_precision_mx_output_is_exact():
     np.testing.assert_array_equal(np.asarray(y.astype(jnp.float32)), np.asarray(y32))
 
 
+@pytest.mark.long
 @pytest.mark.parametrize(
     ("recipe", "shape"),
     [

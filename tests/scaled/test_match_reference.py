@@ -106,6 +106,7 @@ def _check(x, recipe, **kw):
     reference.assert_equal(quantize_dequantize(jnp.asarray(x), recipe, **fast_kw), expected.dequantized, "fused")
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("recipe", block_formats())
 @share(3)
 @given(x=arrays())
@@ -113,6 +114,7 @@ def test_matches_reference(recipe, x):
     _check(x, recipe)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("recipe", FAST_SUBSET)
 @share(6)
 @given(x=arrays(dtypes=(ml_dtypes.bfloat16, np.float16)))
@@ -120,6 +122,7 @@ def test_matches_reference_half_precision_inputs(recipe, x):
     _check(x, recipe)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("recipe", ["mxfp8_e4m3", "mxfp6_e2m3", "nvfp4", "fp8_e5m2"])
 @share(6)
 @given(x=arrays())
@@ -171,6 +174,7 @@ def test_custom_recipes_match_reference(recipe, x):
     _check(x, recipe, axis=-1)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("axis", [None, 0, -1])
 @share(6)
 @given(x=arrays())
@@ -179,6 +183,7 @@ def test_per_tensor_and_per_axis_match_reference(axis, x):
     _check(x, VARIANTS[5], axis=axis)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("recipe", ["mxfp4", "nvfp4", "mxfp6_e2m3"])
 @share(8)
 @given(x=arrays(shape=(3, 50)))

@@ -58,6 +58,7 @@ def test_the_operands_without_their_tensor_scales_are_bfloat16(recipe):
     np.testing.assert_array_equal(np.asarray(fpemu.quantize(blocks, "bf16")), np.asarray(blocks))
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("recipe", ["fp8_e4m3", "fp8_e5m2", "nvfp4"])
 def test_per_tensor_scales_multiply_the_float32_product(recipe):
     # fl(sum(blocks_a * blocks_b) * fl(t_a * t_b)) from the reference's blocks and scales, on data whose
@@ -88,6 +89,7 @@ def test_special_values():
     assert scaled.matmul(big, np.ones((2, 1), np.float32), "fp16").tolist() == [[np.inf]]
 
 
+@pytest.mark.long
 def test_recipe_aliases_mean_what_get_recipe_says():
     """``"mxfp8"`` is ``mxfp8_e4m3`` in `scaled.matmul` as in `scaled.quantize_dequantize` (it was refused)."""
     rng = np.random.default_rng(5)

@@ -55,6 +55,7 @@ def test_the_keys_bits_give_the_keyed_result(recipe, axis, k):
     _assert_same_array(quantize_dequantize(x, recipe, random=bits, **kw), quantize_dequantize(x, recipe, key=KEY, **kw))
 
 
+@pytest.mark.long
 @pytest.mark.parametrize(
     ("recipe", "variant"), [("mxfp6_e2m3", "floor"), ("nvfp4", "nearest_even"), ("fp8_e5m2", "nearest_odd")]
 )
@@ -84,6 +85,7 @@ def test_all_zero_and_all_one_bits_round_down_and_up():
         assert np.asarray(y)[0, 1:].tolist() == [expected] * 31
 
 
+@pytest.mark.long
 def test_traced_bits_and_the_gradient():
     x = jnp.asarray(_x())
     bits = fpemu.stochastic_bits(KEY, x.shape, random_bits=6)

@@ -48,6 +48,7 @@ def _patterns(fmt, stride):
     return b[(b >= 0) & (b <= top)].astype(np.uint32)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("fmt", CLAMPED, ids=lambda f: f.name)
 def test_round_clamped_is_nearest_even(fmt):
     b = _patterns(fmt, stride=40_009)
@@ -58,6 +59,7 @@ def test_round_clamped_is_nearest_even(fmt):
     np.testing.assert_array_equal(got, np.asarray(general))
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("stride", [997, pytest.param(61, marks=pytest.mark.slow)])
 def test_round_clamped_e4m3fn_dense(stride):
     """NVFP4's scale format: every ``stride``-th pattern of [0, 448] (1.1 million; 18.6 million in the
@@ -154,6 +156,7 @@ def _bits_of(x):
 E0M3 = fpemu.Format(name="e0m3_no_specials", exponent_bits=0, mantissa_bits=3, bias=0, specials="none")
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("fmt", [get_format("e2m1fn"), E0M3], ids=lambda f: f.name)
 def test_round_element_is_the_table_rounding(fmt):
     """The split path's elements: saturated, then `round_clamped` (or the table where it does not apply),

@@ -33,6 +33,7 @@ def test_e2m1_uses_tables_and_wider_formats_do_not():
     assert not _core._by_table(get_block_format("nvfp4"), None, "stochastic")
 
 
+@pytest.mark.long
 def test_a_mantissa_less_element_rounds_ties_as_fpemu_quantize():
     """E2M0 (values 1, 2, 4): `fpemu.quantize` sends the ties 0.5 and 3 away from zero (its default
     ``exponent_ties``), which thresholds ending on the even code would not: no table for it, and an

@@ -140,6 +140,7 @@ def test_float32_reference_and_rounding_modes():
     assert down.max_abs_error == pytest.approx(0.1, abs=1e-15)  # 1.1 -> 1.0
 
 
+@pytest.mark.long
 def test_inputs_forms():
     x = jnp.arange(3, dtype=jnp.float32)
     assert compare(lambda v: v * 2, x, ["bf16"]).size == 3  # a single array
@@ -231,6 +232,7 @@ def test_gelu_tanh_fp32_is_not_the_worst_row():
     assert f"[{i}]" in str(report).splitlines()[2]
 
 
+@pytest.mark.long
 def test_rel_floor():
     """x - 1 at x = 1 + 2**-14 and 3 in bf16: x rounds to 1, the result is 0 against 2**-14 (scale 2)."""
     x = np.array([1 + 2.0**-14, 3.0])

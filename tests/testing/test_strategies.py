@@ -242,6 +242,7 @@ def test_boundaries_find_the_overflow_tie_of_e4m3fn():
     assert find(boundaries("e4m3fn"), lambda x: x == above, settings=fast) == above
 
 
+@pytest.mark.long
 def test_boundary_ties_are_where_rounding_to_nearest_switches():
     """At every drawn tie the oracle's nearest result switches: the float32 neighbours below and
     above round to different values, toward_zero gives the lower one and nearest_away the upper."""

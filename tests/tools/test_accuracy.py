@@ -111,6 +111,7 @@ def test_error_within_precision_bound(errors, matmul_format, distribution):
 # -- orderings that follow from the formats ----------------------------------------------------------
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("distribution", DISTRIBUTIONS)
 def test_error_ordering(errors, distribution):
     rel = {r: errors[r, distribution].relative_error for r in MATMUL_FORMATS}

@@ -206,6 +206,7 @@ def fake_accuracy(monkeypatch):
     return calls
 
 
+@pytest.mark.long
 def test_plot_matmul_error_calls_accuracy(tmp_path, fake_accuracy):
     path = _plot.plot_matmul_error(None, [16, 64, 256], tmp_path / "mm.png", outer=8, seed=3)
     assert fake_accuracy == [dict(matmul_formats=["fp32", "bf16", "mxfp4"], distributions=["gaussian", "heavy_tailed"],
@@ -265,6 +266,7 @@ def test_plot_matmul_error_with_the_accuracy_module(tmp_path):
 # -- bench chart ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.long
 def test_plot_bench_from_json_dicts(tmp_path):
     rows = [
         {"name": "reference/numpy_copy", "kind": "reference", "ns_per_element": 0.2, "ratio_to_fpemu": 0.2},
@@ -322,6 +324,7 @@ def test_cli_data_round_trip(tmp_path, capsys):
         (name, by_format["mxfp4"]) for name, by_format in table.items()}  # fmt: skip
 
 
+@pytest.mark.long
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -529,6 +532,7 @@ def test_the_old_recipes_flag_still_works_and_names_its_new_name(capsys):
     assert "--block-formats is only used by the qsnr and matmul-error plots" in err
 
 
+@pytest.mark.long
 def test_the_old_recipes_keyword_of_the_plots_warns_and_gives_the_same(tmp_path, fake_accuracy):
     """``recipes=``, the keyword's name of earlier releases: the same result, and a warning naming ``block_formats=``."""
     new = _plot.qsnr_table(block_formats=["mxfp4"], shape=(2, 64))

@@ -329,6 +329,7 @@ def test_bad_hadamard_arguments():
         hadamard(jnp.ones((2, 16)), 2, 16, KEY)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("rows", [4, 2048])  # 2048 x 32 = 2**16 elements: x is materialized (fpemu._ops.fusion)
 @pytest.mark.parametrize(("name", "n"), [("mxfp8", 3), ("nvfp4", 1), ("fp8_current", 1)])
 def test_the_gradient_is_the_product_with_the_quantized_other_operand(name, n, rows):

@@ -401,6 +401,7 @@ def test_delayed_scaling_histories_advance_as_transformer_engine_documents():
     assert float(state["dot_general.dgrad.lhs"][0]) == 1.0
 
 
+@pytest.mark.long
 def test_delayed_scaling_needs_state_and_keeps_one_history_per_operand_in_loops():
     policy = Policy(dot="fp8_delayed")
     with pytest.raises(ValueError, match="state=True"):

@@ -109,6 +109,7 @@ def _w_at_x():
     return w, x
 
 
+@pytest.mark.long
 def test_policy_weights_finds_the_weight_on_the_left():
     """``Policy.weights`` names the arguments that hold weights: in ``W @ x`` the left operand comes from
     one, so it is quantized as the weight (per output channel, i.e. per row) and ``x`` per token."""
@@ -242,6 +243,7 @@ def test_quantize_params_takes_flax_nnx_state():
     )
 
 
+@pytest.mark.long
 def test_a_contraction_the_block_does_not_divide_is_refused_unless_pad():
     w = jax.random.normal(jax.random.key(6), (40, 8), jnp.float32)
     with pytest.raises(ValueError, match=r"w of shape \(40, 8\).*contraction of 40 elements.*block size 32.*pad=True"):

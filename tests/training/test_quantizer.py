@@ -179,6 +179,7 @@ def test_scales_are_what_each_recipe_says(name):
             assert_bit_exact(s.reshape(()), np.float32(1) / (m / amax), err_msg=where)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize(
     "name", ["block_2d_ceil", *(pytest.param(n, marks=SLOW) for n in ("tensor", "row_e8m0", "block_nv", "block_2d_nv"))]
 )
