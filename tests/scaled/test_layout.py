@@ -13,8 +13,7 @@ import jax.numpy as jnp
 import pytest
 
 import fpemu._ops.fusion as fusion
-from fpemu import scaled
-from fpemu._training.quantizer import Quantizer
+from fpemu import Quantizer, scaled
 from fpemu.scaled import _core, _layout
 
 LARGE = (256, 256)  # MATERIALIZE_MIN_SIZE elements
