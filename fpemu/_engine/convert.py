@@ -40,6 +40,7 @@ from jax import lax
 from fpemu._args import DEFAULT_RANDOM_BITS
 from fpemu._core.format import Format, fits
 from fpemu._core.modes import EXPONENT_TIES, P3109_SATURATIONS, ROUNDING_MODES, STOCHASTIC_VARIANTS
+from fpemu._jax.elementwise import clamp, select
 
 # Modes in which a result beyond the largest finite value overflows to infinity (for positive and
 # negative results respectively); in the other cases it clamps to the largest finite value.
@@ -82,7 +83,7 @@ class _Src:
         self.s = b & uw.type(fmt.sign_mask)
         self.a = b & uw.type((1 << magnitude_bits) - 1)
         if fmt.twos_complement:  # the magnitude of a negative code is 2**K - code (2**(K-1) for 0x80)
-            self.a = jnp.where(self.s != 0, (uw.type(fmt.num_codes) - b) & uw.type(fmt.num_codes - 1), self.a)
+            self.a = select(self.s != 0, (uw.type(fmt.num_codes) - b) & uw.type(fmt.num_codes - 1), self.a)
         all_ones = (1 << magnitude_bits) - 1
         false = jnp.zeros(b.shape, bool)
         if fmt.specials == "ieee":
@@ -102,7 +103,7 @@ class _Src:
         mantissa = self.a & uw.type((1 << fmt.mantissa_bits) - 1)
         if fmt.has_zero:
             self.is_sub = self.e_field == 0
-            self.sig = jnp.where(self.is_sub, self.a, mantissa | implicit)
+            self.sig = select(self.is_sub, self.a, mantissa | implicit)
         else:
             self.sig = mantissa | implicit
 
@@ -115,7 +116,7 @@ class _Src:
         if not precise:
             return jnp.maximum(normal, fmt.emin)
         bit_length = width - _clz(self.a)
-        return jnp.where(self.is_sub, bit_length - 1 - fmt.mantissa_bits + fmt.emin, normal)
+        return select(self.is_sub, bit_length - 1 - fmt.mantissa_bits + fmt.emin, normal)
 
 
 def _clz(x: jnp.ndarray) -> jnp.ndarray:
@@ -129,10 +130,10 @@ def _clz(x: jnp.ndarray) -> jnp.ndarray:
 
 def _shift(x: jnp.ndarray, amount: jnp.ndarray, width: int) -> jnp.ndarray:
     """``floor(x * 2**amount)`` for a per-element signed shift (left shifts must not overflow)."""
-    left = jnp.clip(amount, 0, width - 1).astype(x.dtype)
-    right = jnp.clip(-amount, 0, width - 1).astype(x.dtype)
-    shifted = jnp.where(amount >= 0, x << left, x >> right)
-    return jnp.where(amount <= -width, jnp.zeros_like(x), shifted)  # every bit shifted out
+    left = clamp(amount, 0, width - 1).astype(x.dtype)
+    right = clamp(-amount, 0, width - 1).astype(x.dtype)
+    shifted = select(amount >= 0, x << left, x >> right)
+    return select(amount <= -width, jnp.zeros_like(x), shifted)  # every bit shifted out
 
 
 def _stochastic_up(x, shift, draw, k: int, variant: str, wide: np.dtype) -> jnp.ndarray:
@@ -144,7 +145,7 @@ def _stochastic_up(x, shift, draw, k: int, variant: str, wide: np.dtype) -> jnp.
     one = wide.type(1)
     guard = _shift(x, 1 - d, width) & one  # the first bit below them (0 when d <= 0: none)
     sticky = _shift(_shift(x, 1 - d, width), d - 1, width) != x  # any bit below the guard bit
-    guard = jnp.where(d >= 1, guard, wide.type(0)) != 0
+    guard = select(d >= 1, guard, wide.type(0)) != 0
     sticky = (d >= 2) & sticky
     odd = (floor_part & one) != 0
     if variant == "nearest_even":
@@ -215,7 +216,7 @@ def round_narrow(
         # The target has normal binades below the input's smallest normal (E8M0 in float32): the
         # quantum of an input subnormal depends on its leading bit.
         bit_length = width - _clz(a)
-        ex = jnp.where(a < u(1 << m_in), bit_length - 1 - m_in + src.emin, e.astype(jnp.int32) - src.bias)
+        ex = select(a < u(1 << m_in), bit_length - 1 - m_in + src.emin, e.astype(jnp.int32) - src.bias)
         sh = ((jnp.maximum(ex, dst.emin) - m_t) - (jnp.maximum(ex, src.emin) - m_in)).astype(uw)
     sh_c = jnp.minimum(sh, u(m_in + 1))  # inputs beyond this are below the smallest value (`tiny`)
     mask = (one << sh_c) - one
@@ -246,10 +247,10 @@ def round_narrow(
         tiny_up = jnp.zeros(a.shape, bool)
     elif mode in ("toward_positive", "toward_negative"):
         outward = ~negative if mode == "toward_positive" else negative
-        inc = jnp.where(outward, mask, zero)
+        inc = select(outward, mask, zero)
         tiny_up = outward & (a != 0)
     elif mode == "to_odd":
-        inc = jnp.where(lsb == 0, mask, zero)  # inexact and even: up to the odd neighbour
+        inc = select(lsb == 0, mask, zero)  # inexact and even: up to the odd neighbour
         tiny_up = a != 0
     else:  # stochastic
         if random is None:
@@ -262,13 +263,13 @@ def round_narrow(
             # k random bits added at the k leading discarded bits (below them when fewer are discarded)
             inc = _shift(draw, sh_c.astype(jnp.int32) - k, wide_bits).astype(uw)
             # below the smallest value: up with probability floor(2**k * x / smallest) / 2**k
-            sig = jnp.where(a < u(1 << m_in), a, (a & u((1 << m_in) - 1)) | u(1 << m_in)).astype(wide)
+            sig = select(a < u(1 << m_in), a, (a & u((1 << m_in) - 1)) | u(1 << m_in)).astype(wide)
             top = _shift(sig, k - sh.astype(jnp.int32), wide_bits)
             tiny_up = draw > (wide.type((1 << k) - 1) - top)  # draw + top >= 2**k, without overflow
         else:
-            sig = jnp.where(a < u(1 << m_in), a, (a & u((1 << m_in) - 1)) | u(1 << m_in)).astype(wide)
+            sig = select(a < u(1 << m_in), a, (a & u((1 << m_in) - 1)) | u(1 << m_in)).astype(wide)
             up = _stochastic_up((a & mask).astype(wide), sh_c, draw, k, stochastic_variant, wide)
-            inc = jnp.where(up, mask, zero)
+            inc = select(up, mask, zero)
             tiny_up = _stochastic_up(sig, sh, draw, k, stochastic_variant, wide)
 
     ovf_pos, ovf_neg = _OVERFLOWS[rounding]
@@ -276,31 +277,31 @@ def round_narrow(
         ovf_pos, ovf_neg = True, True
     if output == "src_bits":
         res = (a + inc) & ~mask
-        res = jnp.where(tiny, jnp.where(tiny_up | (not dst.has_zero), u(smallest), u(0)), res)
+        res = select(tiny, select(tiny_up | (not dst.has_zero), u(smallest), u(0)), res)
         v_max = u(value_bits(dst.max, src))
         v_max_neg = u(value_bits(-dst.min, src)) if dst.twos_complement else v_max
         v_min_normal = u(value_bits(dst.min_normal, src))
         v_nan, v_inf = u(src.nan_code), u(src.inf_code)
         sign = s
     elif output == "dst_code":
-        sig = jnp.where(a < u(1 << m_in), a, (a & u((1 << m_in) - 1)) | u(1 << m_in))
+        sig = select(a < u(1 << m_in), a, (a & u((1 << m_in) - 1)) | u(1 << m_in))
         # binades above the smallest normal (ex is set above on this branch)
         base = (jnp.maximum(ex, dst.emin) - dst.emin).astype(uw)  # type: ignore[arg-type]
         res = ((sig + inc) >> sh_c) + (base << u(m_t))
         if dst.has_zero:
-            res = jnp.where(tiny, tiny_up.astype(uw), res)
+            res = select(tiny, tiny_up.astype(uw), res)
         else:
-            res = jnp.where(tiny, u(0), res - u(1 << m_t))
+            res = select(tiny, u(0), res - u(1 << m_t))
         v_max = u(dst.max_code)
         v_max_neg = u(dst.neg_max_code) if dst.twos_complement else v_max
         v_min_normal = u(1 << m_t if dst.has_zero else 0)
         v_nan = u(dst.nan_code if dst.has_nan else 0)
         v_inf = u(dst.inf_code if dst.has_inf else 0)
-        sign = jnp.where(negative, u(dst.sign_mask), u(0))
+        sign = select(negative, u(dst.sign_mask), u(0))
     else:
         raise ValueError(f"output must be 'src_bits' or 'dst_code', got {output!r}")
     if dst.twos_complement:  # one more value on the negative side
-        v_max = jnp.where(negative, v_max_neg, v_max)
+        v_max = select(negative, v_max_neg, v_max)
 
     # The value standing for "infinity": the format's infinity, else its NaN, else its largest value.
     v_overflow = v_inf if dst.has_inf else (v_nan if dst.has_nan else v_max)
@@ -309,38 +310,38 @@ def round_narrow(
     elif ovf_pos and ovf_neg:
         ovf_value = v_overflow
     else:
-        ovf_value = jnp.where(negative == ovf_neg, v_overflow, v_max)
-    res = jnp.where(res > v_max, ovf_value, res)  # infinite inputs land here too
+        ovf_value = select(negative == ovf_neg, v_overflow, v_max)
+    res = select(res > v_max, ovf_value, res)  # infinite inputs land here too
     # Flush subnormal results: ±max (what infinity may become below) is normal, except in a format
     # without exponent bits, where it is flushed too, so the flush comes after.
     flush = not subnormals and dst.has_subnormals
     if flush and dst.exponent_bits > 0:
-        res = jnp.where(res < v_min_normal, u(0), res)
+        res = select(res < v_min_normal, u(0), res)
     if p3109 == "sat_propagate":  # finite overflow clamps, infinities stay infinite where they can
-        res = jnp.where(a == u(src.inf_code), v_inf if dst.has_inf else v_max, res)
+        res = select(a == u(src.inf_code), v_inf if dst.has_inf else v_max, res)
     elif not clamp and not (ovf_pos and ovf_neg):  # where overflow clamps, infinity still maps to infinity
-        res = jnp.where(a == u(src.inf_code), v_overflow, res)
+        res = select(a == u(src.inf_code), v_overflow, res)
     if flush and dst.exponent_bits == 0:  # finite values only: the infinity and NaN codes stay
-        res = jnp.where((res < v_min_normal) & (res <= v_max), u(0), res)
+        res = select((res < v_min_normal) & (res <= v_max), u(0), res)
 
     if dst.has_negative_zero:
         res = res | sign
     elif dst.signed and not (dst.twos_complement and output == "dst_code"):
-        res = res | jnp.where(res != 0, sign, u(0))  # no -0 (fnuz, p3109): zero results are +0
+        res = res | select(res != 0, sign, u(0))  # no -0 (fnuz, p3109): zero results are +0
     elif dst.signed:  # two's complement codes: 2**K - magnitude for negative results
-        res = jnp.where(negative & (res != 0), (u(dst.num_codes) - res) & u(dst.num_codes - 1), res)
+        res = select(negative & (res != 0), (u(dst.num_codes) - res) & u(dst.num_codes - 1), res)
 
     is_nan = a > u(src.inf_code)
     if output == "src_bits":
-        res = jnp.where(is_nan, b, res)  # NaN inputs come out unchanged (payload and sign kept)
+        res = select(is_nan, b, res)  # NaN inputs come out unchanged (payload and sign kept)
     elif dst.has_nan:
         signed_nan = dst.nan_code | (dst.sign_mask if dst.specials in ("ieee", "fn") else 0)  # type: ignore[operator]  # dst.has_nan: nan_code is an int
-        res = jnp.where(is_nan, jnp.where(negative, u(signed_nan), u(dst.nan_code)), res)
+        res = select(is_nan, select(negative, u(signed_nan), u(dst.nan_code)), res)
     elif dst.twos_complement:
-        res = jnp.where(is_nan, u(0), res)  # no NaN and no -0 to invert into: the zero code
+        res = select(is_nan, u(0), res)  # no NaN and no -0 to invert into: the zero code
     else:
         # ml_dtypes' conversion of NaN into a NaN-less format: the zero code with the sign inverted.
-        res = jnp.where(is_nan, jnp.where(negative, u(0), u(dst.sign_mask)), res)
+        res = select(is_nan, select(negative, u(0), u(dst.sign_mask)), res)
     if not dst.signed:  # negative numbers and infinities (and zero, for E8M0) have no code
         below = negative & (a != 0)
         if p3109 is not None and dst.has_zero:
@@ -349,11 +350,11 @@ def round_narrow(
             to_zero = jnp.ones(a.shape, bool) if p3109 != "ovf_inf" else res == 0
             if p3109 == "ovf_inf" and rounding in ("toward_zero", "toward_positive"):
                 to_zero = to_zero | (a != u(src.inf_code))
-            res = jnp.where(below & ~is_nan, jnp.where(to_zero, u(0), v_nan), res)
+            res = select(below & ~is_nan, select(to_zero, u(0), v_nan), res)
         else:
-            res = jnp.where(below, v_nan, res)
+            res = select(below, v_nan, res)
         if not dst.has_zero:
-            res = jnp.where(a == 0, v_nan, res)
+            res = select(a == 0, v_nan, res)
     return res
 
 
@@ -378,13 +379,13 @@ def widen(bits: jnp.ndarray, *, src: Format, dst: Format) -> jnp.ndarray:
     if not dst.has_zero:
         res = res - u(1 << dst.mantissa_bits)
     if src.has_zero:
-        res = jnp.where(x.a == 0, u(0), res)
+        res = select(x.a == 0, u(0), res)
     if dst.has_inf:
-        res = jnp.where(x.is_inf, u(dst.inf_code), res)
+        res = select(x.is_inf, u(dst.inf_code), res)
     negative = x.s != 0
-    res = res | jnp.where(negative, u(dst.sign_mask), u(0))
+    res = res | select(negative, u(dst.sign_mask), u(0))
     if dst.has_nan:
         signed_nan = u(dst.nan_code | dst.sign_mask) if dst.specials in ("ieee", "fn") else u(dst.nan_code)  # type: ignore[operator]  # dst.has_nan: nan_code is an int
-        nan = jnp.where(negative, signed_nan, u(dst.nan_code))
-        res = jnp.where(x.is_nan, nan, res)
+        nan = select(negative, signed_nan, u(dst.nan_code))
+        res = select(x.is_nan, nan, res)
     return res

@@ -29,6 +29,7 @@ from jax import lax
 from fpemu._core.format import Format
 from fpemu._core.registry import get_format
 from fpemu._engine.convert import value_bits
+from fpemu._jax.elementwise import clamp, select
 
 __all__ = ["applies", "round_stochastic"]
 
@@ -74,26 +75,26 @@ def round_stochastic(bits: jnp.ndarray, dst: Format, *, saturate: bool, random: 
     e_min_field = dst.emin + _FP32.bias  # float32's exponent field of the target's smallest normal
     smallest = _U32(value_bits(dst.min_subnormal, _FP32))
     # discarded bits: 23 - m in the target's normal range, one more per binade below it
-    field = jnp.clip(a >> _U32(_MANTISSA), _U32(e_min_field - m), _U32(e_min_field))
+    field = clamp(a >> _U32(_MANTISSA), _U32(e_min_field - m), _U32(e_min_field))
     sh = _U32(_MANTISSA - m + e_min_field) - field
     tiny = a < smallest
     below = lax.bitcast_convert_type(a, jnp.float32) * np.float32(2.0 ** (_WORD - dst.min_subnormal_exponent))
-    fraction = jnp.where(tiny, below.astype(_U32), a << (_U32(_WORD) - sh))  # floor(r * 2**32)
+    fraction = select(tiny, below.astype(_U32), a << (_U32(_WORD) - sh))  # floor(r * 2**32)
     draw = random
     if k < _WORD:
         fraction, draw = fraction >> _U32(_WORD - k), random >> _U32(_WORD - k)
     up = fraction > _U32((1 << k) - 1) - draw  # fraction + draw >= 2**k, without overflow
-    low = jnp.where(tiny, _U32(0), a & ~((_U32(1) << sh) - _U32(1)))
-    step = jnp.where(tiny, smallest, _U32(1) << sh)  # a carry out of the mantissa bumps the exponent
-    res = jnp.where(up, low + step, low)
+    low = select(tiny, _U32(0), a & ~((_U32(1) << sh) - _U32(1)))
+    step = select(tiny, smallest, _U32(1) << sh)  # a carry out of the mantissa bumps the exponent
+    res = select(up, low + step, low)
     v_max = _U32(value_bits(dst.max, _FP32))
     if saturate or not (dst.has_inf or dst.has_nan):
         overflow = v_max  # the value standing for "infinity", as round_narrow has it
     else:
         overflow = _U32(_INF if dst.has_inf else _FP32.nan_code)
-    res = jnp.where(res > v_max, overflow, res)  # infinite inputs land here too
+    res = select(res > v_max, overflow, res)  # infinite inputs land here too
     if dst.has_negative_zero:
         res = res | sign
     else:
-        res = res | jnp.where(res != 0, sign, _U32(0))  # no -0: zero results are +0
-    return jnp.where(a > _U32(_INF), bits, res)  # NaN inputs come out unchanged
+        res = res | select(res != 0, sign, _U32(0))  # no -0: zero results are +0
+    return select(a > _U32(_INF), bits, res)  # NaN inputs come out unchanged

@@ -1,3 +1,4 @@
 """Layer 0, what fpemu knows of JAX itself: the catalogue of JAX's primitives (`primitives`: how
-`fpemu.emulate` and `fpemu.scalify` treat each one) and the shim for JAX's internals and the
-differences between its releases (`compat`). Neither imports any other part of fpemu."""
+`fpemu.emulate` and `fpemu.scalify` treat each one), the shim for JAX's internals and the
+differences between its releases (`compat`), and `jnp.where`/`jnp.clip` without their per-call
+``jit`` for the rounding cores (`elementwise`). None imports any other part of fpemu."""

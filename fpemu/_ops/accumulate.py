@@ -26,6 +26,7 @@ import numpy as np
 from jax import lax
 
 from fpemu._core.modes import Rounding, Saturation
+from fpemu._jax.elementwise import select
 from fpemu._ops.geometry import Geometry
 from fpemu._ops.matmul_config import (
     KEY_ACC,
@@ -73,13 +74,13 @@ def _add_to_odd(acc: jax.Array, s: jax.Array) -> jax.Array:
     one = jnp.ones((), uint)
     inexact_even = (err != 0) & ((bits & one) == 0) & jnp.isfinite(t)
     outward = (err > 0) == (t > 0)  # err moves |acc + s| above |t|
-    bits = jnp.where(inexact_even, jnp.where(outward, bits + one, bits - one), bits)
+    bits = select(inexact_even, select(outward, bits + one, bits - one), bits)
     return lax.bitcast_convert_type(bits, t.dtype)
 
 
 def positive_zero(x: jax.Array) -> jax.Array:
     """An exactly zero sum is +0 (XLA folds ``+0 + x`` into ``x``, which keeps a -0 ``x``)."""
-    return jnp.where(x == 0, jnp.zeros_like(x), x)
+    return select(x == 0, jnp.zeros_like(x), x)
 
 
 def round_accumulator(
@@ -222,7 +223,7 @@ def scale_product(lhs_scale: jax.Array | None, rhs_scale: jax.Array | None) -> j
 def times_scale(y: jax.Array, scale: jax.Array) -> jax.Array:
     """``fl(y * scale)`` for a product ``scale`` of per-tensor scales: where that product overflowed to
     inf, an exact zero ``y`` stays zero (its true product is finite) instead of 0 * inf = NaN."""
-    return jnp.where((y == 0) & jnp.isinf(scale), y, y * scale)
+    return select((y == 0) & jnp.isinf(scale), y, y * scale)
 
 
 def times_tensor_scales(y: jax.Array, lhs_scale: jax.Array | None, rhs_scale: jax.Array | None) -> jax.Array:

@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from fpemu._jax.elementwise import select
 from fpemu._ops.quantize import quantize as element_quantize
 from fpemu._training.quantize_operand import operand_view, scaled_operand
 from fpemu._training.quantizer import Quantizer
@@ -36,5 +37,5 @@ def operand_elements(x: jax.Array, dims: tuple[int, ...], q: Quantizer, key: Any
     if axis is not None and block is not None and scale.shape[axis] > 1:
         scale = lax.slice_in_dim(jnp.repeat(scale, block, axis=axis), 0, view.shape[axis], axis=axis)
     scale = jnp.broadcast_to(scale, view.shape)
-    values = jnp.where(jnp.isnan(scale), jnp.nan, sa.values)
-    return jnp.where(scale == 0, F32(0), view / scale), values
+    values = select(jnp.isnan(scale), jnp.nan, sa.values)
+    return select(scale == 0, F32(0), view / scale), values

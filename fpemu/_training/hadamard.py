@@ -21,6 +21,7 @@ import numpy as np
 
 from fpemu._args import axis_arg, int_arg, key_arg
 from fpemu._engine import rng
+from fpemu._jax.elementwise import select
 from fpemu._ops.fusion import computed_once, materialize
 from fpemu._training.layout import Contraction
 from fpemu._training.operands import operand_arg
@@ -71,7 +72,7 @@ def _signs(key: jax.Array | None, size: int) -> jax.Array:
     if key is None:
         return jnp.asarray(np.array(TE_WGRAD_SIGNS, np.float32))
     bits = rng.random_uint32(rng.seeds_from_key(key), (size,))
-    return jnp.where((bits >> jnp.uint32(31)) == jnp.uint32(1), jnp.float32(-1), jnp.float32(1))
+    return select((bits >> jnp.uint32(31)) == jnp.uint32(1), jnp.float32(-1), jnp.float32(1))
 
 
 def _walsh_hadamard(v: jax.Array, n: int, lanes: int) -> jax.Array:

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from fpemu._args import int_arg
+from fpemu._jax.elementwise import select
 from fpemu._ops.quantize import quantize as element_quantize
 from fpemu._training.layout import Contraction, contracting_dims_arg, tiles, untiles
 from fpemu._training.operands import operand_arg
@@ -226,5 +227,5 @@ def _delayed_scale(amax: jax.Array, fmt: BlockFormat, margin: int) -> jax.Array:
     scale = sa.scale_values().reshape(())
     bits = lax.bitcast_convert_type(a[0], jnp.uint32)
     # NaN explicitly: BlockArray.scale_values() reads E8M0's NaN code 0xff as inf
-    scale = jnp.where(bits >= jnp.uint32(0x7F800000), jnp.float32(jnp.nan), scale)
-    return jnp.where(bits == jnp.uint32(0), jnp.float32(1), scale)
+    scale = select(bits >= jnp.uint32(0x7F800000), jnp.float32(jnp.nan), scale)
+    return select(bits == jnp.uint32(0), jnp.float32(1), scale)

@@ -17,6 +17,7 @@ import numpy as np
 from jax import lax
 
 from fpemu._core.registry import get_format
+from fpemu._jax.elementwise import clamp, select
 
 U32 = jnp.uint32
 I32 = jnp.int32
@@ -52,7 +53,7 @@ def pow2_bits(k: jnp.ndarray) -> jnp.ndarray:
 
 def scale_pow2_bits(k: jnp.ndarray) -> jnp.ndarray:
     """Bits of the float32 ``2**k`` for k in [-127, 127]: E8M0's range, whose ``2**-127`` is subnormal."""
-    return jnp.where(k >= -126, pow2_bits(jnp.maximum(k, -126)), U32(IMPLICIT >> 1))
+    return select(k >= -126, pow2_bits(jnp.maximum(k, -126)), U32(IMPLICIT >> 1))
 
 
 def unpack(a: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
@@ -64,9 +65,9 @@ def unpack(a: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
     """
     e = (a >> U32(23)).astype(I32)
     sub = e == 0
-    fa = to_bits(jnp.where(sub, a, U32(0)).astype(jnp.float32))  # a * 2**149 as a normal float
-    ex = jnp.where(sub, (fa >> U32(23)).astype(I32) - 127 - 149, e - 127)
-    mant = jnp.where(sub, fa, a) & U32(MANT)
+    fa = to_bits(select(sub, a, U32(0)).astype(jnp.float32))  # a * 2**149 as a normal float
+    ex = select(sub, (fa >> U32(23)).astype(I32) - 127 - 149, e - 127)
+    mant = select(sub, fa, a) & U32(MANT)
     return ex, mant | U32(IMPLICIT)
 
 
@@ -75,7 +76,7 @@ def rne_shift(v: jnp.ndarray, sh: jnp.ndarray, *, max_shift: int = 255) -> jnp.n
 
     ``max_shift``: a static bound on ``sh`` the caller guarantees; at most 31, the shifts of 32 and
     more are not handled (fewer operations)."""
-    shc = (sh if max_shift <= 31 else jnp.clip(sh, 0, 31)).astype(U32)
+    shc = (sh if max_shift <= 31 else clamp(sh, 0, 31)).astype(U32)
     q = v >> shc
     rem = v & ((U32(1) << shc) - U32(1))
     half = (U32(1) << shc) >> U32(1)
@@ -83,8 +84,8 @@ def rne_shift(v: jnp.ndarray, sh: jnp.ndarray, *, max_shift: int = 255) -> jnp.n
     res = q + up.astype(U32)
     if max_shift <= 31:
         return res
-    res = jnp.where(sh == 32, (v > U32(1 << 31)).astype(U32), res)  # v / 2**32 < 1: the tie 1/2 goes to 0
-    return jnp.where(sh > 32, U32(0), res)
+    res = select(sh == 32, (v > U32(1 << 31)).astype(U32), res)  # v / 2**32 < 1: the tie 1/2 goes to 0
+    return select(sh > 32, U32(0), res)
 
 
 def scale_down(b: jnp.ndarray, k: jnp.ndarray) -> jnp.ndarray:
@@ -100,10 +101,10 @@ def scale_down(b: jnp.ndarray, k: jnp.ndarray) -> jnp.ndarray:
     a = b & U32(ABS)
     ex, sig = unpack(a)
     field = ex - k + 127
-    normal = sign | (jnp.clip(field, 1, 254).astype(U32) << U32(23)) | (sig & U32(MANT))
-    res = jnp.where(field < 1, sign | U32(IMPLICIT), normal)
-    res = jnp.where(field > 254, sign | U32(FLT_MAX), res)
-    return jnp.where((a == U32(0)) | (a >= U32(INF)), b, res)
+    normal = sign | (clamp(field, 1, 254).astype(U32) << U32(23)) | (sig & U32(MANT))
+    res = select(field < 1, sign | U32(IMPLICIT), normal)
+    res = select(field > 254, sign | U32(FLT_MAX), res)
+    return select((a == U32(0)) | (a >= U32(INF)), b, res)
 
 
 def scale_up(q: jnp.ndarray, k: jnp.ndarray) -> jnp.ndarray:
@@ -116,11 +117,11 @@ def scale_up(q: jnp.ndarray, k: jnp.ndarray) -> jnp.ndarray:
     a = q & U32(ABS)
     field = (a >> U32(23)).astype(I32) + k
     mant = a & U32(MANT)
-    normal = sign | (jnp.clip(field, 1, 254).astype(U32) << U32(23)) | mant
+    normal = sign | (clamp(field, 1, 254).astype(U32) << U32(23)) | mant
     sub = sign | rne_shift(mant | U32(IMPLICIT), 1 - field)
-    res = jnp.where(field < 1, sub, normal)
-    res = jnp.where(field > 254, sign | U32(INF), res)
-    return jnp.where((a == U32(0)) | (a >= U32(INF)), q, res)
+    res = select(field < 1, sub, normal)
+    res = select(field > 254, sign | U32(INF), res)
+    return select((a == U32(0)) | (a >= U32(INF)), q, res)
 
 
 def scale_up_constant(value: float, k: jnp.ndarray, k_min: int) -> jnp.ndarray:
@@ -143,8 +144,8 @@ def scale_up_constant(value: float, k: jnp.ndarray, k_min: int) -> jnp.ndarray:
     f = k + field
     res = (f.astype(U32) << U32(23)) | U32(mant)
     if widest_shift > 0:  # exact: only zero bits are shifted out
-        res = jnp.where(f < 1, U32(sig) >> jnp.clip(1 - f, 0, 31).astype(U32), res)
-    return jnp.where(f > 254, U32(INF), res)
+        res = select(f < 1, U32(sig) >> clamp(1 - f, 0, 31).astype(U32), res)
+    return select(f > 254, U32(INF), res)
 
 
 def mul_exact(a: jnp.ndarray, b: jnp.ndarray) -> jnp.ndarray:
@@ -158,14 +159,14 @@ def mul_exact(a: jnp.ndarray, b: jnp.ndarray) -> jnp.ndarray:
     exb, sigb = unpack(ab)
     p = (siga >> U32(16)) * sigb  # exact: 8 x 24 bits, in [2**30, 2**32)
     base = exa + exb - 30  # p * 2**base is the product
-    lead = jnp.where(p >= U32(1 << 31), 31, 30)
+    lead = select(p >= U32(1 << 31), I32(31), I32(30))
     qe = jnp.maximum(base + lead - 23, -149)  # exponent of the result's last bit
     r = rne_shift(p, qe - base)
     field = qe + 149
-    res = (jnp.clip(field, 0, 255).astype(U32) << U32(23)) + r  # a carry out of r bumps the exponent
+    res = (clamp(field, 0, 255).astype(U32) << U32(23)) + r  # a carry out of r bumps the exponent
     overflow = field + (r >> U32(23)).astype(I32) >= 255  # the biased exponent of the result
-    res = jnp.where(overflow, U32(INF), res)
-    return jnp.where((aa == U32(0)) | (ab == U32(0)), U32(0), res) | sign
+    res = select(overflow, U32(INF), res)
+    return select((aa == U32(0)) | (ab == U32(0)), U32(0), res) | sign
 
 
 def mul_normal(a: jnp.ndarray, b: jnp.ndarray) -> jnp.ndarray:
@@ -188,20 +189,20 @@ def mul_normal(a: jnp.ndarray, b: jnp.ndarray) -> jnp.ndarray:
     eb = ((b >> U32(23)) & U32(0xFF)).astype(I32)  # b = sig_b * 2**(eb - 150)
     p = (((a & U32(MANT)) | U32(IMPLICIT)) >> U32(16)) * ((b & U32(MANT)) | U32(IMPLICIT))  # exact: 8 x 24 bits
     tiny = rne_shift(p, 135 - ea - eb) | sign  # p * 2**(ea + eb - 284) in units of 2**-149
-    return jnp.where(((fast & U32(ABS)) <= U32(IMPLICIT)) & ((a & U32(ABS)) != U32(0)), tiny, fast)
+    return select(((fast & U32(ABS)) <= U32(IMPLICIT)) & ((a & U32(ABS)) != U32(0)), tiny, fast)
 
 
 def reciprocal(p: jnp.ndarray) -> jnp.ndarray:
     """``1 / p`` rounded to float32 for a non-negative finite ``p`` whose reciprocal is normal or
     overflows (``p <= 2**126``), subnormal ``p`` included; ``1 / 0`` is inf. Returns a float32 array."""
     sub = (p < U32(IMPLICIT)) & (p != U32(0))
-    fa = to_bits(jnp.where(sub, p, U32(1)).astype(jnp.float32))  # p * 2**149, normal
+    fa = to_bits(select(sub, p, U32(1)).astype(jnp.float32))  # p * 2**149, normal
     scaled = from_bits(fa - U32(117 << 23))  # p * 2**32: normal, exactly
     # one division, the last operation (XLA copies the chain before a division into each division's
     # loop, and the operations after it into each consumer's): 1 / p, or 2**32 / (p * 2**32) for
     # subnormal p, the same as (1 / (p * 2**32)) * 2**32: scaling by a power of two commutes with
     # rounding where the result is normal or overflows (1 / p >= 2**126 here)
-    return jnp.where(sub, jnp.float32(2.0**32), jnp.float32(1)) / jnp.where(sub, scaled, from_bits(p))
+    return select(sub, jnp.float32(2.0**32), jnp.float32(1)) / select(sub, scaled, from_bits(p))
 
 
 def mul_flushing(x: jnp.ndarray, m: jnp.ndarray, *, nonnegative: bool = False) -> jnp.ndarray:
@@ -219,7 +220,7 @@ def mul_flushing(x: jnp.ndarray, m: jnp.ndarray, *, nonnegative: bool = False) -
     scaled = fa - U32(125 << 23)  # |x| * 2**24, normal
     xs = from_bits(scaled if nonnegative else scaled | (x & U32(SIGN)))
     small = (xs * m) * jnp.float32(2.0**-24)
-    return jnp.where(sub, small, from_bits(x) * m)
+    return select(sub, small, from_bits(x) * m)
 
 
 def reciprocal_of_product(d: jnp.ndarray, g: jnp.ndarray, precision: int) -> jnp.ndarray:
@@ -245,6 +246,6 @@ def reciprocal_of_product(d: jnp.ndarray, g: jnp.ndarray, precision: int) -> jnp
     sig_d = ((d & U32(MANT)) | U32(IMPLICIT)) >> U32(24 - precision)  # exact: d has <= precision bits
     p = sig_d * ((g & U32(MANT)) | U32(IMPLICIT))  # exact: below 2**(precision + 24) <= 2**30
     # d * g = p * 2**(ed + eg - 276 - precision) = (p / 2**sh) * 2**-149, sh >= 0 where tiny
-    r = rne_shift(p, jnp.clip(127 + precision - ed - eg, 0, 31), max_shift=31)  # past 30 bits: 0 anyway
+    r = rne_shift(p, clamp(127 + precision - ed - eg, 0, 31), max_shift=31)  # past 30 bits: 0 anyway
     scaled = r.astype(jnp.float32) * jnp.float32(2.0**-23)  # exact: r < 2**24
-    return jnp.where(tiny, jnp.float32(2.0**126), jnp.float32(1)) / jnp.where(tiny, scaled, from_bits(fast))
+    return select(tiny, jnp.float32(2.0**126), jnp.float32(1)) / select(tiny, scaled, from_bits(fast))

@@ -15,6 +15,7 @@ import numpy as np
 from fpemu._core.modes import Rounding, StochasticVariant
 from fpemu._core.registry import get_format
 from fpemu._engine import stochastic
+from fpemu._jax.elementwise import clamp, select
 from fpemu._ops import codec
 from fpemu._ops import quantize as element_quantize
 from fpemu._ops import rounding_spec as element_spec
@@ -73,9 +74,9 @@ def encode(
         k, nan = _pow2_scales(bits, block_format, layout, scale)
         y = _bits.from_bits(_bits.scale_down(xb, w.per_element(k)))
         if block_format.scale_kind == "pow2":
-            scale_leaf = jnp.where(nan, jnp.uint8(s_fmt.nan_code), (k + s_fmt.bias).astype(jnp.uint8))
+            scale_leaf = select(nan, jnp.uint8(s_fmt.nan_code), (k + s_fmt.bias).astype(jnp.uint8))
         else:
-            scale_leaf = _bits.from_bits(jnp.where(nan, U32(NAN), _bits.pow2_bits(k)))
+            scale_leaf = _bits.from_bits(select(nan, U32(NAN), _bits.pow2_bits(k)))
     elif block_format.scale_kind == "fp32":
         if scale is None:
             enc, nan = float_encode_scale(group_max(bits & U32(ABS), layout), block_format)
@@ -84,12 +85,12 @@ def encode(
             s = scale
             enc = _bits.reciprocal(_bits.to_bits(scale) & U32(ABS))
         y = _bits.mul_flushing(xb, w.per_element(enc))
-        scale_leaf = s if nan is None else jnp.where(nan, F32(jnp.nan), s)
+        scale_leaf = s if nan is None else select(nan, F32(jnp.nan), s)
     else:
         d, g, enc_b, nan = _narrow_scales(bits, block_format, layout)
         y = _bits.mul_flushing(xb, w.per_element(enc_b))
         codes = codec.encode(d, s_fmt)  # exact: d is a value of the scale format
-        scale_leaf = jnp.where(nan, jnp.asarray(s_fmt.nan_code, codes.dtype), codes)
+        scale_leaf = select(nan, jnp.asarray(s_fmt.nan_code, codes.dtype), codes)
         global_leaf = g if block_format.global_scale else None
     values = element_quantize.quantize(
         y,
@@ -104,7 +105,7 @@ def encode(
     if block_format.element.twos_complement:  # symmetric saturation: the most negative code (-2.0) is never produced
         values = jnp.maximum(values, F32(-block_format.element.max))
     if current and nan is not None:  # every branch sets nan under current scaling
-        values = jnp.where(w.per_element(nan), F32(0), values)
+        values = select(w.per_element(nan), F32(0), values)
     return values, scale_leaf, global_leaf
 
 
@@ -116,7 +117,7 @@ def _narrow_scales(bits: jnp.ndarray, block_format: BlockFormat, layout: Layout)
     scale, the table or the codes, the elements' loop), which costs more compile time than the
     materialization's conditional, also on arrays below `fpemu._ops.fusion.MATERIALIZE_MIN_SIZE`."""
     amax_block = group_max(bits & U32(ABS), layout)
-    finite = jnp.where(amax_block < U32(INF), amax_block, U32(0))  # blocks with NaN/inf do not count
+    finite = select(amax_block < U32(INF), amax_block, U32(0))  # blocks with NaN/inf do not count
     amax_tensor = jnp.max(finite, axis=tuple(range(bits.ndim)), keepdims=True, initial=U32(0))
     once = lambda *arrays: materialize(arrays, probe=amax_tensor)  # a predicate that repeats no chain
     return two_level_scales(amax_tensor, amax_block, block_format, once=once)
@@ -149,7 +150,7 @@ def _qdq_by_table(x: jnp.ndarray, block_format: BlockFormat, layout: Layout, *, 
         y = _bits.to_bits(_bits.mul_flushing(bits, enc_b))
         v = _round_element(y & U32(ABS), block_format.element)
         out = _bits.to_bits(_bits.from_bits(v) * _bits.from_bits(d)) | (y & U32(SIGN))
-        return _bits.from_bits(jnp.where(nan, U32(NAN), out)), g
+        return _bits.from_bits(select(nan, U32(NAN), out)), g
     nan, enc_b = w.materialized(nan, enc_b)
     values = np.array(_table.positive_values(block_format.element), np.float32)
     products = d[None] * values.reshape((-1,) + (1,) * d.ndim)  # exact, normal
@@ -158,7 +159,7 @@ def _qdq_by_table(x: jnp.ndarray, block_format: BlockFormat, layout: Layout, *, 
     *entries, nan, enc_b = w.broadcast(*(table[i] for i in range(len(values))), nan, enc_b)
     y = _bits.to_bits(_bits.mul_flushing(bits, enc_b))
     out = _table.round_to_table(y & U32(ABS), entries, block_format.element) | (y & U32(SIGN))
-    return _bits.from_bits(jnp.where(nan, U32(NAN), out))
+    return _bits.from_bits(select(nan, U32(NAN), out))
 
 
 def _round_element(magnitude: jnp.ndarray, fmt) -> jnp.ndarray:
@@ -217,8 +218,8 @@ def _qdq_stochastic(
     out = _bits.to_bits(_bits.from_bits(vb) * d)  # exact: `_products_are_normal`
     if not split:
         out = _bits.mul_normal(out, _bits.to_bits(g))
-    out = jnp.where((vb & U32(ABS)) >= U32(INF), vb, out)  # inf and NaN elements pass through, as in `decode`
-    out = _bits.from_bits(jnp.where(nan, U32(NAN), out))
+    out = select((vb & U32(ABS)) >= U32(INF), vb, out)  # inf and NaN elements pass through, as in `decode`
+    out = _bits.from_bits(select(nan, U32(NAN), out))
     return (out, g) if split else out
 
 
@@ -241,7 +242,7 @@ def quantize_dequantize_split(
     if global_leaf is not None:
         return decode(values, scale_leaf, None, block_format, layout), global_leaf
     t = scale_leaf.astype(F32).reshape((1,) * x.ndim)  # the one float32 scale, NaN for a NaN group
-    return jnp.where(jnp.isnan(t), F32(jnp.nan), values), t
+    return select(jnp.isnan(t), F32(jnp.nan), values), t
 
 
 def _pow2_scales(
@@ -304,7 +305,7 @@ def quantize_dequantize(
     k, nan = _pow2_scales(bits, block_format, layout, scale)
     (k,) = w.materialized(k)  # the exponent's chain once; the grid's limits and the NaN mask in the elements' loop
     out = _rne_on_grid(bits, k, block_format, w)
-    out = jnp.where(w.broadcast(nan), U32(NAN), out)
+    out = select(w.broadcast(nan), U32(NAN), out)
     return _bits.from_bits(out)
 
 
@@ -350,7 +351,7 @@ def mark_nan_groups(
     storage: OCP MX's NaN scale makes every element of its block NaN.
     """
     nan = group_max(_bits.to_bits(values.astype(F32)) & U32(ABS), layout) > U32(INF)
-    return jnp.where(nan, nan_scale_leaf(block_format, (), scale_leaf.dtype), scale_leaf)
+    return select(nan, nan_scale_leaf(block_format, (), scale_leaf.dtype), scale_leaf)
 
 
 def exponents(scale_leaf: jnp.ndarray, block_format: BlockFormat) -> tuple[jnp.ndarray, jnp.ndarray]:
@@ -391,8 +392,8 @@ def decode(
             by_float = computed_global and _tensor_products_are_normal(block_format)
             mul = _bits.mul_normal if by_float else _bits.mul_exact
             out = mul(out, _bits.to_bits(global_leaf.astype(F32)))  # (1,) * ndim: broadcasts
-        out = jnp.where((vb & U32(ABS)) >= U32(INF), vb, out)  # inf and NaN elements pass through
-    out = jnp.where(w.per_element(nan), U32(NAN), out)
+        out = select((vb & U32(ABS)) >= U32(INF), vb, out)  # inf and NaN elements pass through
+    out = select(w.per_element(nan), U32(NAN), out)
     return _bits.from_bits(out)
 
 
@@ -420,7 +421,7 @@ def grad_scale(scale_leaf: jnp.ndarray, global_leaf: jnp.ndarray | None, block_f
     """
     if block_format.is_pow2:
         k, nan = exponents(scale_leaf, block_format)
-        sb = _bits.pow2_bits(jnp.clip(k, -126, 127))
+        sb = _bits.pow2_bits(clamp(k, -126, 127))
     else:
         sb, nan = scale_bits(scale_leaf, block_format)
         if block_format.scale_kind == "narrow" and global_leaf is not None:
@@ -428,7 +429,7 @@ def grad_scale(scale_leaf: jnp.ndarray, global_leaf: jnp.ndarray | None, block_f
         sb = sb & U32(ABS)
         nan = nan | (sb == U32(0)) | (sb >= U32(INF))
         sb = jnp.maximum(sb, U32(IMPLICIT))
-    return _bits.from_bits(jnp.where(nan, _bits.to_bits(F32(1)), sb))
+    return _bits.from_bits(select(nan, _bits.to_bits(F32(1)), sb))
 
 
 def resolve_axis(axis: int | None, ndim: int) -> int | None:

@@ -29,6 +29,7 @@ import numpy as np
 from jax import lax
 
 from fpemu._core.format import Format
+from fpemu._jax.elementwise import clamp, select
 from fpemu.scaled import _bits
 from fpemu.scaled._bits import ABS, IMPLICIT, INF, NAN, SIGN, U32
 
@@ -66,26 +67,26 @@ def round_rne(
     a = b & U32(ABS)
     field = (a >> U32(23)).astype(I32)
     # biased exponent of the leading bit, also for subnormals (whose leading bit sits below 2**-126)
-    lead = jnp.where(field == 0, 9 - lax.clz(a).astype(I32), field)
+    lead = select(field == 0, 9 - lax.clz(a).astype(I32), field)
     # rounding position: (grid quantum exponent) - (input quantum exponent)
     sh = jnp.maximum(lead, grid.e_min_normal) - mb - jnp.maximum(lead, 1) + 23
-    sh = jnp.clip(sh, 0, 23).astype(U32)
+    sh = clamp(sh, 0, 23).astype(U32)
     mask = (U32(1) << sh) - U32(1)
     lsb = ((a | U32(IMPLICIT)) >> sh) & U32(1)  # the implicit bit is the last kept bit at sh == 23
     res = (a + ((mask + lsb) >> U32(1))) & ~mask
     tiny = a < grid.smallest  # below the grid's smallest value: 0 or that value (the tie goes to 0)
-    res = jnp.where(tiny, jnp.where(a > grid.half_smallest, grid.smallest, U32(0)), res)
+    res = select(tiny, select(a > grid.half_smallest, grid.smallest, U32(0)), res)
     if saturate or not fmt.has_nan:
         overflow = grid.max
     else:
         overflow = U32(INF) if fmt.has_inf else U32(NAN)
-    res = jnp.where(res > grid.max, overflow, res)  # infinities land here too
+    res = select(res > grid.max, overflow, res)  # infinities land here too
     if keep_inf:
-        res = jnp.where(a == U32(INF), U32(INF), res)
+        res = select(a == U32(INF), U32(INF), res)
     res = res | sign
     if not negative_zero:
-        res = jnp.where(res == U32(SIGN), U32(0), res)
-    return jnp.where(a > U32(INF), b, res)  # NaN inputs come out unchanged
+        res = select(res == U32(SIGN), U32(0), res)
+    return select(a > U32(INF), b, res)  # NaN inputs come out unchanged
 
 
 def clamped_applies(fmt: Format) -> bool:
@@ -137,4 +138,4 @@ def round_clamped(b: jnp.ndarray, fmt: Format) -> jnp.ndarray:
     assert float(quantum) == fmt.min_subnormal and float(np.float32(1 / fmt.min_subnormal)) == 1 / fmt.min_subnormal
     k = lax.round(x * np.float32(1 / fmt.min_subnormal), lax.RoundingMethod.TO_NEAREST_EVEN)
     small = k * quantum
-    return _bits.to_bits(jnp.where(b >= U32(_bits.constant_bits(fmt.min_normal)), normal, small))
+    return _bits.to_bits(select(b >= U32(_bits.constant_bits(fmt.min_normal)), normal, small))

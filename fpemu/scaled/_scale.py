@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fpemu._core.registry import get_format
+from fpemu._jax.elementwise import clamp, select
 from fpemu.scaled import _bits, _rne
 from fpemu.scaled._bits import FLT_MAX, IMPLICIT, INF, U32
 from fpemu.scaled._block_format import BlockFormat, pow2_constants
@@ -63,23 +64,23 @@ def pow2_exponent(amax: jnp.ndarray, block_format: BlockFormat) -> tuple[jnp.nda
     elif rule != "ocp":
         raise AssertionError(rule)
     lo, hi = pow2_range(block_format)
-    k = jnp.clip(k + block_format.margin, lo, hi)
-    return jnp.where(zero, I32(zero_exponent(block_format)), k), nonfinite
+    k = clamp(k + block_format.margin, lo, hi)
+    return select(zero, I32(zero_exponent(block_format)), k), nonfinite
 
 
 def _const_over(numerator: float, amax: jnp.ndarray) -> jnp.ndarray:
     """float32 ``numerator / amax`` for amax bits (finite, nonzero), rounded once, subnormal amax included."""
     sub = (amax < U32(IMPLICIT)) & (amax != U32(0))
-    fa = _bits.to_bits(jnp.where(sub, amax, U32(1)).astype(F32))  # amax * 2**149
+    fa = _bits.to_bits(select(sub, amax, U32(1)).astype(F32))  # amax * 2**149
     scaled = _bits.from_bits(fa - U32(125 << 23))  # amax * 2**24, normal
     num = F32(numerator)
-    safe = jnp.where(amax >= U32(INF), U32(IMPLICIT), amax)
+    safe = select(amax >= U32(INF), U32(IMPLICIT), amax)
     if numerator * 2.0**24 > float(np.finfo(np.float32).max):  # (num * 2**24 is no float32): two divisions
-        return jnp.where(sub, (num / scaled) * F32(2.0**24), num / _bits.from_bits(safe))
+        return select(sub, (num / scaled) * F32(2.0**24), num / _bits.from_bits(safe))
     # one division, as in `_bits.reciprocal`: num / amax, or (num * 2**24) / (amax * 2**24) (an exact
     # constant), the same as (num / (amax * 2**24)) * 2**24 where the quotient is normal or overflows
     # (for a subnormal amax it exceeds num * 2**126, normal for every positive float32 num)
-    return jnp.where(sub, F32(numerator * 2.0**24), num) / jnp.where(sub, scaled, _bits.from_bits(safe))
+    return select(sub, F32(numerator * 2.0**24), num) / select(sub, scaled, _bits.from_bits(safe))
 
 
 def float_encode_scale(amax: jnp.ndarray, block_format: BlockFormat) -> tuple[jnp.ndarray, jnp.ndarray]:
@@ -91,8 +92,8 @@ def float_encode_scale(amax: jnp.ndarray, block_format: BlockFormat) -> tuple[jn
     nonfinite = amax >= U32(INF)
     zero = amax == U32(0)
     enc = _const_over(float(np.float32(block_format.element.max)), amax) * F32(2.0**-block_format.margin)
-    enc = jnp.clip(enc, F32(ENCODE_FLOOR), F32(ENCODE_CAP))
-    return jnp.where(zero, F32(1), enc), nonfinite
+    enc = jnp.minimum(F32(ENCODE_CAP), jnp.maximum(F32(ENCODE_FLOOR), enc))  # jnp.clip's operations, without its jit
+    return select(zero, F32(1), enc), nonfinite
 
 
 def global_scale_is_normal(block_format: BlockFormat) -> bool:
@@ -136,13 +137,13 @@ def two_level_scales(
     if block_format.global_scale:
         m_prod = float(np.float32(s_fmt.max) * np.float32(e_fmt.max))
         cap = F32(ENCODE_CAP)
-        s = jnp.where(amax_tensor == U32(0), cap, jnp.minimum(_const_over(m_prod, amax_tensor), cap))
+        s = select(amax_tensor == U32(0), cap, jnp.minimum(_const_over(m_prod, amax_tensor), cap))
         g = F32(1) / s
     else:
         s = jnp.ones(amax_tensor.shape, F32)
         g = s
     mult = s * F32(np.float32(1) / np.float32(e_fmt.max))
-    block = jnp.where(nonfinite, U32(0), amax_block)
+    block = select(nonfinite, U32(0), amax_block)
     wanted = _bits.to_bits(jnp.minimum(_bits.mul_flushing(block, mult, nonnegative=True), F32(s_fmt.max)))
     if _rne.clamped_applies(s_fmt):  # wanted: finite, >= +0, <= M_s
         rounded = _rne.round_clamped(wanted, s_fmt)

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fpemu._core.format import Format
+from fpemu._jax.elementwise import select
 from fpemu.scaled._bits import U32
 
 #: Formats with at most this many positive values use tables (E2M1 has 7; FP6 formats have 31).
@@ -61,5 +62,5 @@ def round_to_table(magnitude: jnp.ndarray, table: list[jnp.ndarray], fmt: Format
     out = jnp.zeros(magnitude.shape, U32)
     for code, (bits, entry) in enumerate(zip(midpoints.view(np.uint32).tolist(), table, strict=True), start=1):
         passes = magnitude >= U32(bits) if code % 2 == 0 else magnitude > U32(bits)
-        out = jnp.where(passes, entry, out)
+        out = select(passes, entry, out)
     return out

@@ -1,0 +1,116 @@
+"""``jnp.where`` and ``jnp.clip`` for the integer-heavy code that is traced once per quantizer call:
+the same results, without a nested ``jit`` per call.
+
+``jnp.where`` and ``jnp.clip`` are jitted functions. Under a trace each call goes through ``jit``'s
+Python path, traces a small jaxpr for every new shape and dtype, and leaves a ``jit`` equation that
+lowering emits as a function of its own. A block quantizer calls them 15-20 times, and a training
+step traces a quantizer for each of its GEMM operands (36 in bench/transformer_block.py), so their
+overhead was a sixth of the trace and lowering of a recipe's step (bench/RESULTS_training.md, "Trace
+and lowering"). `select` and `clamp` bind ``lax.select_n`` and ``lax.clamp`` directly: the same
+computation in the compiled program, fewer and cheaper equations in the jaxpr.
+
+They take what the callers give (no dtype promotion: both branches of `select` and all three
+operands of `clamp` share one dtype, a Python scalar taking the array's), and raise a TypeError
+otherwise, so that a mixed-dtype call cannot silently change a value.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import numpy as np
+from jax import lax
+
+__all__ = ["clamp", "select"]
+
+
+def select(cond: Any, on_true: Any, on_false: Any) -> jax.Array:
+    """``jnp.where(cond, on_true, on_false)``: elementwise, ``on_true`` where the boolean ``cond`` holds.
+
+    The three broadcast as NumPy arrays do. ``on_true`` and ``on_false`` must have one dtype; a Python
+    scalar takes the other operand's (NaN and infinities included, as a float constant of that dtype).
+
+    Raises:
+      TypeError: a non-boolean ``cond``, branches of two dtypes, or two Python scalars (no dtype).
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> select(jnp.array([True, False]), jnp.array([1, 2], jnp.int32), 0).tolist()
+      [1, 0]
+    """
+    if np.dtype(_dtype_of(cond) or np.bool_) != np.bool_:
+        raise TypeError(f"select: cond must be boolean, got {_dtype_of(cond)}")
+    on_true, on_false = _same_dtype("select", on_true, on_false)
+    shape = np.broadcast_shapes(np.shape(cond), np.shape(on_true), np.shape(on_false))
+    return lax.select(_broadcast(cond, shape), _broadcast(on_true, shape), _broadcast(on_false, shape))
+
+
+def clamp(x: Any, lo: Any, hi: Any) -> jax.Array:
+    """``jnp.clip(x, lo, hi)`` for an integer ``x`` (``lo <= hi``): ``min(max(x, lo), hi)`` elementwise.
+
+    ``lo`` and ``hi`` are scalars: Python ints (taking ``x``'s dtype) or scalars of ``x``'s dtype.
+    Integers only, so that no NaN question arises (``lax.clamp`` and ``jnp.clip`` may treat NaN bounds
+    differently).
+
+    Raises:
+      TypeError: a float ``x``, a bound of another dtype, or a bound that is not a scalar.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> clamp(jnp.array([-5, 3, 40], jnp.int32), 0, 31).tolist()
+      [0, 3, 31]
+    """
+    dtype = _dtype_of(x)
+    if dtype is None or not np.issubdtype(dtype, np.integer):
+        raise TypeError(f"clamp: x must be an integer array, got {dtype or type(x).__name__}")
+    bounds = []
+    for name, bound in (("lo", lo), ("hi", hi)):
+        if np.ndim(bound) != 0:
+            raise TypeError(f"clamp: {name} must be a scalar, got shape {np.shape(bound)}")
+        _, bound = _same_dtype("clamp", x, bound)
+        bounds.append(bound)
+    return lax.clamp(bounds[0], x, bounds[1])
+
+
+def _dtype_of(value: Any) -> np.dtype | None:
+    """The dtype of an array or NumPy scalar; None for a Python scalar."""
+    dtype = getattr(value, "dtype", None)
+    return None if dtype is None else np.dtype(dtype)
+
+
+def _same_dtype(name: str, a: Any, b: Any) -> tuple[Any, Any]:
+    """``a`` and ``b`` of one dtype: a Python scalar becomes a NumPy scalar of the other's dtype."""
+    da, db = _dtype_of(a), _dtype_of(b)
+    if da is None and db is None:
+        raise TypeError(f"{name}: give at least one operand a dtype (got two Python scalars)")
+    if da is None:
+        assert db is not None
+        return _typed(a, db, name), b
+    if db is None:
+        return a, _typed(b, da, name)
+    if da != db:
+        raise TypeError(f"{name}: operands must have one dtype, got {da} and {db}")
+    return a, b
+
+
+def _typed(value: Any, dtype: np.dtype, name: str) -> np.ndarray:
+    """The Python scalar ``value`` as a NumPy scalar of ``dtype``, refused where it would change."""
+    refused = TypeError(f"{name}: {value!r} is not a {dtype} value")
+    try:
+        typed = np.asarray(value, dtype=dtype)
+    except OverflowError:  # NumPy 2: an int outside the dtype's range
+        raise refused from None
+    # read back as a Python number (bfloat16, kind "V", has no exact .item()), compared exactly
+    back = float(typed) if typed.dtype.kind == "V" or isinstance(value, float) else typed.item()
+    if not (back == value or (back != back and value != value)):  # NaN stays NaN
+        raise refused
+    return typed
+
+
+def _broadcast(value: Any, shape: tuple[int, ...]) -> Any:
+    """``value`` broadcast to ``shape`` (trailing dimensions aligned, as NumPy's broadcasting)."""
+    if np.shape(value) == shape:
+        return value
+    ndim = np.ndim(value)
+    return lax.broadcast_in_dim(value, shape, tuple(range(len(shape) - ndim, len(shape))))

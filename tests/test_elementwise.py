@@ -1,0 +1,136 @@
+"""`fpemu._jax.elementwise`: `select` and `clamp` give jnp.where's and jnp.clip's bits, refuse what
+would change a value, and leave no nested ``jit`` in the jaxpr (the reason they exist)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax._src import core
+
+from fpemu import quantize, scaled
+from fpemu._jax.elementwise import clamp, select
+
+FLOATS = np.array([0.0, -0.0, 1.5, -2.0, np.inf, -np.inf, np.nan, 1e-45, -3e38], np.float32)
+
+
+def _bits(x) -> np.ndarray:
+    x = np.asarray(x)
+    return x.view(np.dtype(f"uint{8 * x.dtype.itemsize}")) if x.dtype.kind in "fV" else x  # V: bfloat16
+
+
+def _nested_jits(fn, *args) -> list[str]:
+    names: list[str] = []
+
+    def walk(jaxpr):
+        for eqn in jaxpr.eqns:
+            if eqn.primitive.name in ("jit", "pjit"):
+                names.append(eqn.params["name"])
+            for sub in core.jaxprs_in_params(eqn.params):
+                walk(sub)
+
+    walk(jax.make_jaxpr(fn)(*args).jaxpr)
+    return names
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, jnp.bfloat16, np.uint32, np.int32, np.uint8, np.bool_])
+def test_select_is_where_bit_for_bit(dtype):
+    rng = np.random.default_rng(0)
+    if np.dtype(dtype).kind == "f" or dtype is jnp.bfloat16:
+        finite_in_range = FLOATS if np.dtype(dtype) != np.float16 else FLOATS[:-1]  # -3e38 overflows float16
+        a = finite_in_range.astype(dtype)
+        b = np.roll(finite_in_range, 3).astype(dtype)
+        nan_payload = np.array([0x7FC12345], np.uint32).view(np.float32).astype(dtype)  # NaN with a payload
+        a = np.concatenate([a, nan_payload])
+        b = np.concatenate([b, -nan_payload])
+    else:
+        info = np.iinfo(dtype) if dtype is not np.bool_ else None
+        lo, hi = (0, 2) if info is None else (info.min, int(info.max) + 1)
+        a = rng.integers(lo, hi, 10).astype(dtype)
+        b = rng.integers(lo, hi, 10).astype(dtype)
+    cond = np.arange(a.size) % 3 == 0
+    for args in [(cond, a, b), (cond[:, None], a, b), (True, a, b), (cond, a[0], b), (cond, a, b[:1])]:
+        got = jax.jit(select)(*args)
+        want = jax.jit(jnp.where)(*args)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+def test_select_python_scalars_take_the_array_dtype():
+    x = jnp.array([1.0, 2.0, 3.0], jnp.float32)
+    c = jnp.array([True, False, True])
+    got = select(c, x, jnp.nan)
+    assert got.dtype == jnp.float32
+    np.testing.assert_array_equal(_bits(got), _bits(np.array([1.0, np.nan, 3.0], np.float32)))
+    assert select(c, 7, jnp.arange(3, dtype=jnp.uint32)).tolist() == [7, 1, 7]
+    assert select(c, jnp.arange(3, dtype=jnp.int32), -1).dtype == jnp.int32
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((jnp.array([1, 0], jnp.uint32), jnp.ones(2, jnp.uint32), jnp.zeros(2, jnp.uint32)), "cond must be boolean"),
+        ((jnp.array([True, False]), jnp.ones(2, jnp.uint32), jnp.zeros(2, jnp.int32)), "one dtype"),
+        ((jnp.array([True, False]), 1, 0), "two Python scalars"),
+        ((jnp.array([True, False]), jnp.ones(2, jnp.uint32), -1), "not a uint32 value"),
+        ((jnp.array([True, False]), jnp.ones(2, jnp.float32), 0.1), "not a float32 value"),
+        ((jnp.array([True, False]), jnp.ones(2, jnp.int32), 1.5), "not a int32 value"),
+    ],
+)
+def test_select_refuses_what_would_change_a_value(args, message):
+    with pytest.raises(TypeError, match=message):
+        select(*args)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.uint32, np.int8, np.uint8, np.int16])
+def test_clamp_is_clip(dtype):
+    info = np.iinfo(dtype)
+    x = np.array([info.min, info.min + 1, -3 if info.min < 0 else 3, 0, 5, 31, 32, info.max], dtype)
+    extremes = (np.asarray(info.min, dtype), np.asarray(info.max, dtype))
+    for lo, hi in [(0, 31), (1, 127), extremes, (5, 5), (np.asarray(2, dtype), 40)]:
+        got = clamp(jnp.asarray(x), lo, hi)
+        want = jnp.clip(jnp.asarray(x), lo, hi)
+        assert got.dtype == want.dtype == dtype
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize(
+    ("x", "lo", "hi", "message"),
+    [
+        (jnp.ones(2, jnp.float32), 0, 1, "integer array"),
+        (jnp.ones(2, jnp.int32), jnp.zeros(2, jnp.int32), 1, "lo must be a scalar"),
+        (jnp.ones(2, jnp.int32), 0, np.uint32(3), "one dtype"),
+        (jnp.ones(2, jnp.uint32), -1, 3, "not a uint32 value"),
+        (jnp.ones(2, jnp.int8), 0, 254, "not a int8 value"),
+        (5, 0, 3, "integer array"),
+    ],
+)
+def test_clamp_refuses_what_would_change_a_value(x, lo, hi, message):
+    with pytest.raises(TypeError, match=message):
+        clamp(x, lo, hi)
+
+
+def test_no_nested_jit_where_jnp_leaves_one():
+    c, a = jnp.array([True, False]), jnp.ones(2, jnp.int32)
+    assert _nested_jits(jnp.where, c, a, a) and _nested_jits(lambda v: jnp.clip(v, 0, 1), a)  # what is avoided
+    assert _nested_jits(select, c, a, a) == []
+    assert _nested_jits(lambda v: clamp(v, 0, 1), a) == []
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: scaled.quantize_dequantize(x, "mxfp8", axis=1),
+        lambda x: scaled.quantize_dequantize(x, "nvfp4", axis=1),
+        lambda x: scaled.quantize_dequantize(x, "fp8_e4m3", axis=None),
+        lambda x: quantize(x, "e4m3fn"),
+        lambda x: quantize(x, "e5m2", rounding="stochastic", key=jax.random.key(0)),
+        lambda x: quantize(x, "bf16", rounding="toward_zero"),
+    ],
+    ids=["mxfp8", "nvfp4", "fp8-per-tensor", "quantize-e4m3fn", "quantize-stochastic", "quantize-bf16-rtz"],
+)
+def test_quantizers_trace_without_where_or_clip_jits(fn):
+    """The rounding cores call `select`/`clamp`: no ``_where`` or ``clip`` equation in their jaxprs."""
+    names = _nested_jits(fn, jnp.ones((4, 64), jnp.float32))
+    assert not {"_where", "where", "clip"} & set(names), names
