@@ -4,9 +4,9 @@ the same results, without a nested ``jit`` per call.
 ``jnp.where`` and ``jnp.clip`` are jitted functions. Under a trace each call goes through ``jit``'s
 Python path, traces a small jaxpr for every new shape and dtype, and leaves a ``jit`` equation that
 lowering emits as a function of its own. A block quantizer calls them 15-20 times, and a training
-step traces a quantizer for each of its GEMM operands (36 in bench/transformer_block.py), so their
-overhead was a sixth of the trace and lowering of a recipe's step (bench/RESULTS_training.md, "Trace
-and lowering"). `select` and `clamp` bind ``lax.select_n`` and ``lax.clamp`` directly: the same
+step traces a quantizer for each of its GEMM operands (36 in bench/transformer_block.py): without
+them, tracing and lowering a recipe's step makes 8-21% fewer Python calls (bench/RESULTS_training.md,
+"Trace and lowering"). `select` and `clamp` bind ``lax.select_n`` and ``lax.clamp`` directly: the same
 computation in the compiled program, fewer and cheaper equations in the jaxpr.
 
 They take what the callers give (no dtype promotion: both branches of `select` and all three
