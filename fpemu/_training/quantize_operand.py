@@ -15,15 +15,13 @@ from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
-from jax import lax
 
 from fpemu._args import int_arg
-from fpemu._jax.elementwise import select
 from fpemu._ops.quantize import quantize as element_quantize
 from fpemu._training.layout import Contraction, contracting_dims_arg, tiles, untiles
 from fpemu._training.operands import operand_arg
 from fpemu._training.quantizer import MAX_MARGIN, Quantizer, amax_arg, quantizer_key_arg
-from fpemu.scaled import BlockArray, BlockFormat, quantize_dequantize, quantize_dequantize_split
+from fpemu.scaled import BlockArray, BlockFormat, quantize_dequantize, quantize_dequantize_split, scale_from_amax
 
 __all__ = ["operand_view", "quantize_operand", "quantize_operand_split", "scaled_operand", "scaled_view"]
 
@@ -220,12 +218,13 @@ def scaled_view(
 
 def _delayed_scale(amax: jax.Array, fmt: BlockFormat, margin: int) -> jax.Array:
     """The decode scale tensor scaling gives a tensor whose amax is ``amax`` (1 for amax 0, NaN for a
-    NaN or infinite amax): the scale `fpemu.scaled.DelayedScaling` computes from a reduced history."""
-    a = jnp.abs(amax).reshape(1)
-    extra: dict[str, Any] = {"margin": margin} if margin else {}
-    sa = BlockArray.from_array(a, fmt, axis=None, **extra)
-    scale = sa.scale_values().reshape(())
-    bits = lax.bitcast_convert_type(a[0], jnp.uint32)
-    # NaN explicitly: BlockArray.scale_values() reads E8M0's NaN code 0xff as inf
-    scale = select(bits >= jnp.uint32(0x7F800000), jnp.float32(jnp.nan), scale)
-    return select(bits == jnp.uint32(0), jnp.float32(1), scale)
+    NaN or infinite amax): `fpemu.scaled.scale_from_amax`, the scale `fpemu.scaled.DelayedScaling`
+    computes from a reduced history."""
+    return scale_from_amax(jnp.reshape(amax, ()), _with_margin(fmt, margin))
+
+
+@functools.lru_cache(maxsize=64)
+def _with_margin(fmt: BlockFormat, margin: int) -> BlockFormat:
+    """``fmt`` with Transformer Engine's ``margin`` (scales times ``2**margin``), as `fpemu.scaled`'s
+    ``margin=`` override gives it."""
+    return fmt if margin == fmt.margin else dataclasses.replace(fmt, margin=margin)

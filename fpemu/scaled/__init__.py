@@ -30,6 +30,7 @@ from fpemu.scaled._block_format import get_block_format as get_block_format
 from fpemu.scaled._block_format import scale_kind as scale_kind
 from fpemu.scaled._delayed import DelayedScaling as DelayedScaling
 from fpemu.scaled._delayed import DelayedScalingState as DelayedScalingState
+from fpemu.scaled._delayed import scale_from_amax as scale_from_amax
 from fpemu.scaled._matmul import MATMUL_FORMATS as MATMUL_FORMATS
 from fpemu.scaled._matmul import MatmulFormat as MatmulFormat
 from fpemu.scaled._matmul import matmul as matmul
@@ -59,6 +60,7 @@ __all__ = [
     "quantize_dequantize_split",
     "block_formats",
     "relative_error",
+    "scale_from_amax",
     "scale_kind",
 ]
 

@@ -191,11 +191,63 @@ def _update(x: jax.Array, state: DelayedScalingState, cfg: Config, reduction: st
     history = jnp.concatenate([amax[None], old[:-1]], axis=0)
     reduced = jnp.max(history, axis=0) if reduction == "max" else history[0]  # NaN bit patterns win
     keep = (reduced == U32(0)) | (reduced >= U32(INF))
-    if block_format.is_pow2:
-        k, _ = pow2_exponent(reduced, block_format)
-        new = _bits.scale_pow2_bits(k)
-    else:
-        enc, _ = float_encode_scale(reduced, block_format)
-        new = _bits.to_bits(F32(1) / enc)
-    scale = jnp.where(keep, _bits.to_bits(state.scale), new)
+    scale = jnp.where(keep, _bits.to_bits(state.scale), _scale_bits(reduced, block_format))
     return DelayedScalingState(_bits.from_bits(history), _bits.from_bits(scale))
+
+
+def _scale_bits(amax: jax.Array, block_format: BlockFormat) -> jax.Array:
+    """Bits of the float32 decode scale of a group whose amax has the positive finite bits ``amax``:
+    the block format's rule and margin (power of two, or ``fl(1 / enc)``), as current scaling computes it."""
+    if block_format.is_pow2:
+        k, _ = pow2_exponent(amax, block_format)
+        return _bits.scale_pow2_bits(k)
+    enc, _ = float_encode_scale(amax, block_format)
+    return _bits.to_bits(F32(1) / enc)
+
+
+def scale_from_amax(amax: ArrayLike, block_format: BlockFormatLike) -> jax.Array:
+    """The float32 decode scale that ``block_format``'s rule (and margin) gives an amax: the scale of
+    delayed scaling, computed from an amax history's reduced value instead of the tensor's own amax.
+
+    Special values first: a NaN or infinite amax gives a NaN scale (as a group holding NaN or ±inf
+    under current scaling); an amax of 0 (an empty history) gives 1, Transformer Engine's initial
+    scale; the sign is ignored (|amax|). Otherwise the scale is the one current scaling gives a group
+    whose largest magnitude is ``amax``, bit for bit: ``2**k`` for power-of-two scale formats (E8M0's
+    ``2**-127`` included, as a float32 subnormal), ``fl(1 / enc)`` with ``enc = fl(M / amax)``
+    clipped for the ``"float"`` rule, where a subnormal amax is exact too. Elementwise over ``amax``.
+
+    Args:
+      amax: the amax (float16, bfloat16 or float32; any shape, one scale per element).
+      block_format: a single-level `BlockFormat` or its name (float32 or E8M0 scales); a two-level one
+        (NVFP4's E4M3 block scales under a tensor scale) needs both amaxes and is refused.
+
+    Raises:
+      TypeError: a non-floating or float64 ``amax``.
+      ValueError: a block format with narrow (two-level) scales; an unknown name
+        (`UnknownBlockFormatError`).
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> scale_from_amax(jnp.array([1792.0, 0.0, jnp.inf]), "fp8_e4m3").tolist()  # 1792 / 448 = 4
+      [4.0, 1.0, nan]
+      >>> scale_from_amax(jnp.float32(1.0), "mxfp8").item()  # 2**(0 - 8): E4M3's emax is 8
+      0.00390625
+    """
+    fmt = get_block_format(block_format)
+    if fmt.scale_kind == "narrow":
+        raise ValueError(
+            f"scale_from_amax: block_format {fmt.name!r} has narrow ({fmt.scale_format.name}) block scales under a "
+            "tensor scale: two amaxes make its scales; give a block format with float32 or E8M0 scales"
+        )
+    if not hasattr(amax, "dtype"):  # a Python number: taken if float32 holds it exactly
+        exact = np.asarray(amax, np.float64)
+        with np.errstate(over="ignore"):
+            if not np.array_equal(exact.astype(np.float32), exact, equal_nan=True):
+                raise TypeError(f"scale_from_amax: amax {amax!r} is not a float32 value (give a float32 array)")
+        amax = exact.astype(np.float32)
+    a = jnp.asarray(amax) if np.dtype(amax.dtype) != np.float64 else None  # no silent float64 -> float32
+    if a is None or a.dtype not in (jnp.float16, jnp.bfloat16, jnp.float32):
+        raise TypeError(f"scale_from_amax: amax must be float16, bfloat16 or float32, got {np.dtype(amax.dtype)}")
+    bits = _bits.to_bits(a.astype(F32)) & U32(ABS)  # exact
+    scale = jnp.where(bits >= U32(INF), U32(_bits.NAN), _scale_bits(bits, fmt))
+    return _bits.from_bits(jnp.where(bits == U32(0), _bits.to_bits(F32(1)), scale))

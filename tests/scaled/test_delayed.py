@@ -131,3 +131,85 @@ def test_errors():
         DelayedScaling(block_format="fp8")
     with pytest.raises(ValueError, match=r"axis=2 is out of range for shape \(4, 8\) \(valid: -2..1\)"):
         DelayedScaling(block_format="fp8_e4m3", axis=2).init((4, 8))
+
+
+def _special_amaxes() -> np.ndarray:
+    """float32 amaxes: subnormals, the normal extremes, E4M3/E5M2/E2M1 maxima times powers of two and
+    their neighbours, powers of two, and random magnitudes over the whole range."""
+    f32 = np.float32
+    tiny = np.array([1e-45, 2e-45, 2.0**-127, 2.0**-126 - 2.0**-149, 2.0**-126, 2.0**-125], np.float64)
+    big = np.array([2.0**126, 2.0**127, np.finfo(f32).max], np.float64)
+    maxima = np.array([448.0, 57344.0, 6.0, 7.5, 28.0, 1.0, 127 / 64], np.float64)
+    around = np.concatenate([maxima * 2.0**k for k in (-140, -100, -20, -1, 0, 1, 20, 100, 115)])
+    rng = np.random.default_rng(11)
+    rand = rng.uniform(1, 2, 60) * 2.0 ** rng.integers(-149, 128, 60)
+    with np.errstate(over="ignore", under="ignore"):  # out of float32's range: dropped below
+        a = np.concatenate([tiny, big, around, 2.0 ** np.arange(-149, 128, 7)]).astype(f32)
+    a = a[np.isfinite(a) & (a > 0)]
+    with np.errstate(over="ignore"):  # float32's max steps to inf: dropped below
+        neighbours = np.concatenate([np.nextafter(a, f32(0)), np.nextafter(a, f32(np.inf))])
+    return np.unique(np.concatenate([a, neighbours[np.isfinite(neighbours) & (neighbours > 0)], rand.astype(f32)]))
+
+
+def _reference_scale(amax: np.float32, block_format) -> np.float32:
+    """The decode scale the exact reference gives a one-element group holding ``amax`` (current scaling)."""
+    axis = None if block_format.block_size is None else 0
+    leaf = reference.quantize(np.array([amax], np.float32), block_format, axis=axis, pad=True).scale.reshape(-1)[0]
+    if block_format.scale_kind == "pow2":  # an E8M0 code: 2**(code - 127), 2**-127 a float32 subnormal
+        return np.float32(np.ldexp(1.0, int(leaf) - 127))
+    return np.float32(leaf)
+
+
+SINGLE_LEVEL = [f for f in map(get_block_format, scaled.block_formats()) if f.scale_kind != "narrow"]
+
+
+@pytest.mark.parametrize("margin", [0, 3, -2])
+@pytest.mark.parametrize("block_format", SINGLE_LEVEL, ids=lambda f: f.name)
+def test_scale_from_amax_is_current_scalings_scale(block_format, margin):
+    """Bit for bit the scale the exact reference gives a group whose amax is ``amax``, for every single-level
+    block format (a new one is tested automatically), with margins."""
+    fmt = dataclasses.replace(block_format, margin=margin)
+    amaxes = _special_amaxes()
+    got = np.asarray(scaled.scale_from_amax(jnp.asarray(amaxes), fmt))
+    want = np.array([_reference_scale(a, fmt) for a in amaxes], np.float32)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    negative = np.asarray(scaled.scale_from_amax(jnp.asarray(-amaxes), fmt))  # |amax|
+    np.testing.assert_array_equal(negative.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize("block_format", SINGLE_LEVEL, ids=lambda f: f.name)
+def test_scale_from_amax_special_values(block_format):
+    a = jnp.array([0.0, -0.0, np.inf, -np.inf, np.nan], jnp.float32)
+    got = np.asarray(scaled.scale_from_amax(a, block_format))
+    assert scaled.scale_from_amax(2.0, block_format) == scaled.scale_from_amax(jnp.float32(2.0), block_format)
+    assert got[:2].tolist() == [1.0, 1.0]  # an empty history: Transformer Engine's initial scale
+    assert np.isnan(got[2:]).all()
+    for dtype in (jnp.float16, jnp.bfloat16):  # exact widening: the float32 scale of the same amax
+        x = jnp.array([3.0, 1e-3, 0.0, np.inf], dtype)
+        np.testing.assert_array_equal(
+            np.asarray(scaled.scale_from_amax(x, block_format)).view(np.uint32),
+            np.asarray(scaled.scale_from_amax(x.astype(jnp.float32), block_format)).view(np.uint32),
+        )
+
+
+def test_scale_from_amax_is_delayed_scalings_next_scale():
+    fmt = dataclasses.replace(get_block_format("fp8_e5m2"), margin=1)
+    ds = DelayedScaling(block_format=fmt, history_length=2)
+    state = ds.update(jnp.array([3.0, -700.0]), ds.init((2,)))
+    want = scaled.scale_from_amax(jnp.float32(700.0), fmt)
+    assert np.asarray(state.scale).view(np.uint32) == np.asarray(want).view(np.uint32)
+
+
+@pytest.mark.parametrize(
+    ("amax", "block_format", "error", "message"),
+    [
+        (jnp.float32(1.0), "nvfp4", ValueError, "two amaxes"),
+        (np.float64(1.0), "fp8_e4m3", TypeError, "float16, bfloat16 or float32, got float64"),
+        (jnp.int32(3), "mxfp8", TypeError, "got int32"),
+        (0.1, "fp8_e4m3", TypeError, "not a float32 value"),
+        (jnp.float32(1.0), "mxfp9", scaled.UnknownBlockFormatError, "mxfp9"),
+    ],
+)
+def test_scale_from_amax_refuses(amax, block_format, error, message):
+    with pytest.raises(error, match=message):
+        scaled.scale_from_amax(amax, block_format)
