@@ -222,7 +222,7 @@ def scale_from_amax(amax: ArrayLike, block_format: BlockFormatLike) -> jax.Array
         (NVFP4's E4M3 block scales under a tensor scale) needs both amaxes and is refused.
 
     Raises:
-      TypeError: a non-floating or float64 ``amax``.
+      TypeError: a non-floating or float64 ``amax``, or a Python number float32 does not hold exactly.
       ValueError: a block format with narrow (two-level) scales; an unknown name
         (`UnknownBlockFormatError`).
 
