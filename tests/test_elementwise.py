@@ -71,6 +71,7 @@ def test_select_python_scalars_take_the_array_dtype():
     ("args", "message"),
     [
         ((jnp.array([1, 0], jnp.uint32), jnp.ones(2, jnp.uint32), jnp.zeros(2, jnp.uint32)), "cond must be boolean"),
+        ((1, jnp.ones(2, jnp.uint32), jnp.zeros(2, jnp.uint32)), "cond must be boolean, got int"),
         ((jnp.array([True, False]), jnp.ones(2, jnp.uint32), jnp.zeros(2, jnp.int32)), "one dtype"),
         ((jnp.array([True, False]), 1, 0), "two Python scalars"),
         ((jnp.array([True, False]), jnp.ones(2, jnp.uint32), -1), "not a uint32 value"),

@@ -39,8 +39,9 @@ def select(cond: Any, on_true: Any, on_false: Any) -> jax.Array:
       >>> select(jnp.array([True, False]), jnp.array([1, 2], jnp.int32), 0).tolist()
       [1, 0]
     """
-    if np.dtype(_dtype_of(cond) or np.bool_) != np.bool_:
-        raise TypeError(f"select: cond must be boolean, got {_dtype_of(cond)}")
+    cond_dtype = np.dtype(np.bool_) if isinstance(cond, bool) else _dtype_of(cond)
+    if cond_dtype != np.bool_:
+        raise TypeError(f"select: cond must be boolean, got {cond_dtype or type(cond).__name__}")
     on_true, on_false = _same_dtype("select", on_true, on_false)
     shape = np.broadcast_shapes(np.shape(cond), np.shape(on_true), np.shape(on_false))
     return lax.select(_broadcast(cond, shape), _broadcast(on_true, shape), _broadcast(on_false, shape))

@@ -220,11 +220,4 @@ def _delayed_scale(amax: jax.Array, fmt: BlockFormat, margin: int) -> jax.Array:
     """The decode scale tensor scaling gives a tensor whose amax is ``amax`` (1 for amax 0, NaN for a
     NaN or infinite amax): `fpemu.scaled.scale_from_amax`, the scale `fpemu.scaled.DelayedScaling`
     computes from a reduced history."""
-    return scale_from_amax(jnp.reshape(amax, ()), _with_margin(fmt, margin))
-
-
-@functools.lru_cache(maxsize=64)
-def _with_margin(fmt: BlockFormat, margin: int) -> BlockFormat:
-    """``fmt`` with Transformer Engine's ``margin`` (scales times ``2**margin``), as `fpemu.scaled`'s
-    ``margin=`` override gives it."""
-    return fmt if margin == fmt.margin else dataclasses.replace(fmt, margin=margin)
+    return scale_from_amax(jnp.reshape(amax, ()), fmt, margin=margin or None)

@@ -17,13 +17,14 @@ from jax.typing import ArrayLike
 
 from fpemu._args import axis_arg, choice_arg, int_arg
 from fpemu._core.modes import Rounding
+from fpemu._jax.elementwise import select
 from fpemu.deprecation import renamed_keyword, warn_renamed
 from fpemu.scaled import _bits
 from fpemu.scaled._array import BlockArray, quantize_jit
 from fpemu.scaled._bits import ABS, INF, U32
 from fpemu.scaled._block_format import BlockFormat, BlockFormatLike, get_block_format
 from fpemu.scaled._layout import Layout, group_max, group_shape
-from fpemu.scaled._quantize import Config, prepare, prepare_random, qdq_jit
+from fpemu.scaled._quantize import Config, prepare, prepare_random, qdq_jit, with_overrides
 from fpemu.scaled._scale import float_encode_scale, pow2_exponent
 
 F32 = jnp.float32
@@ -191,7 +192,7 @@ def _update(x: jax.Array, state: DelayedScalingState, cfg: Config, reduction: st
     history = jnp.concatenate([amax[None], old[:-1]], axis=0)
     reduced = jnp.max(history, axis=0) if reduction == "max" else history[0]  # NaN bit patterns win
     keep = (reduced == U32(0)) | (reduced >= U32(INF))
-    scale = jnp.where(keep, _bits.to_bits(state.scale), _scale_bits(reduced, block_format))
+    scale = select(keep, _bits.to_bits(state.scale), _scale_bits(reduced, block_format))
     return DelayedScalingState(_bits.from_bits(history), _bits.from_bits(scale))
 
 
@@ -205,7 +206,7 @@ def _scale_bits(amax: jax.Array, block_format: BlockFormat) -> jax.Array:
     return _bits.to_bits(F32(1) / enc)
 
 
-def scale_from_amax(amax: ArrayLike, block_format: BlockFormatLike) -> jax.Array:
+def scale_from_amax(amax: ArrayLike, block_format: BlockFormatLike, *, margin: int | None = None) -> jax.Array:
     """The float32 decode scale that ``block_format``'s rule (and margin) gives an amax: the scale of
     delayed scaling, computed from an amax history's reduced value instead of the tensor's own amax.
 
@@ -220,11 +221,13 @@ def scale_from_amax(amax: ArrayLike, block_format: BlockFormatLike) -> jax.Array
       amax: the amax (float16, bfloat16 or float32; any shape, one scale per element).
       block_format: a single-level `BlockFormat` or its name (float32 or E8M0 scales); a two-level one
         (NVFP4's E4M3 block scales under a tensor scale) needs both amaxes and is refused.
+      margin: overrides the block format's ``margin`` (scales times ``2**margin``), as in
+        `quantize_dequantize`; None keeps it.
 
     Raises:
       TypeError: a non-floating or float64 ``amax``, or a Python number float32 does not hold exactly.
-      ValueError: a block format with narrow (two-level) scales; an unknown name
-        (`UnknownBlockFormatError`).
+      ValueError: a block format with narrow (two-level) scales; a margin outside [-64, 64]; an unknown
+        name (`UnknownBlockFormatError`).
 
     Example:
       >>> import jax.numpy as jnp
@@ -233,7 +236,7 @@ def scale_from_amax(amax: ArrayLike, block_format: BlockFormatLike) -> jax.Array
       >>> scale_from_amax(jnp.float32(1.0), "mxfp8").item()  # 2**(0 - 8): E4M3's emax is 8
       0.00390625
     """
-    fmt = get_block_format(block_format)
+    fmt = with_overrides(block_format, {"margin": margin})
     if fmt.scale_kind == "narrow":
         raise ValueError(
             f"scale_from_amax: block_format {fmt.name!r} has narrow ({fmt.scale_format.name}) block scales under a "
@@ -249,5 +252,5 @@ def scale_from_amax(amax: ArrayLike, block_format: BlockFormatLike) -> jax.Array
     if a is None or a.dtype not in (jnp.float16, jnp.bfloat16, jnp.float32):
         raise TypeError(f"scale_from_amax: amax must be float16, bfloat16 or float32, got {np.dtype(amax.dtype)}")
     bits = _bits.to_bits(a.astype(F32)) & U32(ABS)  # exact
-    scale = jnp.where(bits >= U32(INF), U32(_bits.NAN), _scale_bits(bits, fmt))
-    return _bits.from_bits(jnp.where(bits == U32(0), _bits.to_bits(F32(1)), scale))
+    scale = select(bits >= U32(INF), U32(_bits.NAN), _scale_bits(bits, fmt))
+    return _bits.from_bits(select(bits == U32(0), _bits.to_bits(F32(1)), scale))

@@ -69,6 +69,17 @@ def _check_input(x: Any) -> jax.Array:
     )
 
 
+def with_overrides(block_format: BlockFormatLike, overrides: dict[str, Any]) -> BlockFormat:
+    """``block_format`` (a name or the object) with the fields in ``overrides`` that are not None
+    replaced, named for them (``"fp8_e4m3[margin=2]"``); `BlockFormat` checks the new values."""
+    block_format = get_block_format(block_format)
+    changes = {k: v for k, v in overrides.items() if v is not None}
+    if not changes:
+        return block_format
+    label = ",".join(f"{k}={v}" for k, v in changes.items())
+    return dataclasses.replace(block_format, name=f"{block_format.name}[{label}]", **changes)
+
+
 def prepare(
     x: Any,
     block_format: BlockFormatLike,
@@ -85,11 +96,7 @@ def prepare(
     """Check the arguments of `BlockArray.from_array` / `quantize_dequantize`; errors name the argument.
 
     ``random`` only says whether explicit random bits were passed (`prepare_random` checks them)."""
-    block_format = get_block_format(block_format)
-    changes = {k: v for k, v in overrides.items() if v is not None}
-    if changes:
-        label = ",".join(f"{k}={v}" for k, v in changes.items())
-        block_format = dataclasses.replace(block_format, name=f"{block_format.name}[{label}]", **changes)
+    block_format = with_overrides(block_format, overrides)
     x = _check_input(x)
     if axis is DEFAULT_AXIS:
         axis = -1 if block_format.block_size is not None else None

@@ -192,6 +192,20 @@ def test_scale_from_amax_special_values(block_format):
         )
 
 
+def test_scale_from_amax_margin_overrides_the_block_formats():
+    amax = jnp.array([3.0, 700.0, 1e-40], jnp.float32)
+    for name in ("fp8_e4m3", "mxfp8"):
+        shifted = dataclasses.replace(get_block_format(name), margin=2)
+        got = np.asarray(scaled.scale_from_amax(amax, name, margin=2))
+        np.testing.assert_array_equal(
+            got.view(np.uint32), np.asarray(scaled.scale_from_amax(amax, shifted)).view(np.uint32)
+        )
+        kept = np.asarray(scaled.scale_from_amax(amax, shifted, margin=None))
+        np.testing.assert_array_equal(kept.view(np.uint32), got.view(np.uint32))
+    with pytest.raises(ValueError, match="margin"):
+        scaled.scale_from_amax(amax, "fp8_e4m3", margin=65)
+
+
 def test_scale_from_amax_is_delayed_scalings_next_scale():
     fmt = dataclasses.replace(get_block_format("fp8_e5m2"), margin=1)
     ds = DelayedScaling(block_format=fmt, history_length=2)
