@@ -7,14 +7,17 @@ convolution, two dense layers) gives under ``Policy(dot=recipe)`` -- the loss an
 `fpemu.scaled.matmul`, its product. The arrays were computed by the code before the GEMM core moved
 into `fpemu._training` (issue 30) and are compared bit for bit (the uint views, NaN included).
 
-XLA:CPU's float32 sums may change between JAX releases (a dot's order of additions is XLA's), so
-the arrays are keyed on the JAX version and backend they were made with: elsewhere the test skips,
-naming both. Regenerate with ``python -m tests.training.test_gemm_bits_pinned`` (and say why in the
-commit).
+XLA's float32 sums may change between JAX releases and between machines (a dot's order of additions
+is XLA's, and XLA:CPU picks its dot kernels by the CPU's instruction set: two AMD EPYC guests with
+AVX512-BF16 gave different bits for the same bfloat16 dots), so the arrays are keyed on the JAX
+version, the backend and a fingerprint of the backend's summation order (`_sums`: the bits of dots
+and a convolution of this test's shapes): elsewhere the test skips, naming both. Regenerate with
+``python -m tests.training.test_gemm_bits_pinned`` (and say why in the commit).
 """
 
 from __future__ import annotations
 
+import hashlib
 import pathlib
 
 import jax
@@ -89,8 +92,19 @@ def matmul_arrays(recipe: str) -> dict[str, np.ndarray]:
     return {f"scaled.matmul/{recipe}": np.asarray(scaled.matmul(A, B, recipe))}
 
 
+def _sums() -> str:
+    """A fingerprint of the backend's summation order: the bits of a bfloat16 and a float32 dot and a
+    convolution of this test's operands (their float32 sums depend on the order of the additions)."""
+    h = lax.conv_general_dilated(jnp.asarray(X), jnp.asarray(PARAMS["k"]), (2, 2), "VALID", dimension_numbers=DN)
+    h = h.reshape(h.shape[0], -1)
+    w = jnp.asarray(PARAMS["w1"])
+    bf16 = jnp.dot(h.astype(jnp.bfloat16), w.astype(jnp.bfloat16), preferred_element_type=jnp.float32)
+    f32 = jnp.dot(h, w, precision=lax.Precision.HIGHEST)
+    return hashlib.sha256(b"".join(np.asarray(a).tobytes() for a in (h, bf16, f32))).hexdigest()[:12]
+
+
 def _version() -> str:
-    return f"jax {jax.__version__} on {jax.default_backend()}"
+    return f"jax {jax.__version__} on {jax.default_backend()}, sums {_sums()}"
 
 
 def _pinned() -> dict[str, np.ndarray]:
