@@ -9,7 +9,8 @@ equation to its role and calls the core in `fpemu._training` (`fpemu._training.g
   a dgrad or wgrad dot that emulate sees is `role_dot` / `role_conv` (operands in role order);
 - keys: GEMM ``which`` of the forward dot number ``i`` draws from `gemm_key` ``(key, i, which)``,
   whichever of ``emulate(jax.grad(f))`` or ``jax.grad(emulate(f))`` computes it;
-- delayed scaling reads the amax histories of the state and sends each quantized operand's amax out
+- delayed scaling reads the amax histories of the state (one per tensor of the layer: ``x``, ``w``,
+  ``g``, shared by the GEMMs that quantize it) and sends each quantized operand's amax out
   through the statistics channel (`fpemu._emulate.stats.STATE`, reduced by maximum over the
   iterations of ``scan`` and the devices of ``shard_map``);
 - with statistics, each quantized operand's counts (on its element values,
@@ -37,7 +38,7 @@ from fpemu._training.gemm_vjp import SIDES, forward_conv_with_vjp, forward_with_
 from fpemu._training.hadamard import hadamard_along
 from fpemu._training.operands import amax_of
 from fpemu._training.quantizer import Quantizer
-from fpemu._training.recipes import GEMMS, TrainingRecipe
+from fpemu._training.recipes import GEMMS, OPERAND_TENSORS, TrainingRecipe
 
 GEMM_KEY_TAG = 0x47454D4D  # "GEMM": the keys of recipe GEMMs, apart from the rounding sites' keys
 _OPERAND_DTYPES = ("float16", "bfloat16", "float32")
@@ -75,19 +76,22 @@ def operand_counts(x: jax.Array, dims: tuple[int, ...], q: Quantizer, key: Any, 
 # custom_vjp whose backward pass may run outside emulate) also the weight of dgrad and the activation
 # of wgrad, which it holds. Gradient operands of a backward pass that emulate does not see use
 # current scaling.
-_VJP_OPERANDS = (("forward", "lhs"), ("forward", "rhs"), ("dgrad", "rhs"), ("wgrad", "lhs"))
+_VJP_OPERANDS = ("forward.lhs", "forward.rhs", "dgrad.rhs", "wgrad.lhs")
 
 
 def history_keys(entry: Entry, recipe: TrainingRecipe) -> list[tuple[str, str]]:
-    """``[(state key, "gemm.side")]`` of the delayed-scaling operands the dot ``entry`` reads."""
+    """``[(state key, "gemm.side")]`` of the delayed-scaling operands the dot ``entry`` reads. The
+    state key names the operand's tensor (`OPERAND_TENSORS`): the GEMMs that quantize one tensor
+    (``x`` in forward and wgrad, ``w`` in forward and dgrad, ``g`` in dgrad and wgrad) share its
+    history, as Transformer Engine keeps one per tensor."""
     assert entry.role is not None
     which = entry.role.gemm
-    pairs = _VJP_OPERANDS if which == "forward" else ((which, "lhs"), (which, "rhs"))
+    operands = _VJP_OPERANDS if which == "forward" else (f"{which}.lhs", f"{which}.rhs")
     out = []
-    for gemm_name, side in pairs:
-        q = getattr(recipe.gemm(gemm_name), side)
+    for operand in operands:
+        q = getattr(recipe.gemm(operand.split(".")[0]), operand.split(".")[1])
         if q is not None and q.scaling == "delayed":
-            out.append((f"{entry.name}.{gemm_name}.{side}", f"{gemm_name}.{side}"))
+            out.append((f"{entry.name}.{OPERAND_TENSORS[operand]}", operand))
     return out
 
 
@@ -102,6 +106,7 @@ def quantized(entry: Entry | None, recipe: TrainingRecipe, dtypes: Sequence[Any]
 def _histories(ctx: Context, recipe: TrainingRecipe, keys: list[tuple[str, str]]) -> dict:
     """The reduced amax (``"gemm.side"`` -> float32 scalar) of each history ``keys`` names."""
     histories = ctx.training.histories if ctx.training is not None else None
+    reduced: dict[str, jax.Array] = {}
     out = {}
     for state_key, operand in keys:
         if histories is None or state_key not in histories:
@@ -110,14 +115,17 @@ def _histories(ctx: Context, recipe: TrainingRecipe, keys: list[tuple[str, str]]
                 f"{recipe.name!r}; make the state with fpemu.init_training_state(fn, policy, *args) for the same "
                 "function, policy and argument shapes, and call emulate(..., state=True)"
             )
-        history = histories[state_key]
-        out[operand] = jnp.max(history) if recipe.amax_compute_algo == "max" else history[0]
+        if state_key not in reduced:
+            history = histories[state_key]
+            reduced[state_key] = jnp.max(history) if recipe.amax_compute_algo == "max" else history[0]
+        out[operand] = reduced[state_key]
     return out
 
 
 def _record(ctx: Context, entry: Entry, operand: str, x: Any) -> None:
-    """Send ``amax(x)`` out to the history ``entry.name + "." + operand``."""
-    ctx.merge_stats({_stats.STATE + f"{entry.name}.{operand}": _stats.amax_vector(amax_of(x.astype(F32)))})
+    """Send ``amax(x)`` out to the history of the tensor ``x`` is as the GEMM operand ``operand``."""
+    key = f"{entry.name}.{OPERAND_TENSORS[operand]}"
+    ctx.merge_stats({_stats.STATE + key: _stats.amax_vector(amax_of(x.astype(F32)))})
 
 
 def _observe(
@@ -168,9 +176,9 @@ def recipe_dot(ctx: Context, eqn: Any, invals: list, recipe: TrainingRecipe, con
         dims = eqn.params["dimension_numbers"]
         pairs = [(a, tuple(dims[0][0])), (b, tuple(dims[0][1]))]
     _observe(ctx, recipe, entry, which, pairs[::-1] if swapped(which, role.gradient) else pairs, keys[which], amaxes)
-    if which == "forward":
-        for operand, x in (("dgrad.rhs", b), ("wgrad.lhs", a)):
-            if operand in amaxes:
+    if which == "forward":  # dgrad's w and wgrad's x are this dot's operands: their histories record them here
+        for operand, same, x in (("dgrad.rhs", "forward.rhs", b), ("wgrad.lhs", "forward.lhs", a)):
+            if operand in amaxes and same not in amaxes:  # else recorded already, as the forward GEMM's
                 _record(ctx, entry, operand, x)
         if conv:
             y = forward_conv_with_vjp(recipe, eqn.params, a, b, keys, amaxes, out)

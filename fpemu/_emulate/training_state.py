@@ -2,8 +2,8 @@
 delayed scaling, and the classification of the dots.
 
 - `init_training_state` (public as `fpemu.init_training_state`): the first state of a stateful
-  recipe, ``{"<dot>.<gemm>.<lhs|rhs>": float32[amax_history_len]}`` of zeros, one history per
-  delayed-scaling operand of each dot emulate will quantize (gradients included).
+  recipe, ``{"<dot>.<x|w|g>": float32[amax_history_len]}`` of zeros, one history per tensor of each
+  dot emulate will quantize with delayed scaling (its activation, weight and gradient).
 - `check_state` and `advance`: the state checked on entry, and the next one: each history shifted by
   one step with this step's amax in row 0 (Transformer Engine's ``DelayedScaling``, as
   `fpemu.scaled.DelayedScaling` keeps it).
@@ -38,7 +38,7 @@ def _recipe_for(policy: Policy, primitive: str) -> TrainingRecipe | None:
 
 
 def _histories_needed(roles: GemmRoles, policy: Policy) -> dict[str, int]:
-    """``{state key: history length}`` of every delayed-scaling operand the program reads."""
+    """``{state key: history length}`` of every history (a tensor of a dot) the program reads."""
     out: dict[str, int] = {}
     for entry in roles.entries:
         recipe = _recipe_for(policy, entry.eqn.primitive.name)
@@ -70,13 +70,16 @@ def classify_for(closed: Any, policy: Policy, weights: tuple[int, ...] | None = 
 def init_training_state(fn: Callable, policy: Policy | FormatLike, *args: Any, **kwargs: Any) -> dict:
     """The first training state of ``emulate(fn, policy, state=True)``: every amax history at zero.
 
-    One float32 history of ``recipe.amax_history_len`` steps per delayed-scaling operand of each
-    dot the recipe quantizes: ``"<dot>.<gemm>.<lhs|rhs>"``, where ``<dot>`` names the forward dot
-    (``"scope/dot_general"``, ``#k`` for the k-th of the same name) whose forward, dgrad or wgrad
-    GEMM reads it, and ``lhs``/``rhs`` are the recipe's operands (dgrad's lhs and wgrad's rhs are
-    the gradient). A dot in a ``scan`` or ``shard_map`` body has one history, which records the
-    largest amax of the step's iterations or devices. A zero history gives scale 1 (Transformer Engine's initial scale). ``fn`` is
-    traced with ``args`` (shapes and dtypes matter, values do not), as `fpemu.emulate` will trace it.
+    One float32 history of ``recipe.amax_history_len`` steps per tensor of each dot the recipe
+    quantizes with delayed scaling, as Transformer Engine keeps one per tensor: ``"<dot>.x"`` (the
+    activation: forward's lhs, wgrad's lhs), ``"<dot>.w"`` (the weight: forward's rhs, dgrad's rhs)
+    and ``"<dot>.g"`` (the output's gradient: dgrad's lhs, wgrad's rhs), where ``<dot>`` names the
+    forward dot (``"scope/dot_general"``, ``#k`` for the k-th of the same name). Every GEMM that
+    quantizes a tensor with delayed scaling reads its history, each with its own format. A dot in a
+    ``scan`` or ``shard_map`` body has one history per tensor, which records the largest amax of the
+    step's iterations or devices. A zero history gives scale 1 (Transformer Engine's initial scale).
+    ``fn`` is traced with ``args`` (shapes and dtypes matter, values do not), as `fpemu.emulate` will
+    trace it.
 
     Args:
       fn: the function that will be emulated (e.g. ``jax.value_and_grad(loss)``).
@@ -96,9 +99,9 @@ def init_training_state(fn: Callable, policy: Policy | FormatLike, *args: Any, *
       >>> w, x = jnp.ones((4, 3)), jnp.ones((2, 4))
       >>> state = fpemu.init_training_state(jax.value_and_grad(loss), policy, w, x)
       >>> sorted(state)
-      ['dot_general.dgrad.rhs', 'dot_general.forward.lhs', 'dot_general.forward.rhs', 'dot_general.wgrad.lhs', 'dot_general.wgrad.rhs']
+      ['dot_general.g', 'dot_general.w', 'dot_general.x']
       >>> (value, grad), state = fpemu.emulate(jax.value_and_grad(loss), policy, state=True)(state, w, x)
-      >>> state["dot_general.forward.lhs"][:2].tolist()       # this step's amax of x, then the older steps
+      >>> state["dot_general.x"][:2].tolist()       # this step's amax of x, then the older steps
       [1.0, 0.0]
     """
     policy = as_policy(policy)

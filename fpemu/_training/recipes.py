@@ -18,7 +18,8 @@ tables the named recipes (`TRAINING_RECIPES`) with their sources.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
 from typing import Any, Literal, cast, get_args
 
 from fpemu._args import bool_arg, choice_arg, format_arg, int_arg
@@ -32,6 +33,7 @@ __all__ = [
     "AMAX_COMPUTE_ALGOS",
     "GEMMS",
     "INFERENCE_RECIPES",
+    "OPERAND_TENSORS",
     "TRAINING_RECIPES",
     "GemmRecipe",
     "TrainingRecipe",
@@ -45,6 +47,11 @@ AmaxComputeAlgo = Literal["max", "most_recent"]
 AMAX_COMPUTE_ALGOS: tuple[str, ...] = get_args(AmaxComputeAlgo)
 #: The three GEMMs of a linear layer, in the order of `TrainingRecipe`'s fields.
 GEMMS: tuple[str, ...] = ("forward", "dgrad", "wgrad")
+#: The tensor each GEMM operand (``"<gemm>.<lhs|rhs>"``) is: the activation ``x``, the weight ``w``,
+#: the output's gradient ``g`` (Transformer Engine's input, weight and grad_output).
+OPERAND_TENSORS: Mapping[str, str] = MappingProxyType(
+    {"forward.lhs": "x", "forward.rhs": "w", "dgrad.lhs": "g", "dgrad.rhs": "w", "wgrad.lhs": "x", "wgrad.rhs": "g"}
+)
 _FP32 = get_format("fp32")
 _MAX_MARGIN = 64
 

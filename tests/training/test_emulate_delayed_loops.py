@@ -25,7 +25,7 @@ from fpemu import Policy, emulate, init_training_state
 from tests.training.test_emulate_training import assert_tree_bits
 
 POLICY = Policy(dot="fp8_delayed")
-OPERANDS = [f"{g}.{s}" for g in ("forward", "dgrad", "wgrad") for s in ("lhs", "rhs")]
+TENSORS = ["x", "w", "g"]  # one history per tensor of a layer, read by every GEMM that quantizes it
 
 
 def normal(seed: int, *shape: int) -> np.ndarray:
@@ -67,16 +67,15 @@ def amax_per_iteration(a: jax.Array) -> np.ndarray:
 def test_a_scanned_dot_records_the_max_over_iterations_and_equals_the_unrolled_loop():
     step = jax.value_and_grad(scanned, argnums=(0, 1), has_aux=True)
     state = init_training_state(step, POLICY, WS, XS, MS)
-    assert sorted(state) == sorted(f"layer/dot_general.{op}" for op in OPERANDS)
+    assert sorted(state) == sorted(f"layer/dot_general.{t}" for t in TENSORS)
     emulated = jax.jit(emulate(step, POLICY, state=True, with_stats=True))
     (_, stats), state = emulated(state, WS, XS, MS)
 
     x, w, g = (amax_per_iteration(a) for a in (XS, WS, MS))
     assert len({int(np.argmax(a)) for a in (x, w, g)}) == 3  # each peaks in another iteration
-    expected = {"forward.lhs": x, "forward.rhs": w, "dgrad.lhs": g, "dgrad.rhs": w, "wgrad.lhs": x, "wgrad.rhs": g}
-    for op, amaxes in expected.items():
-        history = np.asarray(state[f"layer/dot_general.{op}"])
-        assert history[0] == amaxes.max() and not history[1:].any(), op
+    for t, amaxes in {"x": x, "w": w, "g": g}.items():
+        history = np.asarray(state[f"layer/dot_general.{t}"])
+        assert history[0] == amaxes.max() and not history[1:].any(), t
     # statistics: counts summed over the iterations; the amax the scales came from (a zero history)
     assert int(stats["layer/dot_general.forward.lhs"]["elements"]) == XS.size
     assert float(stats["layer/dot_general.forward.lhs"]["amax"]) == 0.0
@@ -86,16 +85,14 @@ def test_a_scanned_dot_records_the_max_over_iterations_and_equals_the_unrolled_l
     # gradients (the loss itself is a float sum, which XLA may fuse differently in the two programs)
     sites = ["layer/dot_general", "layer/dot_general#1", "layer/dot_general#2"]
     flat = jax.value_and_grad(unrolled, argnums=(0, 1), has_aux=True)
-    assert sorted(init_training_state(flat, POLICY, WS, XS, MS)) == sorted(
-        f"{s}.{op}" for s in sites for op in OPERANDS
-    )
-    flat_state = {f"{s}.{op}": state[f"layer/dot_general.{op}"] for s in sites for op in OPERANDS}
+    assert sorted(init_training_state(flat, POLICY, WS, XS, MS)) == sorted(f"{s}.{t}" for s in sites for t in TENSORS)
+    flat_state = {f"{s}.{t}": state[f"layer/dot_general.{t}"] for s in sites for t in TENSORS}
     (((_, ys), grads), stats), new_state = emulated(state, WS, XS, MS)
     ((_, flat_ys), flat_grads), new_flat_state = jax.jit(emulate(flat, POLICY, state=True))(flat_state, WS, XS, MS)
     assert_tree_bits((tuple(ys), grads), (flat_ys, flat_grads))
-    for op in OPERANDS:  # the scan's history records the max of the unrolled dots' amaxes
-        rows = np.stack([np.asarray(new_flat_state[f"{s}.{op}"]) for s in sites])
-        np.testing.assert_array_equal(np.asarray(new_state[f"layer/dot_general.{op}"]), rows.max(axis=0))
+    for t in TENSORS:  # the scan's history records the max of the unrolled dots' amaxes
+        rows = np.stack([np.asarray(new_flat_state[f"{s}.{t}"]) for s in sites])
+        np.testing.assert_array_equal(np.asarray(new_state[f"layer/dot_general.{t}"]), rows.max(axis=0))
     assert float(stats["layer/dot_general.dgrad.lhs"]["amax"]) == g.max()  # the reduced history it read
     (_, exact_ys), exact_grads = step(WS, XS, MS)  # the checks above would pass vacuously unquantized
     for a, e in zip(jax.tree_util.tree_leaves((ys, grads)), jax.tree_util.tree_leaves((exact_ys, exact_grads))):
@@ -104,17 +101,15 @@ def test_a_scanned_dot_records_the_max_over_iterations_and_equals_the_unrolled_l
 
 @pytest.mark.long
 def test_grad_of_an_emulated_scan_records_the_forward_histories():
-    # jax.grad outside emulate: the forward dot's custom_vjp also keeps the weight of dgrad and the
-    # activation of wgrad (its gradients are scaled from their current amax)
+    # jax.grad outside emulate: the forward dot's custom_vjp keeps the histories of x and W, which
+    # its wgrad and dgrad read too (its gradients are scaled from their current amax: no history of g)
     state = init_training_state(scanned, POLICY, WS, XS, MS)
-    assert sorted(state) == sorted(
-        f"layer/dot_general.{op}" for op in ("forward.lhs", "forward.rhs", "dgrad.rhs", "wgrad.lhs")
-    )
+    assert sorted(state) == ["layer/dot_general.w", "layer/dot_general.x"]
     loss = emulate(lambda *a: scanned(*a)[0], POLICY, state=True)
     (_, state), grads = jax.jit(jax.value_and_grad(loss, argnums=(1, 2), has_aux=True))(state, WS, XS, MS)
     x, w = amax_per_iteration(XS), amax_per_iteration(WS)
-    for op, amax in {"forward.lhs": x, "forward.rhs": w, "dgrad.rhs": w, "wgrad.lhs": x}.items():
-        assert float(state[f"layer/dot_general.{op}"][0]) == amax.max(), op
+    for t, amax in {"x": x, "w": w}.items():
+        assert float(state[f"layer/dot_general.{t}"][0]) == amax.max(), t
     assert all(bool(jnp.isfinite(g).all()) for g in grads)
 
 
@@ -163,7 +158,7 @@ SHARD_MAP_SCRIPT = textwrap.dedent(
     c = jnp.asarray(rng.standard_normal((32, 8)).astype(np.float32) * np.repeat(np.arange(8, 0, -1), 4)[:, None])
 
     state = init_training_state(sharded, policy, w, x, c)
-    assert sorted(state) == sorted(init_training_state(step, policy, w, x, c)) and len(state) == 6, sorted(state)
+    assert sorted(state) == sorted(init_training_state(step, policy, w, x, c)) and len(state) == 3, sorted(state)
     run = jax.jit(emulate(sharded, policy, state=True))
     single = jax.jit(emulate(step, policy, state=True))  # one device, on one device's examples
     for it in range(2):  # the second step reads the histories of the first
@@ -179,10 +174,10 @@ SHARD_MAP_SCRIPT = textwrap.dedent(
         same(new_state, expected, "histories: the amax all-reduced by max")
         state = new_state
     # by hand: the amax of the whole batch (x peaks on the last device, c on the first)
-    assert float(state["layer/dot_general.forward.lhs"][0]) == float(np.abs(np.asarray(x)).max())
-    assert float(state["layer/dot_general.forward.rhs"][0]) == float(np.abs(np.asarray(w)).max())
+    assert float(state["layer/dot_general.x"][0]) == float(np.abs(np.asarray(x)).max())
+    assert float(state["layer/dot_general.w"][0]) == float(np.abs(np.asarray(w)).max())
     g = np.asarray(c) * (1 - np.tanh(np.asarray(y)) ** 2)  # the cotangent of y = x @ w
-    assert np.isclose(float(state["layer/dot_general.dgrad.lhs"][0]), np.abs(g).max(), rtol=1e-6)
+    assert np.isclose(float(state["layer/dot_general.g"][0]), np.abs(g).max(), rtol=1e-6)
     print("OK")
     """
 )

@@ -383,10 +383,10 @@ def test_delayed_scaling_histories_advance_as_transformer_engine_documents():
     xs = [jnp.full((3, 4), v) for v in (1.0, 8.0, 2.0, 0.25)]
     step = jax.jit(emulate(jax.value_and_grad(loss, argnums=(0, 1)), policy, state=True))
     state = init_training_state(jax.value_and_grad(loss, argnums=(0, 1)), policy, w, xs[0])
-    assert sorted(state) == sorted(f"dot_general.{g}.{s}" for g in GEMMS for s in ("lhs", "rhs"))
+    assert sorted(state) == ["dot_general.g", "dot_general.w", "dot_general.x"]  # one history per tensor
     expected_history = [0.0, 0.0, 0.0]
     for x in xs:
-        history = state["dot_general.forward.lhs"]
+        history = state["dot_general.x"]
         np.testing.assert_array_equal(np.asarray(history), np.array(expected_history, np.float32))
         (value, _), state = step(state, w, x)
         # this step's x was quantized with the scale of max(history) (0: scale 1, TE's initial scale)
@@ -396,18 +396,67 @@ def test_delayed_scaling_histories_advance_as_transformer_engine_documents():
         if max(expected_history) > 0:
             assert_bit_exact(value, jnp.sum(y))
         expected_history = [float(np.abs(np.asarray(x)).max()), *expected_history[:2]]  # roll, newest in row 0
-    np.testing.assert_array_equal(np.asarray(state["dot_general.forward.lhs"]), np.array(expected_history, np.float32))
+    np.testing.assert_array_equal(np.asarray(state["dot_general.x"]), np.array(expected_history, np.float32))
     # the gradient's history is recorded in the backward pass: g = 1 everywhere
-    assert float(state["dot_general.dgrad.lhs"][0]) == 1.0
+    assert float(state["dot_general.g"][0]) == 1.0
 
 
 @pytest.mark.long
-def test_delayed_scaling_needs_state_and_keeps_one_history_per_operand_in_loops():
+def test_a_tensor_has_one_history_which_every_gemm_quantizing_it_reads_with_its_own_format():
+    # x: current scaling in the forward GEMM, delayed (E5M2) in wgrad; W: delayed in both, E4M3 forward
+    # and E5M2 in dgrad; g: delayed E5M2 in both backward GEMMs. One history per tensor, recorded by
+    # the forward dot even where its own GEMM does not read it; each GEMM's scale comes from the
+    # shared history's amax and its own format.
+    base = training_recipe("fp8_delayed")
+    e5m2 = Quantizer(format="e5m2", scaling="delayed")
+    recipe = dataclasses.replace(
+        base,
+        name="mixed_delayed",
+        forward=dataclasses.replace(base.forward, lhs=Quantizer(format="e4m3fn", scaling="tensor")),
+        dgrad=dataclasses.replace(base.dgrad, rhs=e5m2),
+        wgrad=dataclasses.replace(base.wgrad, lhs=e5m2),
+    )
+    policy = Policy(dot=recipe, default=None)
+
+    def loss(w, x):
+        return jnp.sum(jnp.sin(x @ w))
+
+    x = jnp.linspace(-3.0, 2.7, 12, dtype=jnp.float32).reshape(3, 4)
+    w = jnp.linspace(0.1, 0.9, 8, dtype=jnp.float32).reshape(4, 2) ** 3
+    grad = jax.value_and_grad(loss, argnums=(0, 1))
+    state = init_training_state(grad, policy, w, x)
+    assert sorted(state) == ["dot_general.g", "dot_general.w", "dot_general.x"]
+    step = jax.jit(emulate(grad, policy, state=True))
+    _, state = step(state, w, x)
+    amax = {t: float(state[f"dot_general.{t}"][0]) for t in ("x", "w", "g")}
+    assert (amax["x"], amax["w"]) == (3.0, float(jnp.max(w)))
+    (_, (dw, dx)), _ = step(state, w, x)
+    # the second step, by hand: the same GEMMs with each operand's amax from its tensor's history
+    y = quantized_dot_general(x, w, (((1,), (0,)), ((), ())), recipe.forward, rhs_amax=jnp.float32(amax["w"]))
+    g = jnp.cos(y)
+    hist = {t: jnp.float32(a) for t, a in amax.items()}
+    expected_dx = quantized_dot_general(
+        g, w, (((1,), (1,)), ((), ())), recipe.dgrad, lhs_amax=hist["g"], rhs_amax=hist["w"]
+    )
+    expected_dw = quantized_dot_general(
+        x, g, (((0,), (0,)), ((), ())), recipe.wgrad, lhs_amax=hist["x"], rhs_amax=hist["g"]
+    )
+    assert_bit_exact(dx, expected_dx)
+    assert_bit_exact(dw, expected_dw)
+    # and the formats differ where the history is shared: W in E4M3 (forward) and E5M2 (dgrad) differ
+    assert not np.array_equal(
+        np.asarray(quantize_operand(w, (0,), recipe.forward.rhs, amax=hist["w"])),
+        np.asarray(quantize_operand(w, (1,), recipe.dgrad.rhs, amax=hist["w"])),
+    )
+
+
+@pytest.mark.long
+def test_delayed_scaling_needs_state_and_keeps_one_history_per_tensor_in_loops():
     policy = Policy(dot="fp8_delayed")
     with pytest.raises(ValueError, match="state=True"):
         emulate(lambda x, w: x @ w, policy)
     step = emulate(lambda x, w: x @ w, policy, state=True)
-    with pytest.raises(ValueError, match="no amax history 'dot_general.forward.lhs'"):
+    with pytest.raises(ValueError, match="no amax history 'dot_general.x'"):
         step({}, jnp.ones((2, 2)), jnp.ones((2, 2)))
     with pytest.raises(TypeError, match="init_training_state"):
         step([], jnp.ones((2, 2)), jnp.ones((2, 2)))
@@ -415,14 +464,14 @@ def test_delayed_scaling_needs_state_and_keeps_one_history_per_operand_in_loops(
     def scanned(ws, x):
         return jax.lax.scan(lambda h, w: (h @ w, None), x, ws)[0]
 
-    # a dot in a scan body: one history per operand, recording the max over the iterations
+    # a dot in a scan body: one history per tensor, recording the max over the iterations
     # (tests/training/test_emulate_delayed_loops.py); a forward dot also keeps its VJP's weight and activation
     state = init_training_state(scanned, policy, jnp.ones((2, 4, 4)), jnp.ones((3, 4)))
-    assert sorted(state) == [f"dot_general.{op}" for op in ("dgrad.rhs", "forward.lhs", "forward.rhs", "wgrad.lhs")]
+    assert sorted(state) == ["dot_general.w", "dot_general.x"]
     ws = jnp.stack([jnp.full((4, 4), 2.0), jnp.full((4, 4), 0.25)])
     _, state = jax.jit(emulate(scanned, policy, state=True))(state, ws, jnp.ones((3, 4)))
     # iteration 0 reads x = 1 and W = 2, iteration 1 reads h = x @ W = 8 and W = 0.25 (exact in e4m3fn)
-    assert [float(state[f"dot_general.forward.{s}"][0]) for s in ("lhs", "rhs")] == [8.0, 2.0]
+    assert [float(state[f"dot_general.{t}"][0]) for t in ("x", "w")] == [8.0, 2.0]
     with pytest.raises(ValueError, match="stateful|delayed"):
         init_training_state(scanned, Policy(dot="mxfp8"), jnp.ones((2, 4, 4)), jnp.ones((3, 4)))
 
