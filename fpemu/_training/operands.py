@@ -10,6 +10,7 @@ import numpy as np
 from jax import lax
 
 from fpemu._args import INPUT_DTYPES
+from fpemu._jax.reduce import magnitude_max
 
 __all__ = ["amax_of", "operand_arg"]
 
@@ -39,4 +40,4 @@ def amax_of(x: Any) -> jax.Array:
     """
     x = operand_arg(x)
     bits = lax.bitcast_convert_type(lax.stop_gradient(x).astype(jnp.float32), jnp.uint32) & jnp.uint32(0x7FFFFFFF)
-    return lax.bitcast_convert_type(jnp.max(bits, initial=jnp.uint32(0)), jnp.float32)
+    return lax.bitcast_convert_type(magnitude_max(bits, tuple(range(bits.ndim))).reshape(()), jnp.float32)
