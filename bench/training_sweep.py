@@ -22,8 +22,11 @@ in the optimized HLO (a measure of XLA's work that does not depend on the machin
 ``--rounds`` rounds; each round calls every row once, in an order shuffled per round (a fixed
 seed), and a row's ratio is the median of its time over emulated bf16's in the same round. The
 allocator settings (``GLIBC_TUNABLES``) and ``XLA_FLAGS`` are printed with the machine: on CPU a
-step whose buffer exceeds glibc's mmap threshold pays page faults at every call
-(bench/RESULTS_training.md, "Page faults").
+step whose buffer of intermediate values exceeds glibc's largest mmap threshold (32 MiB) pays a
+page fault per 4 KiB of it at every call (bench/RESULTS_training.md, "Page faults"). So each row
+also shows that buffer (``temp MiB``: XLA's ``memory_analysis().temp_size_in_bytes``) and the
+process's minor page faults per call over the timed calls (``faults``; ``getrusage``, where the
+platform has it).
 """
 
 from __future__ import annotations
@@ -113,9 +116,10 @@ def rows_for(
     return rows
 
 
-def compile_phases(build: Callable[[], Callable], args: tuple) -> tuple[float, float, float, int]:
-    """(trace, lower, XLA compile) seconds of a fresh function, every JAX cache cleared first, and the
-    instructions of its optimized HLO (the lines of ``compile().as_text()`` that assign a value)."""
+def compile_phases(build: Callable[[], Callable], args: tuple) -> tuple[float, float, float, int, float]:
+    """(trace, lower, XLA compile) seconds of a fresh function, every JAX cache cleared first, the
+    instructions of its optimized HLO (the lines of ``compile().as_text()`` that assign a value) and
+    its buffer of intermediate values in MiB."""
     jax.clear_caches()
     fn = jax.jit(build())
     start = time.perf_counter()
@@ -126,7 +130,18 @@ def compile_phases(build: Callable[[], Callable], args: tuple) -> tuple[float, f
     compiled = lowered.compile()
     done = time.perf_counter()
     instructions = sum(" = " in line for line in compiled.as_text().splitlines())
-    return traced_at - start, lowered_at - traced_at, done - lowered_at, instructions
+    memory = compiled.memory_analysis()
+    temp = memory.temp_size_in_bytes / 2**20 if memory is not None else float("nan")
+    return traced_at - start, lowered_at - traced_at, done - lowered_at, instructions, temp
+
+
+def minor_faults() -> int:
+    """The process's minor page faults so far (0 where ``resource`` is missing: Windows)."""
+    try:
+        import resource
+    except ImportError:
+        return 0
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def main() -> None:
@@ -152,26 +167,31 @@ def main() -> None:
     shuffle = random.Random(0)
     times: dict[str, list[float]] = {name: [] for name in jitted}
     ratios: dict[str, list[float]] = {name: [] for name in jitted}
+    faults = dict.fromkeys(jitted, 0)
     for _ in range(args.rounds):
         shuffle.shuffle(order)
         this = {}
         for name in order:
+            before = minor_faults()
             start = time.perf_counter()
             jax.block_until_ready(jitted[name](*rows[name][1]))
             this[name] = time.perf_counter() - start
+            faults[name] += minor_faults() - before
         for name in jitted:
             times[name].append(this[name])
             ratios[name].append(this[name] / this["emulated bf16"])
     fp32_compile = sum(phases["fp32"][:3])
     header = (
-        "| row | trace s | lower s | XLA s | compile vs fp32 | HLO instructions | step ms | step vs emulated bf16 |"
+        "| row | trace s | lower s | XLA s | compile vs fp32 | HLO instructions | temp MiB | faults | step ms "
+        "| step vs emulated bf16 |"
     )
     print(header)
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name in jitted:
-        t, lo, c, n = phases[name]
-        print(f"| {name} | {t:.2f} | {lo:.2f} | {c:.2f} | {(t + lo + c) / fp32_compile:.2f}x | {n} | "
-              f"{statistics.median(times[name]) * 1e3:.2f} | {statistics.median(ratios[name]):.2f}x |")  # fmt: skip
+        t, lo, c, n, temp = phases[name]
+        print(f"| {name} | {t:.2f} | {lo:.2f} | {c:.2f} | {(t + lo + c) / fp32_compile:.2f}x | {n} | {temp:.1f} | "
+              f"{faults[name] / args.rounds:.0f} | {statistics.median(times[name]) * 1e3:.2f} | "
+              f"{statistics.median(ratios[name]):.2f}x |")  # fmt: skip
 
 
 if __name__ == "__main__":
