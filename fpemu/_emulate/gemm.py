@@ -89,7 +89,8 @@ def history_keys(entry: Entry, recipe: TrainingRecipe) -> list[tuple[str, str]]:
     operands = _VJP_OPERANDS if which == "forward" else (f"{which}.lhs", f"{which}.rhs")
     out = []
     for operand in operands:
-        q = getattr(recipe.gemm(operand.split(".")[0]), operand.split(".")[1])
+        gemm_name, side = operand.split(".")
+        q = getattr(recipe.gemm(gemm_name), side)
         if q is not None and q.scaling == "delayed":
             out.append((f"{entry.name}.{OPERAND_TENSORS[operand]}", operand))
     return out
