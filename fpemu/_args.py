@@ -203,6 +203,31 @@ def float_array(x: Any, name: str = "x") -> jax.Array:
     return jnp.asarray(x)
 
 
+def float32_array(x: Any, name: str = "x") -> jax.Array:
+    """``x`` as a float16, bfloat16 or float32 JAX array, for inputs computed on in float32 only.
+
+    Host float64 data (a Python float, a list of them, NumPy float64) is taken where float32 holds
+    every value exactly, NaN and infinities included; a value it would round, or a float64 JAX array,
+    is a TypeError naming ``name``, as is anything `float_array` refuses.
+    """
+    if is_host_float64(x):
+        exact = np.asarray(x, np.float64)
+        with np.errstate(over="ignore"):
+            narrow = exact.astype(np.float32)
+        changed = (narrow != exact) & ~np.isnan(exact)
+        if changed.any():
+            value = exact[changed].flat[0].item()
+            raise TypeError(
+                f"{name} holds {value!r}, which is not a float32 value: give a float32 array (no silent rounding)"
+            )
+        x = narrow
+    a = float_array(x, name)
+    input_format(a.dtype, name)
+    if a.dtype == np.float64:
+        raise TypeError(f"{name} must be float16, bfloat16 or float32, got float64 (no silent rounding)")
+    return a
+
+
 # -- stochastic rounding: keys and random bits -------------------------------------------------------
 
 

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from fpemu._args import axis_arg, choice_arg, int_arg
+from fpemu._args import axis_arg, choice_arg, float32_array, int_arg
 from fpemu._core.modes import Rounding
 from fpemu._jax.elementwise import select
 from fpemu.deprecation import renamed_keyword, warn_renamed
@@ -225,7 +225,8 @@ def scale_from_amax(amax: ArrayLike, block_format: BlockFormatLike, *, margin: i
         `quantize_dequantize`; None keeps it.
 
     Raises:
-      TypeError: a non-floating or float64 ``amax``, or a Python number float32 does not hold exactly.
+      TypeError: a non-floating ``amax``, a float64 JAX array, or host float64 data (Python floats,
+        NumPy float64) that float32 does not hold exactly.
       ValueError: a block format with narrow (two-level) scales; a margin outside [-64, 64]; an unknown
         name (`UnknownBlockFormatError`).
 
@@ -242,15 +243,7 @@ def scale_from_amax(amax: ArrayLike, block_format: BlockFormatLike, *, margin: i
             f"scale_from_amax: block_format {fmt.name!r} has narrow ({fmt.scale_format.name}) block scales under a "
             "tensor scale: two amaxes make its scales; give a block format with float32 or E8M0 scales"
         )
-    if not hasattr(amax, "dtype"):  # a Python number: taken if float32 holds it exactly
-        exact = np.asarray(amax, np.float64)
-        with np.errstate(over="ignore"):
-            if not np.array_equal(exact.astype(np.float32), exact, equal_nan=True):
-                raise TypeError(f"scale_from_amax: amax {amax!r} is not a float32 value (give a float32 array)")
-        amax = exact.astype(np.float32)
-    a = jnp.asarray(amax) if np.dtype(amax.dtype) != np.float64 else None  # no silent float64 -> float32
-    if a is None or a.dtype not in (jnp.float16, jnp.bfloat16, jnp.float32):
-        raise TypeError(f"scale_from_amax: amax must be float16, bfloat16 or float32, got {np.dtype(amax.dtype)}")
+    a = float32_array(amax, "amax")
     bits = _bits.to_bits(a.astype(F32)) & U32(ABS)  # exact
     scale = select(bits >= U32(INF), U32(_bits.NAN), _scale_bits(bits, fmt))
     return _bits.from_bits(select(bits == U32(0), _bits.to_bits(F32(1)), scale))

@@ -218,12 +218,31 @@ def test_scale_from_amax_is_delayed_scalings_next_scale():
     ("amax", "block_format", "error", "message"),
     [
         (jnp.float32(1.0), "nvfp4", ValueError, "two amaxes"),
-        (np.float64(1.0), "fp8_e4m3", TypeError, "float16, bfloat16 or float32, got float64"),
-        (jnp.int32(3), "mxfp8", TypeError, "got int32"),
-        (0.1, "fp8_e4m3", TypeError, "not a float32 value"),
+        (np.float64(0.1), "fp8_e4m3", TypeError, "amax holds 0.1, which is not a float32 value"),
+        (np.array([1.0, 1e300]), "fp8_e4m3", TypeError, "amax holds 1e[+]300, which is not a float32 value"),
+        (jnp.int32(3), "mxfp8", TypeError, "amax must be a float16, bfloat16, float32 or float64 array, got integer"),
+        (3, "mxfp8", TypeError, "amax must be a floating-point array, got int 3"),
+        ("1.0", "mxfp8", TypeError, "amax must be a float16, bfloat16, float32 or float64 array, got string"),
+        ([0.5, 0.1], "fp8_e4m3", TypeError, "amax holds 0.1, which is not a float32 value"),
         (jnp.float32(1.0), "mxfp9", scaled.UnknownBlockFormatError, "mxfp9"),
     ],
 )
 def test_scale_from_amax_refuses(amax, block_format, error, message):
     with pytest.raises(error, match=message):
         scaled.scale_from_amax(amax, block_format)
+
+
+def test_scale_from_amax_takes_host_float64_that_float32_holds():
+    # Python floats and NumPy float64 whose values are float32 values (NaN, inf, subnormals included)
+    # give the bits of the float32 array: nothing is rounded on the way in
+    values = [1792.0, 0.0, float(np.float32(1e-40)), np.inf, np.nan, -3.0]
+    want = np.asarray(scaled.scale_from_amax(jnp.asarray(np.array(values, np.float32)), "fp8_e4m3"))
+    for given in (values, np.array(values, np.float64)):
+        got = np.asarray(scaled.scale_from_amax(given, "fp8_e4m3"))
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    assert float(scaled.scale_from_amax(1792.0, "fp8_e4m3")) == 4.0
+
+
+def test_scale_from_amax_refuses_a_float64_jax_array(x64):
+    with pytest.raises(TypeError, match="amax must be float16, bfloat16 or float32, got float64"):
+        scaled.scale_from_amax(jnp.array([1.0], jnp.float64), "fp8_e4m3")
