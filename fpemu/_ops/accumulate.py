@@ -27,6 +27,7 @@ from jax import lax
 
 from fpemu._core.modes import Rounding, Saturation
 from fpemu._jax.elementwise import select
+from fpemu._ops.fusion import computed_once
 from fpemu._ops.geometry import Geometry
 from fpemu._ops.matmul_config import (
     KEY_ACC,
@@ -128,21 +129,34 @@ def _accumulate_impl(
 ) -> jax.Array:
     """The running sum. ``key_words``: one row per chunk, the chunk's key words, or with explicit
     random bits (``cfg.explicit_random``) the chunk's bits in the (B, M, N) layout. ``plain``: as
-    `_dot3`'s, for the whole operands."""
+    `_dot3`'s, for the whole operands.
+
+    With chunks, the first chunk's sum starts the running sum and a loop adds the others, each
+    chunk's operands sliced from the whole ones where the loop reads them. Three choices keep XLA:CPU's
+    buffer of intermediate values small (bench/RESULTS_training.md, "chunked accumulation"), with the
+    same bits: no stack of transposed chunk copies before the loop; no zero running sum, which XLA
+    would materialize at the program's start and keep to the loop; bfloat16 operands moved as
+    uint16, which XLA:CPU would move as float32 copies of twice the size. The sum is materialized
+    (`computed_once`), so that two chunks' products are not both kept for a consumer to add.
+    """
     if cfg.accumulate_every is None:
         return positive_zero(_dot3(a3, b3, cfg, plain))
     batch, m, k_total = a3.shape
     n = b3.shape[2]
     k = cfg.accumulate_every
     chunks = -(-k_total // k)
+    if chunks == 0:  # an empty contraction: the sum of no products
+        return jnp.zeros((batch, m, n), cfg.work)
     pad = chunks * k - k_total  # zero products: +0 changes no sum
-    a3 = jnp.pad(a3, ((0, 0), (0, 0), (0, pad)))
-    b3 = jnp.pad(b3, ((0, 0), (0, pad), (0, 0)))
-    a4 = a3.reshape(batch, m, chunks, k).transpose(2, 0, 1, 3)  # (chunk, B, M, k)
-    b4 = b3.reshape(batch, chunks, k, n).transpose(1, 0, 2, 3)  # (chunk, B, k, N)
+    if pad:
+        a3 = jnp.pad(a3, ((0, 0), (0, 0), (0, pad)))
+        b3 = jnp.pad(b3, ((0, 0), (0, pad), (0, 0)))
+    dtypes = a3.dtype, b3.dtype
+    a3, b3 = (_as_bits(x) for x in (a3, b3))
 
-    def step(acc, xs):
-        a_chunk, b_chunk, words = xs
+    def chunk_sum(acc: jax.Array, index: Any, words: jax.Array) -> jax.Array:
+        a_chunk = _from_bits(lax.dynamic_slice_in_dim(a3, index * k, k, axis=2), dtypes[0])
+        b_chunk = _from_bits(lax.dynamic_slice_in_dim(b3, index * k, k, axis=1), dtypes[1])
 
         def round_to(total, rounding, saturate):
             options = {**cfg.rounding_options(rounding), "saturate": saturate}
@@ -150,11 +164,24 @@ def _accumulate_impl(
                 options["random" if cfg.explicit_random else "key"] = words
             return quantize(total, cfg.accumulate, **options)
 
-        return round_accumulator(acc, _dot3(a_chunk, b_chunk, cfg), cfg, round_to), None
+        return round_accumulator(acc, _dot3(a_chunk, b_chunk, cfg), cfg, round_to)
 
-    acc0 = jnp.zeros((batch, m, n), cfg.work)
-    acc, _ = lax.scan(step, acc0, (a4, b4, key_words))
-    return acc
+    first = chunk_sum(jnp.zeros((batch, m, n), cfg.work), 0, key_words[0])
+    if chunks == 1:
+        return first
+    rest = (jnp.arange(1, chunks, dtype=jnp.int32), key_words[1:])
+    acc, _ = lax.scan(lambda acc, xs: (chunk_sum(acc, *xs), None), first, rest)
+    return computed_once(acc)
+
+
+def _as_bits(x: jax.Array) -> jax.Array:
+    """A bfloat16 array as its uint16 bit patterns (moved, not computed on); others as they are."""
+    return lax.bitcast_convert_type(x, jnp.uint16) if x.dtype == jnp.bfloat16 else x
+
+
+def _from_bits(x: jax.Array, dtype: Any) -> jax.Array:
+    """`_as_bits` undone."""
+    return x if x.dtype == dtype else lax.bitcast_convert_type(x, dtype)
 
 
 _accumulate = jax.custom_jvp(_accumulate_impl, nondiff_argnums=(3, 4))

@@ -7,7 +7,9 @@ backward pass's chain of elementwise work) read by a quantizer's amax reduction 
 rounding loop, or the Hadamard transform's signs (a hash of the key) read by each of its elements,
 or its input, read several times by each butterfly pass.
 A quantized operand is also materialized after its quantizer: XLA would fuse the dot's operand
-transpose into the quantizer's rounding loop, which then runs in the transposed order, unvectorised.
+transpose into the quantizer's rounding loop, which then runs in the transposed order, unvectorised
+(for an operand the dot transposes, from `REORDERED_MIN_SIZE` elements on). A chunked accumulation's
+running sum is materialized too (`fpemu._ops.accumulate`).
 `fpemu.scaled` and the training recipes' GEMMs and Hadamard transform use `materialize` there; under
 `fpemu.emulate`, a value that several GEMMs read (a layer's input, a cotangent) is materialized once
 for all of them. A materialized array has the identity's derivative.
@@ -25,10 +27,13 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-__all__ = ["MATERIALIZE_MIN_SIZE", "computed_once", "materialize"]
+__all__ = ["MATERIALIZE_MIN_SIZE", "REORDERED_MIN_SIZE", "computed_once", "materialize"]
 
 #: Arrays computed for this many elements or more are materialized (smaller ones: not worth the compile time).
 MATERIALIZE_MIN_SIZE = 1 << 16
+
+#: Arrays that their consumer reads in another order are materialized from this many elements.
+REORDERED_MIN_SIZE = 1 << 10
 
 
 def materialize(arrays: tuple[jnp.ndarray, ...], probe: jnp.ndarray | None = None) -> tuple[jnp.ndarray, ...]:
@@ -87,6 +92,12 @@ def _xor_zero(a: jnp.ndarray) -> jnp.ndarray:
     return lax.bitcast_convert_type(bits ^ jnp.zeros((), uint), a.dtype)
 
 
-def computed_once(x: jnp.ndarray) -> jnp.ndarray:
-    """``x`` materialized (`materialize`) if it has `MATERIALIZE_MIN_SIZE` elements or more, else as it is."""
-    return materialize((x,))[0] if x.size >= MATERIALIZE_MIN_SIZE else x
+def computed_once(x: jnp.ndarray, *, reordered: bool = False) -> jnp.ndarray:
+    """``x`` materialized (`materialize`) if it has `MATERIALIZE_MIN_SIZE` elements or more, else as it is.
+
+    ``reordered``: its consumer reads it in another order (a dot that transposes its operand), so
+    it is materialized if it has `REORDERED_MIN_SIZE` elements or more. Fused into that consumer, the
+    loop computing ``x`` would run in the consumer's order, unvectorised: a transposed operand's
+    quantizer took 100 us for 8,192 elements (the digits MLP's fp8_blockwise step).
+    """
+    return materialize((x,))[0] if x.size >= (REORDERED_MIN_SIZE if reordered else MATERIALIZE_MIN_SIZE) else x

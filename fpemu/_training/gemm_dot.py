@@ -21,6 +21,7 @@ from fpemu._args import int_arg, key_arg
 from fpemu._core.format import fits
 from fpemu._core.registry import get_format
 from fpemu._ops.fusion import computed_once
+from fpemu._ops.geometry import dot_geometry
 from fpemu._ops.matmul import tensor_scaled_dot
 from fpemu._training.hadamard import hadamard_along, hadamard_signs
 from fpemu._training.layout import contracting_dims_arg
@@ -216,7 +217,8 @@ def _quantized_product(a, b, key_a, key_b, lhs_amax, rhs_amax, dn, gemm: GemmRec
     # would recompute the operand's producers (the backward pass's elementwise chain) in each of them
     # (the transformer block's MXFP8 step: 1.74x emulated bf16 -> 1.07x). After: XLA would fuse the dot's
     # operand transposes into the quantizer's rounding loop, which then runs in the transposed order,
-    # unvectorised (bench/RESULTS_training.md).
+    # unvectorised (bench/RESULTS_training.md); so an operand the dot transposes is materialized after
+    # its quantizer even when small (the digits MLP's fp8_blockwise step: 1.9x emulated bf16 -> 1.3x).
     if gemm.lhs is not None:
         a, ta = quantize_operand_split(computed_once(a), lc, gemm.lhs, key=key_a, amax=lhs_amax, margin=margin)
     if gemm.rhs is not None:
@@ -224,10 +226,11 @@ def _quantized_product(a, b, key_a, key_b, lhs_amax, rhs_amax, dn, gemm: GemmRec
     quantized = (a if ta is None else a * ta, b if tb is None else b * tb)
     if bf16_exact(gemm.lhs) and bf16_exact(gemm.rhs):
         a, b = a.astype(jnp.bfloat16), b.astype(jnp.bfloat16)
+    plain = dot_geometry(a.shape, b.shape, dn).plain
     if gemm.lhs is not None:
-        a = computed_once(a)
+        a = computed_once(a, reordered=not plain[0])
     if gemm.rhs is not None:
-        b = computed_once(b)
+        b = computed_once(b, reordered=not plain[1])
     y = tensor_scaled_dot(
         a, b, ta, tb, dn, accumulate=gemm.accumulate, accumulate_every=gemm.accumulate_every, result=result
     )
