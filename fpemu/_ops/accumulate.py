@@ -125,38 +125,57 @@ def _dot3(a: jax.Array, b: jax.Array, cfg: MatmulConfig, plain: tuple[bool, bool
 
 
 def _accumulate_impl(
-    a3: jax.Array, b3: jax.Array, key_words: jax.Array, cfg: MatmulConfig, plain: tuple[bool, bool]
+    a: jax.Array, b: jax.Array, key_words: jax.Array, cfg: MatmulConfig, geometry: Geometry
 ) -> jax.Array:
-    """The running sum. ``key_words``: one row per chunk, the chunk's key words, or with explicit
-    random bits (``cfg.explicit_random``) the chunk's bits in the (B, M, N) layout. ``plain``: as
-    `_dot3`'s, for the whole operands.
+    """The running sum, (B, M, N), of the gathered W operands ``a`` and ``b`` (as the op has them;
+    ``geometry`` maps them to (B, M, K) and (B, K, N)). ``key_words``: one row per chunk, the chunk's
+    key words, or with explicit random bits (``cfg.explicit_random``) the chunk's bits in the (B, M,
+    N) layout.
 
     With chunks, the first chunk's sum starts the running sum and a loop adds the others, each
-    chunk's operands sliced from the whole ones where the loop reads them. Three choices keep XLA:CPU's
-    buffer of intermediate values small (bench/RESULTS_training.md, "chunked accumulation"), with the
-    same bits: no stack of transposed chunk copies before the loop; no zero running sum, which XLA
-    would materialize at the program's start and keep to the loop; bfloat16 operands moved as
-    uint16, which XLA:CPU would move as float32 copies of twice the size. The sum is materialized
-    (`computed_once`), so that two chunks' products are not both kept for a consumer to add.
+    chunk's operands sliced where the loop reads them: along the operands' contracting dimension as
+    they are stored where the contraction is one run of dimensions (`Geometry.chunked`), so that
+    only a chunk is transposed at a time. These choices keep XLA:CPU's buffer of intermediate values
+    small (bench/RESULTS_training.md, "chunked accumulation"), with the same bits: no stack of
+    transposed chunk copies before the loop; no zero running sum, which XLA would materialize at the
+    program's start and keep to the loop; bfloat16 operands moved as uint16, which XLA:CPU would
+    move as float32 copies of twice the size; a running sum without the batch dimension when there
+    is one batch (a dot's result has none after XLA's simplification, and the sum then shares its
+    buffer); the sum materialized (`computed_once`), so that two chunks' products are not both kept
+    for a consumer to add.
     """
     if cfg.accumulate_every is None:
-        return positive_zero(_dot3(a3, b3, cfg, plain))
-    batch, m, k_total = a3.shape
-    n = b3.shape[2]
+        a3, b3 = geometry.to3d(a, b)
+        return positive_zero(_dot3(a3, b3, cfg, geometry.plain))
     k = cfg.accumulate_every
-    chunks = -(-k_total // k)
+    chunks = -(-geometry.contraction // k)
+    batch, m, n = _result3d_shape(geometry)
     if chunks == 0:  # an empty contraction: the sum of no products
         return jnp.zeros((batch, m, n), cfg.work)
-    pad = chunks * k - k_total  # zero products: +0 changes no sum
+    dtypes = a.dtype, b.dtype
+    chunked = geometry.chunked
+    if chunked is None:  # slices of the (B, M, K) and (B, K, N) forms
+        a, b = geometry.to3d(a, b)
+        axes = (2, 1)
+        to3d = lambda x, y: (x, y)
+    else:
+        view, lhs_axis, rhs_axis = chunked
+        axes = (lhs_axis, rhs_axis)
+        a, b = a.reshape(view.lhs_shape), b.reshape(view.rhs_shape)
+        to3d = view.to3d
+    pad = chunks * k - geometry.contraction  # zero products: +0 changes no sum
     if pad:
-        a3 = jnp.pad(a3, ((0, 0), (0, 0), (0, pad)))
-        b3 = jnp.pad(b3, ((0, 0), (0, pad), (0, 0)))
-    dtypes = a3.dtype, b3.dtype
-    a3, b3 = (_as_bits(x) for x in (a3, b3))
+        a, b = (_pad_axis(x, axis, pad) for x, axis in zip((a, b), axes, strict=True))
+    a, b = _as_bits(a), _as_bits(b)
+    acc_shape = (m, n) if batch == 1 else (batch, m, n)
 
     def chunk_sum(acc: jax.Array, index: Any, words: jax.Array) -> jax.Array:
-        a_chunk = _from_bits(lax.dynamic_slice_in_dim(a3, index * k, k, axis=2), dtypes[0])
-        b_chunk = _from_bits(lax.dynamic_slice_in_dim(b3, index * k, k, axis=1), dtypes[1])
+        a_chunk, b_chunk = (
+            _from_bits(lax.dynamic_slice_in_dim(x, index * k, k, axis=axis), dtype)
+            for x, axis, dtype in zip((a, b), axes, dtypes, strict=True)
+        )
+        if cfg.explicit_random:
+            words = words.reshape(acc_shape)
 
         def round_to(total, rounding, saturate):
             options = {**cfg.rounding_options(rounding), "saturate": saturate}
@@ -164,14 +183,24 @@ def _accumulate_impl(
                 options["random" if cfg.explicit_random else "key"] = words
             return quantize(total, cfg.accumulate, **options)
 
-        return round_accumulator(acc, _dot3(a_chunk, b_chunk, cfg), cfg, round_to)
+        return round_accumulator(acc, _dot3(*to3d(a_chunk, b_chunk), cfg).reshape(acc_shape), cfg, round_to)
 
-    first = chunk_sum(jnp.zeros((batch, m, n), cfg.work), 0, key_words[0])
+    first = chunk_sum(jnp.zeros(acc_shape, cfg.work), 0, key_words[0])
     if chunks == 1:
-        return first
+        return first.reshape(batch, m, n)
     rest = (jnp.arange(1, chunks, dtype=jnp.int32), key_words[1:])
     acc, _ = lax.scan(lambda acc, xs: (chunk_sum(acc, *xs), None), first, rest)
-    return computed_once(acc)
+    return computed_once(acc).reshape(batch, m, n)
+
+
+def _result3d_shape(geometry: Geometry) -> tuple[int, ...]:
+    """(B, M, N) of the op's result."""
+    return jax.eval_shape(geometry.result_to3d, jax.ShapeDtypeStruct(geometry.out_shape, jnp.bool_)).shape
+
+
+def _pad_axis(x: jax.Array, axis: int, pad: int) -> jax.Array:
+    """``x`` with ``pad`` zeros after its elements along ``axis``."""
+    return jnp.pad(x, [(0, pad if d == axis else 0) for d in range(x.ndim)])
 
 
 def _as_bits(x: jax.Array) -> jax.Array:
@@ -188,14 +217,16 @@ _accumulate = jax.custom_jvp(_accumulate_impl, nondiff_argnums=(3, 4))
 
 
 @_accumulate.defjvp
-def _accumulate_jvp(cfg, plain, primals, tangents):
+def _accumulate_jvp(cfg, geometry, primals, tangents):
     """The tangent of the exact product: a plain W dot of the tangents (no rounding, no chunks)."""
-    a3, b3, key_words = primals
+    a, b, key_words = primals
     da, db, _ = tangents
-    dot = lambda x, y: lax.dot_general(
-        x.astype(cfg.work), y.astype(cfg.work), _BATCHED, precision=_HIGHEST, preferred_element_type=cfg.work
-    )
-    return _accumulate(a3, b3, key_words, cfg, plain), dot(da, b3) + dot(a3, db)
+
+    def dot(x: jax.Array, y: jax.Array) -> jax.Array:
+        x3, y3 = geometry.to3d(x.astype(cfg.work), y.astype(cfg.work))
+        return lax.dot_general(x3, y3, _BATCHED, precision=_HIGHEST, preferred_element_type=cfg.work)
+
+    return _accumulate(a, b, key_words, cfg, geometry), dot(da, b) + dot(a, db)
 
 
 # -- the whole computation --------------------------------------------------------------------------
@@ -288,17 +319,17 @@ def _compute_dot(
     ``key`` or, with ``cfg.explicit_random``, from ``random`` (`MatmulCall.random`)."""
     a, b = rounded_operands(a, b, lhs_scale, rhs_scale, key, random, cfg)
     lhs_dims, rhs_dims = geometry.gathered
-    a3, b3 = geometry.to3d(_gather(a, lhs_dims), _gather(b, rhs_dims))
-    chunks = 1 if cfg.accumulate_every is None else -(-a3.shape[2] // cfg.accumulate_every)
+    a, b = _gather(a, lhs_dims), _gather(b, rhs_dims)
+    chunks = 1 if cfg.accumulate_every is None else -(-geometry.contraction // cfg.accumulate_every)
     if cfg.accumulate_stochastic and cfg.explicit_random:  # (chunks,) + result -> (chunks, B, M, N)
         assert random is not None
         bits = jnp.broadcast_to(random["accumulate"], (chunks, *geometry.out_shape))
-        words = jax.vmap(geometry.result_to3d)(bits) if chunks else bits.reshape((0, *a3.shape[:2], b3.shape[2]))
+        words = jax.vmap(geometry.result_to3d)(bits) if chunks else bits.reshape((0, *_result3d_shape(geometry)))
     elif cfg.accumulate_stochastic:
         words = chunk_key_words(key_streams(key)[KEY_ACC], chunks)
     else:
         words = jnp.zeros((chunks, 0), jnp.uint32)
-    y = geometry.from3d(_accumulate(a3, b3, words, cfg, geometry.plain))
+    y = geometry.from3d(_accumulate(a, b, words, cfg, geometry))
     return finished_output(y, lhs_scale, rhs_scale, key, random, cfg)
 
 

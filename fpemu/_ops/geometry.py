@@ -40,6 +40,16 @@ class Geometry(Protocol):
     """What the computation needs of an op's shapes (`DotGeometry`, `MatmulGeometry`, `ConvGeometry`)."""
 
     @property
+    def lhs_shape(self) -> tuple[int, ...]:
+        """The lhs operand's shape."""
+        ...
+
+    @property
+    def rhs_shape(self) -> tuple[int, ...]:
+        """The rhs operand's shape."""
+        ...
+
+    @property
     def gathered(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """The operands' dimensions that one device must hold whole (the contraction)."""
         ...
@@ -71,6 +81,28 @@ class Geometry(Protocol):
         """Whether `to3d` gives each operand as a reshape of itself (its elements in stored order: no
         transposition, broadcast or gathering of windows)."""
         ...
+
+    @property
+    def chunked(self) -> tuple[Geometry, int, int] | None:
+        """The op on its operands reshaped to ``lhs_shape`` and ``rhs_shape`` of the geometry given (no
+        element moved), whose contraction is one dimension of each, and those two dimensions: `to3d`
+        of slices along them is the slice of `to3d` along K. None where the contraction is not one run
+        of dimensions of both operands, in the same order."""
+        ...
+
+
+def _is_run(dims: tuple[int, ...]) -> bool:
+    """Whether ``dims`` are consecutive dimensions, in increasing order."""
+    return dims == tuple(range(dims[0], dims[0] + len(dims)))
+
+
+def _merge_run(
+    shape: tuple[int, ...], run: tuple[int, ...], batch: tuple[int, ...]
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """``shape`` with the dimensions of ``run`` merged into one (a reshape), and ``batch`` renumbered."""
+    start, count = run[0], len(run)
+    merged = shape[:start] + (math.prod(shape[start : start + count]),) + shape[start + count :]
+    return merged, tuple(d if d < start else d - count + 1 for d in batch)
 
 
 def _merge(x: jax.Array, counts: Sequence[int]) -> jax.Array:
@@ -154,6 +186,15 @@ class DotGeometry:
         return math.prod(self.lhs_shape[d] for d in self.lhs_contract)
 
     @property
+    def chunked(self) -> tuple[DotGeometry, int, int] | None:
+        lc, rc = self.lhs_contract, self.rhs_contract
+        if not lc or not (_is_run(lc) and _is_run(rc)):
+            return None
+        lhs_shape, lhs_batch = _merge_run(self.lhs_shape, lc, self.lhs_batch)
+        rhs_shape, rhs_batch = _merge_run(self.rhs_shape, rc, self.rhs_batch)
+        return DotGeometry(lhs_shape, rhs_shape, lc[:1], rc[:1], lhs_batch, rhs_batch), lc[0], rc[0]
+
+    @property
     def plain(self) -> tuple[bool, bool]:
         in_order = lambda dims: dims == tuple(range(len(dims)))
         return (
@@ -230,6 +271,10 @@ class MatmulGeometry:
     @property
     def contraction(self) -> int:
         return self.lhs_shape[-1]
+
+    @property
+    def chunked(self) -> tuple[MatmulGeometry, int, int] | None:
+        return self, len(self.lhs_shape) - 1, max(len(self.rhs_shape) - 2, 0)
 
     @property
     def plain(self) -> tuple[bool, bool]:
@@ -361,6 +406,10 @@ class ConvGeometry:
     def contraction(self) -> int:
         features = self.lhs_shape[self.lhs_spec[1]] // self.feature_groups
         return features * math.prod(self.window)
+
+    @property
+    def chunked(self) -> tuple[ConvGeometry, int, int] | None:
+        return None  # K runs over input features and the window
 
     @property
     def plain(self) -> tuple[bool, bool]:

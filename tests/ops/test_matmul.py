@@ -14,6 +14,7 @@ from jax import lax
 
 import fpemu
 from fpemu import ROUNDING_MODES
+from fpemu._ops.geometry import dot_geometry
 from fpemu.testing import assert_bit_exact, dot_general_reference
 
 MM = (((1,), (0,)), ((), ()))  # dimension numbers of a 2-D matmul
@@ -130,6 +131,33 @@ def test_contraction_order_with_batch_and_several_contracting_dimensions(rng):
                       np.asarray(fpemu.quantize(b, "e4m3fn"), np.float64))  # fmt: skip
     unrounded = fpemu.dot_general(a, b, dims, lhs="e4m3fn", rhs="e4m3fn")
     np.testing.assert_array_equal(np.asarray(unrounded, np.float64), exact)
+
+
+def test_chunks_sliced_from_a_contraction_of_several_dimensions(rng):
+    """A contraction over a run of dimensions of both operands (here with a batch dimension and with
+    a 1-D and a broadcast matmul operand) is chunked along the operands as stored, their run merged:
+    chunks across the dimensions' boundaries, a padded last chunk, bit for bit against the
+    sequential reference; a contraction that is not such a run (`Geometry.chunked` None) is chunked
+    along its (B, M, K) form."""
+    a = exact_friendly(rng, (2, 3, 4, 5))
+    b = exact_friendly(rng, (2, 4, 5, 6))
+    runs = (((2, 3), (1, 2)), ((0,), (0,)))
+    view, lhs_axis, rhs_axis = dot_geometry(a.shape, b.shape, runs).chunked
+    assert (view.lhs_shape, view.rhs_shape, lhs_axis, rhs_axis) == ((2, 3, 20), (2, 20, 6), 2, 1)
+    assert dot_geometry(a.shape, b.transpose(0, 2, 1, 3).shape, (((2, 3), (2, 1)), ((0,), (0,)))).chunked is None
+    for every in (3, 7):  # K = 20: chunks that cross the rows of 5; the last chunk padded
+        options = dict(lhs="e4m3fn", rhs="e4m3fn", accumulate="e4m3fn", accumulate_every=every, saturate=True)
+        assert_same_bits(fpemu.dot_general(a, b, runs, **options), dot_general_reference(a, b, runs, **options))
+        # the same operands, b stored with the contraction's dimensions swapped: not a run
+        swapped = b.transpose(0, 2, 1, 3)
+        dims = (((2, 3), (2, 1)), ((0,), (0,)))
+        assert_same_bits(
+            fpemu.dot_general(a, swapped, dims, **options), dot_general_reference(a, swapped, dims, **options)
+        )
+    v, m = exact_friendly(rng, (20,)), exact_friendly(rng, (3, 20, 4))
+    options = dict(lhs="e4m3fn", rhs="e4m3fn", accumulate="bf16", accumulate_every=6)
+    expected = [dot_general_reference(v, m[i], (((0,), (0,)), ((), ())), **options) for i in range(3)]
+    assert_same_bits(fpemu.matmul(v, m, **options), np.stack(expected))
 
 
 @pytest.mark.parametrize(
