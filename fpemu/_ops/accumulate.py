@@ -140,9 +140,9 @@ def _accumulate_impl(
     transposed chunk copies before the loop; no zero running sum, which XLA would materialize at the
     program's start and keep to the loop; bfloat16 operands moved as uint16, which XLA:CPU would
     move as float32 copies of twice the size; a running sum without the batch dimension when there
-    is one batch (a dot's result has none after XLA's simplification, and the sum then shares its
-    buffer); the sum materialized (`computed_once`), so that two chunks' products are not both kept
-    for a consumer to add.
+    is one batch, as XLA's dot result is after its simplification (3.8 MiB less on the transformer
+    block); the sum materialized (`computed_once`), so that its consumers do not add two chunks'
+    products again in their own loops, keeping both until then.
     """
     if cfg.accumulate_every is None:
         a3, b3 = geometry.to3d(a, b)
