@@ -5,8 +5,8 @@ blocks along its only axis. Every row is jitted, compiled and run once before ti
 timed call ends in ``block_until_ready``. ``-donated`` rows pass a fresh, already written copy of
 the input with ``donate_argnums=0`` (made outside the timed region), so the output reuses its pages
 (see bench/README.md, "Page faults"). After timing, each row checks a prefix of its output: MX rows
-against the NumPy reference (`fpemu.testing.scaled_reference`), NVFP4 against `quantize(...).dequantize()`
-(its tensor scale needs the whole input), plain rows against ml_dtypes.
+against the NumPy reference (`fpemu.testing.scaled_reference`), NVFP4 and per-tensor FP8 against
+`quantize(...).dequantize()` (their tensor scale needs the whole input), plain rows against ml_dtypes.
 
 The module prints its own summary (ratios of each scaled row to plain quantize of the same group,
 the verdict on the issue's target: MX quantize + dequantize within 2x of plain quantize, and the
@@ -29,7 +29,8 @@ from fpemu.testing import text_table
 from fpemu.tools.bench import machine_line
 
 CHECK = 1 << 16  # elements checked after timing (whole blocks)
-GROUPS = {"mxfp8_e4m3": "e4m3fn", "mxfp4": "e2m1fn", "nvfp4": "e2m1fn"}
+GROUPS = {"mxfp8_e4m3": "e4m3fn", "mxfp4": "e2m1fn", "nvfp4": "e2m1fn", "fp8_e4m3": "e4m3fn"}
+WHOLE_INPUT = ("nvfp4", "fp8_e4m3")  # a tensor scale: the scales depend on the whole input
 ROWS = {
     "scaled qdq": "jit scaled.quantize_dequantize(x, block_format): the fused simulation path",
     "plain quantize": "jit fpemu.quantize(x, element): the same tensor to the element format, unscaled",
@@ -41,7 +42,7 @@ ROWS = {
     "scaled via engine-donated": "scaled via engine, donate_argnums=0",
 }
 # "scaled via engine" only where qdq has its own fused pass: power-of-two (MX) block formats, nearest even
-CASES = [(g, r) for g in GROUPS for r in ROWS if not (g == "nvfp4" and r.startswith("scaled via engine"))]
+CASES = [(g, r) for g in GROUPS for r in ROWS if not (g in WHOLE_INPUT and r.startswith("scaled via engine"))]
 _TIMES: dict[tuple[str, str], dict[str, float]] = {}
 
 
@@ -96,7 +97,7 @@ def _check(group: str, row: str, x_np: np.ndarray, x: jax.Array, out) -> None:
         y = np.asarray(out.dequantize())[:CHECK]
     else:
         y = np.asarray(out)[:CHECK]
-    if group == "nvfp4":  # the tensor scale depends on the whole input
+    if group in WHOLE_INPUT:
         reference.assert_equal(
             y, np.asarray(scaled.BlockArray.from_array(x, group).dequantize())[:CHECK], f"{group} {row}"
         )

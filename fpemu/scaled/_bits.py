@@ -192,6 +192,30 @@ def mul_normal(a: jnp.ndarray, b: jnp.ndarray) -> jnp.ndarray:
     return select(((fast & U32(ABS)) <= U32(IMPLICIT)) & ((a & U32(ABS)) != U32(0)), tiny, fast)
 
 
+def mul_scale(a: jnp.ndarray, b: jnp.ndarray) -> jnp.ndarray:
+    """`mul_exact` (the same bits) for a normal or zero ``a`` of at most 8 significant bits and a
+    non-negative finite ``b`` (a scale), subnormal ``b`` included, at `mul_normal`'s cost and a few
+    operations more.
+
+    A subnormal ``b`` is taken as ``b' * 2**-23`` with ``b'`` normal (the float value of its bit
+    pattern is ``b * 2**149``, exact); `mul_normal`'s float product of ``|a|`` and ``b'``, its
+    exponent then lowered by 23, is the product where that is above ``2**-126`` (scaling by a power
+    of two commutes with rounding in the normal range), and the integer product of the significands,
+    rounded at ``2**-149``, below it. A zero ``b`` gives zeros of ``a``'s sign.
+    """
+    sign = a & U32(SIGN)
+    sub = b < U32(IMPLICIT)
+    bn = select(sub, to_bits(b.astype(jnp.float32)) - U32(126 << 23), b)  # b * 2**23 where b is subnormal
+    lowered = select(sub, U32(23 << 23), U32(0))
+    f = to_bits(from_bits(a & U32(ABS)) * from_bits(bn))  # the product, times 2**23 for a subnormal b
+    ea = ((a >> U32(23)) & U32(0xFF)).astype(I32)
+    eb = ((bn >> U32(23)) & U32(0xFF)).astype(I32) - select(sub, I32(23), I32(0))
+    p = (((a & U32(MANT)) | U32(IMPLICIT)) >> U32(16)) * ((bn & U32(MANT)) | U32(IMPLICIT))  # exact: 8 x 24 bits
+    tiny = rne_shift(p, 135 - ea - eb)  # p * 2**(ea + eb - 284) in units of 2**-149
+    res = select(f <= U32(IMPLICIT) + lowered, tiny, f - lowered)  # at most 2**-126: the integer product
+    return select(((a & U32(ABS)) == U32(0)) | (b == U32(0)), U32(0), res) | sign
+
+
 def reciprocal(p: jnp.ndarray) -> jnp.ndarray:
     """``1 / p`` rounded to float32 for a non-negative finite ``p`` whose reciprocal is normal or
     overflows (``p <= 2**126``), subnormal ``p`` included; ``1 / 0`` is inf. Returns a float32 array."""

@@ -386,6 +386,8 @@ def decode(
         sb, nan = scale_bits(scale_leaf, block_format)
         if block_format.scale_kind == "narrow" and _products_are_normal(block_format):  # exact in float32
             out = _bits.to_bits(_bits.from_bits(vb) * _bits.from_bits(w.per_element(sb)))
+        elif _elements_are_normal(block_format):  # float32 scales: mul_exact's bits, at about half the cost
+            out = _bits.mul_scale(vb, w.per_element(sb))
         else:
             out = _bits.mul_exact(vb, w.per_element(sb))
         if block_format.scale_kind == "narrow" and global_leaf is not None:
@@ -395,6 +397,13 @@ def decode(
         out = select((vb & U32(ABS)) >= U32(INF), vb, out)  # inf and NaN elements pass through
     out = select(w.per_element(nan), U32(NAN), out)
     return _bits.from_bits(out)
+
+
+def _elements_are_normal(block_format: BlockFormat) -> bool:
+    """Whether every nonzero element value is a normal float32 of at most 8 significant bits, as
+    `_bits.mul_scale` takes them."""
+    element = block_format.element
+    return element.min_subnormal >= 2.0**-126 and element.precision <= 8
 
 
 def _products_are_normal(block_format: BlockFormat) -> bool:

@@ -58,12 +58,13 @@ def _positive_normal(n, rng=RNG):
 
 
 @pytest.mark.parametrize("bits", [1, 4, 6, 8])
-@pytest.mark.parametrize("name", ["mul_exact", "mul_normal"])
+@pytest.mark.parametrize("name", ["mul_exact", "mul_normal", "mul_scale"])
 def test_mul_is_the_float32_product(name, bits):
-    """`mul_exact` takes any finite ``b``, `mul_normal` a positive normal one; random exponents put many
-    products below 2**-126 (checked) and beyond FLT_MAX."""
+    """`mul_exact` takes any finite ``b``, `mul_normal` a positive normal one, `mul_scale` a
+    non-negative one (zeros and a quarter subnormal); random exponents put many products below
+    2**-126 (checked) and beyond FLT_MAX."""
     a = _short(N, bits)
-    b = _random_finite(N) if name == "mul_exact" else _positive_normal(N)
+    b = {"mul_exact": _random_finite(N), "mul_normal": _positive_normal(N)}.get(name, _random_finite(N) & 0x7FFFFFFF)
     with np.errstate(over="ignore"):
         expected = a * b.view(np.float32)
     assert np.sum((np.abs(expected) < 2.0**-126) & (expected != 0)) > N // 20
@@ -71,16 +72,27 @@ def test_mul_is_the_float32_product(name, bits):
     np.testing.assert_array_equal(np.asarray(got), _bits_of(expected))
 
 
-def test_mul_normal_at_the_subnormal_edges_with_a_scalar_scale():
+@pytest.mark.parametrize("name", ["mul_normal", "mul_scale"])
+def test_mul_at_the_subnormal_edges_with_a_scalar_scale(name):
     """One scale for every element (a tensor scale): ties at the subnormal quantum, products that round
-    up to 2**-126 or just stay below, the smallest subnormal, and its half (a tie to zero)."""
+    up to 2**-126 or just stay below, the smallest subnormal, and its half (a tie to zero); for
+    `mul_scale` also subnormal scales (the largest, one of a single bit, the smallest) and zero,
+    against elements up to 2**120, whose products with them are normal."""
     g = np.float32(2.0**-126 * (1 + 2.0**-23))  # 0x00800001
     a = np.array([1.0, -1.0, 1.5, 2.0**-23, 2.0**-24, 1.5 * 2.0**-24, 1 - 2.0**-8, -(1 - 2.0**-8), 0.0, -0.0])
     a = np.concatenate([a, np.ldexp(np.arange(129, 256), -8 - np.arange(127) % 30)]).astype(np.float32)
-    for scale in (g, np.float32(2.0**-126), np.float32(1.75 * 2.0**-120), np.float32(2.0**127)):
+    scales = [g, np.float32(2.0**-126), np.float32(1.75 * 2.0**-120), np.float32(2.0**127)]
+    if name == "mul_scale":
+        a = np.concatenate([a, np.ldexp(np.arange(129, 256), np.arange(127) % 121), [2.0**120, -(2.0**100)]])
+        a = a.astype(np.float32)
+        subnormal = np.array([0x007FFFFF, 0x00400000, 0x00000003, 0x00000001, 0], np.uint32).view(np.float32)
+        scales += list(subnormal)
+    for scale in scales:
         with np.errstate(over="ignore"):
             expected = a * scale
-        got = jax.jit(_bits.mul_normal)(jnp.asarray(_bits_of(a)), jnp.asarray(_bits_of(scale)))
+        if 0 < scale < 2.0**-126:  # both of mul_scale's paths: normal products and subnormal ones
+            assert (np.abs(expected) >= 2.0**-126).any() and ((np.abs(expected) < 2.0**-126) & (expected != 0)).any()
+        got = jax.jit(getattr(_bits, name))(jnp.asarray(_bits_of(a)), jnp.asarray(_bits_of(scale)))
         np.testing.assert_array_equal(np.asarray(got), _bits_of(expected))
 
 

@@ -204,6 +204,26 @@ def test_given_float_scales_match_reference(x, scale):
     _check(x, "fp8_e4m3", scale=np.float32(scale))
 
 
+@pytest.mark.parametrize("name", [n for n in block_formats() if get_block_format(n).scale_kind == "fp32"])
+def test_one_float_scale_on_both_sides_of_normal_products(name):
+    """One float32 scale (`fpemu.scaled._bits.mul_scale`): from the least scale whose products with
+    every nonzero element are normal (2**-126 over the element's smallest subnormal) up, every
+    product is a float product; below it, some are float32 subnormals, computed from the integer
+    significands. Scales at that edge, one float32 step below it, the least and a large given
+    scale, and the scale computed from the data: the same bits as the reference, subnormal
+    products, ties at their quantum and signed zeros included."""
+    element = get_block_format(name).element
+    edge = np.float32(2.0**-126 / element.min_subnormal)
+    below = np.nextafter(edge, np.float32(0))
+    rng = np.random.default_rng(5)
+    for scale in (edge, below, np.float32(2.0**-126), np.float32(2.0**100), None):
+        unit = np.float32(1.0 if scale is None else scale)
+        x = (rng.standard_normal(SHAPE) * element.max / 4 * unit).astype(np.float32)
+        x[0, :6] = np.array([1.0, 1.5, 2.5, -1.0, 3.0, 0.5]) * element.min_subnormal * unit  # the least products, ties
+        x[1, :2] = [-0.0, 0.0]
+        _check(x, name, **({} if scale is None else {"scale": scale}))
+
+
 def _every_bfloat16() -> np.ndarray:
     return np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(ml_dtypes.bfloat16).astype(np.float32)
 
