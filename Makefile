@@ -72,7 +72,7 @@ test-newest: .venv-newest/.installed-stamp
 # the model zoo under emulate (bf16 and a training recipe) for the models whose programs change most
 # across releases (Flax, scan, checkpoint, shard_map, tanh and erf gelu, attention, cond) and AdamW.
 ZOO = flax_linen or flax_nnx or scan_rnn or jit_checkpoint_scan or shard_map or act_gelu_tanh or act_gelu_erf or attention or cond or adamw
-SMOKE = tests/test_primitives.py tests/ops/test_quantize.py tests/kernels/test_triton_lowering.py tests/emulate/test_model_zoo.py \
+SMOKE = tests/jax/test_primitives.py tests/ops/test_quantize.py tests/kernels/test_triton_lowering.py tests/emulate/test_model_zoo.py \
 	-k 'not test_model_zoo or $(ZOO)' -p no:cacheprovider -n auto --dist worksteal
 .venv-oldest/.installed-stamp: pyproject.toml
 	@test -n "$(PYTHON_OLDEST)" || .ci/find-python 3.11 PYTHON_OLDEST

@@ -5,7 +5,7 @@
 JAX's own structures or have changed between releases. Everything of that kind is here, checked
 against every release of the README's support window, jax 0.10.0, 0.10.1, 0.10.2, 0.11.0, 0.11.1,
 0.11.2 and 0.12.0.1 (each run through tests/test_emulate*.py, tests/scalify, tests/training,
-tests/emulate/test_model_zoo.py and tests/test_primitives.py); the interpreters and their shared
+tests/emulate/test_model_zoo.py and tests/jax/test_primitives.py); the interpreters and their shared
 core (fpemu/_jax/interpret.py) import these names and never the internals (as fpemu/_jax/pallas.py
 does for Pallas). What a rule reads
 from its primitive's ``params`` that every supported release spells the same way (the operand counts

@@ -4,7 +4,7 @@ Every primitive that a supported JAX release defines (jax 0.10.0 to 0.12.x: the 
 one row here, with its *kind* for each transform. The two rule registries read it: a rule is
 registered under the kind its row gives (`check_kind` refuses any other), `Policy.overrides` accepts
 the names whose results `emulate` rounds, and docs/emulate.md's rule table lists exactly these names
-(tests/test_primitives.py checks both, and walks every primitive the installed JAX defines: a new
+(tests/jax/test_primitives.py checks both, and walks every primitive the installed JAX defines: a new
 one fails that test until it has a row here). A name that the installed JAX lacks is kept for the
 releases that have it.
 

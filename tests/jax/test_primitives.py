@@ -22,7 +22,7 @@ from fpemu._jax.primitives import CATALOGUE, EMULATE_KINDS, SCALIFY_KINDS, check
 from fpemu.scalify import core as scalify_core
 from fpemu.scalify._registry import KINDS as SCALIFY_RULE_KINDS
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 WALK = textwrap.dedent(
     """
