@@ -12,6 +12,8 @@ elementwise (arguments broadcast).
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -183,37 +185,39 @@ def mul_normal(a: jnp.ndarray, b: jnp.ndarray) -> jnp.ndarray:
     ``(x * c) * s`` for a constant ``c`` and a broadcast scalar ``s`` into ``x * (c * s)``, which
     rounds ``c * s`` first; the mask keeps such an ``a`` whole.
     """
-    sign = a & U32(SIGN)
-    fast = to_bits(from_bits(a & U32(ABS)) * from_bits(b)) | sign
-    ea = ((a >> U32(23)) & U32(0xFF)).astype(I32)  # biased: a = (a's top 8 significand bits) * 2**(ea - 134)
-    eb = ((b >> U32(23)) & U32(0xFF)).astype(I32)  # b = sig_b * 2**(eb - 150)
-    p = (((a & U32(MANT)) | U32(IMPLICIT)) >> U32(16)) * ((b & U32(MANT)) | U32(IMPLICIT))  # exact: 8 x 24 bits
-    tiny = rne_shift(p, 135 - ea - eb) | sign  # p * 2**(ea + eb - 284) in units of 2**-149
-    return select(((fast & U32(ABS)) <= U32(IMPLICIT)) & ((a & U32(ABS)) != U32(0)), tiny, fast)
+    fast, tiny = _products(a, b, 0)
+    return select((fast <= U32(IMPLICIT)) & ((a & U32(ABS)) != U32(0)), tiny, fast) | (a & U32(SIGN))
 
 
 def mul_scale(a: jnp.ndarray, b: jnp.ndarray) -> jnp.ndarray:
     """`mul_exact` (the same bits) for a normal or zero ``a`` of at most 8 significant bits and a
-    non-negative finite ``b`` (a scale), subnormal ``b`` included, at `mul_normal`'s cost and a few
-    operations more.
+    non-negative finite ``b`` (a scale), subnormal ``b`` included: `mul_normal` and a few operations
+    more.
 
     A subnormal ``b`` is taken as ``b' * 2**-23`` with ``b'`` normal (the float value of its bit
-    pattern is ``b * 2**149``, exact); `mul_normal`'s float product of ``|a|`` and ``b'``, its
-    exponent then lowered by 23, is the product where that is above ``2**-126`` (scaling by a power
-    of two commutes with rounding in the normal range), and the integer product of the significands,
+    pattern is ``b * 2**149``, exact): the float product of ``|a|`` and ``b'``, its exponent then
+    lowered by 23, is the product where that is above ``2**-126`` (scaling by a power of two
+    commutes with rounding in the normal range), and the integer product of the significands,
     rounded at ``2**-149``, below it. A zero ``b`` gives zeros of ``a``'s sign.
     """
-    sign = a & U32(SIGN)
     sub = b < U32(IMPLICIT)
     bn = select(sub, to_bits(b.astype(jnp.float32)) - U32(126 << 23), b)  # b * 2**23 where b is subnormal
-    lowered = select(sub, U32(23 << 23), U32(0))
-    f = to_bits(from_bits(a & U32(ABS)) * from_bits(bn))  # the product, times 2**23 for a subnormal b
-    ea = ((a >> U32(23)) & U32(0xFF)).astype(I32)
-    eb = ((bn >> U32(23)) & U32(0xFF)).astype(I32) - select(sub, I32(23), I32(0))
-    p = (((a & U32(MANT)) | U32(IMPLICIT)) >> U32(16)) * ((bn & U32(MANT)) | U32(IMPLICIT))  # exact: 8 x 24 bits
-    tiny = rne_shift(p, 135 - ea - eb)  # p * 2**(ea + eb - 284) in units of 2**-149
-    res = select(f <= U32(IMPLICIT) + lowered, tiny, f - lowered)  # at most 2**-126: the integer product
-    return select(((a & U32(ABS)) == U32(0)) | (b == U32(0)), U32(0), res) | sign
+    shift = select(sub, I32(23), I32(0))
+    fast, tiny = _products(a, bn, shift)  # fast: the product times 2**shift
+    lowered = shift.astype(U32) << U32(23)
+    res = select(fast <= U32(IMPLICIT) + lowered, tiny, fast - lowered)  # at most 2**-126: the integer product
+    return select(((a & U32(ABS)) == U32(0)) | (b == U32(0)), U32(0), res) | (a & U32(SIGN))
+
+
+def _products(a: jnp.ndarray, b: jnp.ndarray, shift: Any) -> tuple[jnp.ndarray, jnp.ndarray]:
+    """The two candidate magnitudes of `mul_normal` and `mul_scale` for a normal ``b`` that stands for
+    ``b * 2**-shift``: the float product of ``|a|`` and ``b`` (bits, not shifted), and the integer
+    product of the significands rounded at float32's subnormal quantum 2**-149 (shifted)."""
+    fast = to_bits(from_bits(a & U32(ABS)) * from_bits(b))
+    ea = ((a >> U32(23)) & U32(0xFF)).astype(I32)  # biased: a = (a's top 8 significand bits) * 2**(ea - 134)
+    eb = ((b >> U32(23)) & U32(0xFF)).astype(I32) - shift  # b * 2**-shift = sig_b * 2**(eb - 150)
+    p = (((a & U32(MANT)) | U32(IMPLICIT)) >> U32(16)) * ((b & U32(MANT)) | U32(IMPLICIT))  # exact: 8 x 24 bits
+    return fast, rne_shift(p, 135 - ea - eb)  # p * 2**(ea + eb - 284) in units of 2**-149
 
 
 def reciprocal(p: jnp.ndarray) -> jnp.ndarray:
