@@ -51,6 +51,17 @@ def _fpemu(**options):
     return lambda a, b: fpemu.matmul(a, b, **options)
 
 
+_LHS_FIRST = (((0,), (0,)), ((), ()))  # a.T @ b
+
+
+def _fp32_lhs_transposed(a, b):
+    return jnp.matmul(a.T, b, precision=HIGHEST)
+
+
+def _fpemu_lhs_transposed(a, b):
+    return fpemu.dot_general(a, b, _LHS_FIRST, lhs="e4m3fn", rhs="e4m3fn")
+
+
 # group -> (n, {row: (function, description, (lhs format, rhs format) for the check or None)})
 GROUPS = {
     "2048^3": (
@@ -105,6 +116,12 @@ GROUPS = {
             "fpemu fp16, fp16 accumulator": (
                 _fpemu(lhs="fp16", rhs="fp16", accumulate="fp16"),
                 "sequential fp16 running sum (every product)",
+                None,
+            ),
+            "fp32 matmul, lhs transposed": (_fp32_lhs_transposed, "jnp.matmul(a.T, b), float32", None),
+            "fpemu e4m3fn, lhs transposed": (
+                _fpemu_lhs_transposed,
+                "fpemu.dot_general contracting a's first axis: the rounded lhs is transposed",
                 None,
             ),
             "fpemu fp32 every 1": (_fpemu(accumulate_every=1), "sequential float32 sum (a fixed order)", None),

@@ -318,6 +318,12 @@ def _compute_dot(
     with ``cfg`` and ``geometry`` static. The gradient is straight-through. Random bits come from
     ``key`` or, with ``cfg.explicit_random``, from ``random`` (`MatmulCall.random`)."""
     a, b = rounded_operands(a, b, lhs_scale, rhs_scale, key, random, cfg)
+    # a rounded operand that the dot transposes (or gathers into windows) is computed once, in its own
+    # order: fused into the transposition, its rounding loop would run in the transposed order,
+    # unvectorised (a (1024, 1024) operand contracted along its first axis: 3.3 -> 1.2 ms)
+    lhs_plain, rhs_plain = geometry.plain
+    a = a if cfg.lhs is None or lhs_plain else computed_once(a, reordered=True)
+    b = b if cfg.rhs is None or rhs_plain else computed_once(b, reordered=True)
     lhs_dims, rhs_dims = geometry.gathered
     a, b = _gather(a, lhs_dims), _gather(b, rhs_dims)
     chunks = 1 if cfg.accumulate_every is None else -(-geometry.contraction // cfg.accumulate_every)

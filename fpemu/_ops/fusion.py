@@ -49,13 +49,22 @@ def materialize(arrays: tuple[jnp.ndarray, ...], probe: jnp.ndarray | None = Non
     The predicate reads the first element of ``arrays[0]``, or of ``probe`` if given: a
     data-dependent array that is already computed (a reduction's result), so that XLA does not
     compute the first element's chain a second time, in the predicate's own fusion, where that
-    chain is short enough to duplicate.
+    chain is short enough to duplicate. Explicitly sharded arrays (JAX's sharding in types) are
+    returned as they are: JAX refuses the predicate's slice of them.
     """
-    if not arrays or any(a.size == 0 for a in arrays):
+    if not arrays or any(a.size == 0 or _sharded_in_type(a) for a in arrays):
         return arrays
-    if probe is None or probe.size == 0:
+    if probe is None or probe.size == 0 or _sharded_in_type(probe):
         probe = arrays[0]
     return _materialized(tuple(arrays), probe)
+
+
+def _sharded_in_type(a: jnp.ndarray) -> bool:
+    """Whether ``a`` has explicitly sharded dimensions (JAX's sharding in types, ``AxisType.Explicit``):
+    JAX refuses the predicate's one-element slice of such an array, so it is left to XLA as it is."""
+    typeof = getattr(jax, "typeof", None)  # JAX versions without it have no Explicit axes either
+    spec = getattr(getattr(typeof(a), "sharding", None), "spec", None) if typeof is not None else None
+    return spec is not None and any(s is not None for s in spec)
 
 
 @jax.custom_jvp

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fpemu._ops.fusion import MATERIALIZE_MIN_SIZE, computed_once, materialize
+from fpemu._ops.fusion import MATERIALIZE_MIN_SIZE, REORDERED_MIN_SIZE, computed_once, materialize
 from fpemu.testing import assert_bit_exact
 
 
@@ -34,6 +34,17 @@ def test_computed_once_materializes_large_arrays_only():
     )
     batched = jax.vmap(jax.grad(lambda v: jnp.sum(computed_once(v) ** 2)))(jnp.full((2, MATERIALIZE_MIN_SIZE), 1.5))
     assert_bit_exact(batched, np.full((2, MATERIALIZE_MIN_SIZE), 3.0, np.float32))
+
+
+def test_computed_once_materializes_reordered_arrays_from_their_own_size():
+    """An array its consumer reads in another order is materialized from `REORDERED_MIN_SIZE`
+    elements, far below `MATERIALIZE_MIN_SIZE`; the same bits."""
+    assert REORDERED_MIN_SIZE < MATERIALIZE_MIN_SIZE
+    small, large = jnp.ones(REORDERED_MIN_SIZE - 1), jnp.arange(REORDERED_MIN_SIZE, dtype=jnp.float32)
+    assert computed_once(small, reordered=True) is small
+    assert computed_once(large) is large
+    assert "cond" in str(jax.make_jaxpr(lambda v: computed_once(v, reordered=True))(large))
+    assert_bit_exact(jax.jit(lambda v: computed_once(v, reordered=True))(large), np.asarray(large))
 
 
 @pytest.mark.parametrize("probe", [0, 7])  # either branch of the identity conditional
