@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import sys
 from pathlib import Path
 
@@ -29,7 +30,8 @@ LAYERS: tuple[tuple[str, int], ...] = (
     ("fpemu._args", 2),
     ("fpemu._engine", 3),
     ("fpemu._ops", 4),
-    ("fpemu.scaled", 5),
+    ("fpemu._scaled", 5),  # the scaled formats' engine: checked-once cores for scaled and training
+    ("fpemu.scaled", 5),  # the public face of the scaled formats: argument checks, BlockArray, matmul
     ("fpemu._training", 6),  # training recipes: operand quantizers built on scaled, used by emulate
     ("fpemu._emulate", 7),
     ("fpemu.kernels", 9),
@@ -248,6 +250,124 @@ def test_long_module_list_is_current():
     for module, reason in LONG_MODULES.items():
         assert module in MODULES, f"{module} is listed in LONG_MODULES but does not exist"
         assert reason.strip()
+
+
+# -- the walk of one recipe dot ---------------------------------------------------------------------
+#
+# Issue 30's measure of the house: one dot of ``emulate(f, Policy(dot=recipe))`` enters at most
+# eight rooms (the LAYERS entries), never climbs back up a floor, and never re-enters a public
+# entry point (internal callers use checked-once cores). The walk is every call made while JAX
+# traces the dot rule (the forward GEMM) and the recipe's backward (dgrad and wgrad).
+
+WALK_MAX_ROOMS = 8
+WALK_STARTS = {("fpemu._emulate.rules_dot", "dot_general"), ("fpemu._training.gemm_vjp", "gradients")}
+# Public functions that are lookups, not entry points: they read the registry (the one source of
+# format facts, which every layer reads) and check nothing but a name.
+LOOKUPS = {"get_format", "scale_kind"}
+
+
+def room(module: str) -> str:
+    """The LAYERS entry a module belongs to."""
+    for prefix, _ in LAYERS:
+        if module == prefix or (prefix != "fpemu" and module.startswith(prefix + ".")):
+            return prefix
+    return "fpemu"
+
+
+def _public_entry_points() -> set:
+    """The code of every public function of ``fpemu`` and ``fpemu.scaled`` but the `LOOKUPS` (and of
+    the wrappers that check a renamed keyword of an earlier release)."""
+    import fpemu
+    import fpemu.scaled
+
+    codes = set()
+    for module in (fpemu, fpemu.scaled):
+        for name in sorted(set(module.__all__) - LOOKUPS):
+            f = getattr(module, name)
+            while callable(f) and not isinstance(f, type):
+                code = getattr(f, "__code__", None)
+                if code is not None:
+                    codes.add(code)
+                f = getattr(f, "__wrapped__", getattr(f, "__func__", None))
+    return codes
+
+
+def _walk(recipe: str) -> list[tuple[str, str, str, object]]:
+    """(caller's module, callee's module, callee's name, callee's code) of every call of an fpemu
+    function made inside the walk, traced afresh (JAX's caches cleared)."""
+    import jax
+    import jax.numpy as jnp
+
+    import fpemu
+
+    def step(x, w):
+        return jnp.tanh(x @ w)
+
+    policy = fpemu.Policy(dot=recipe)
+    key = jax.random.key(0) if policy.stochastic else None
+    x, w = jnp.ones((32, 64), jnp.float32), jnp.ones((64, 16), jnp.float32)
+    if policy.stateful:  # delayed scaling: the amax histories are the first argument
+        state = fpemu.init_training_state(step, policy, x, w)
+        f = functools.partial(fpemu.emulate(step, policy, key=key, state=True), state)
+        loss = jax.grad(lambda x, w: f(x, w)[0].sum(), argnums=(0, 1))
+    else:
+        f = fpemu.emulate(step, policy, key=key)
+        loss = jax.grad(lambda x, w: f(x, w).sum(), argnums=(0, 1))
+    jax.clear_caches()
+    calls: list[tuple[str, str, str, object]] = []
+    depth = [0]
+
+    def profile(frame, event, arg):
+        if event not in ("call", "return"):
+            return
+        where = (frame.f_globals.get("__name__", ""), frame.f_code.co_name)
+        starts = where in WALK_STARTS
+        if event == "return":
+            depth[0] -= starts
+            return
+        depth[0] += starts
+        if depth[0] and where[0].startswith("fpemu") and frame.f_back is not None:
+            calls.append((frame.f_back.f_globals.get("__name__", ""), where[0], where[1], frame.f_code))
+
+    sys.setprofile(profile)
+    try:
+        jax.make_jaxpr(loss)(x, w)
+    finally:
+        sys.setprofile(None)
+    return calls
+
+
+def _training_recipes() -> tuple[str, ...]:
+    import fpemu
+
+    return fpemu.TRAINING_RECIPES
+
+
+@pytest.mark.parametrize("recipe", _training_recipes())
+def test_the_walk_of_one_recipe_dot(recipe):
+    calls = _walk(recipe)
+    rooms = {room(callee) for _, callee, _, _ in calls}
+    # the walk was seen: the rule, the GEMM core, the scaled engine and the product
+    assert {"fpemu._emulate", "fpemu._training", "fpemu._scaled", "fpemu._ops"} <= rooms, rooms
+    assert len(rooms) <= WALK_MAX_ROOMS, sorted(rooms)
+    layer_of = dict(LAYERS)
+    climbs = sorted(
+        {f"{caller} -> {callee}.{name}" for caller, callee, name, _ in calls
+         if caller.startswith("fpemu") and layer_of[room(callee)] > layer_of[room(caller)]}
+    )  # fmt: skip
+    assert not climbs, climbs
+    public = _public_entry_points()
+    entered = sorted({f"{callee}.{name} (from {caller})" for caller, callee, name, code in calls if code in public})
+    assert not entered, entered
+
+
+def test_the_walk_sees_a_public_entry_point():
+    """The check above can fail: a dot rule that called `fpemu.quantize` would be seen."""
+    import fpemu
+
+    public = _public_entry_points()
+    assert fpemu.quantize.__code__ in public
+    assert fpemu.scaled.quantize_dequantize.__wrapped__.__code__ in public
 
 
 @pytest.mark.long

@@ -223,8 +223,16 @@ def quantize(
         return _quantize_host_float64(x, spec, seeds_for(spec, key, random, np.shape(x)), engine)
     x = float_array(x)
     check_fits(spec.fmt, input_format(x.dtype))
+    return round_checked(x, spec, key, random, backend)
+
+
+def round_checked(
+    x: jax.Array, spec: RoundingSpec, key: Any = None, random: Any = None, backend: Any = "auto"
+) -> jax.Array:
+    """`quantize` of a float array whose format ``spec`` holds (`check_fits`), with ``spec`` checked
+    (`rounding_spec`, with this ``key`` or ``random``): the core that fpemu's own layers call."""
     engine = resolve_backend(backend, jax.default_backend(), float64=np.dtype(x.dtype) == np.float64)
     return quantize_with_spec(x, seeds_for(spec, key, random, x.shape), spec, engine)
 
 
-__all__ = ["quantize", "quantize_with_spec", "stochastic_bits"]
+__all__ = ["quantize", "quantize_with_spec", "round_checked", "stochastic_bits"]

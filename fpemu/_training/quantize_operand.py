@@ -1,9 +1,11 @@
 """`quantize_operand`: one operand of one GEMM quantized by its `Quantizer`, and the views of it that
 the GEMMs and the statistics read (`quantize_operand_split`, `scaled_view`).
 
-The scaled modes are carried out by `fpemu.scaled.quantize_dequantize` with the `fpemu.scaled.BlockFormat`
-the quantizer holds; this module only decides *which* elements share a scale: the operand's
-contraction axis (`fpemu._training.layout`), 1-D blocks along it, or 2-D tiles of the matrix view.
+The scaled modes are carried out by the checked-once cores of `fpemu.scaled.quantize_dequantize`
+and `quantize_dequantize_split` (`fpemu._scaled.cores`, on a `Config` made from the `Quantizer`,
+which was checked when it was made) with the `fpemu.scaled.BlockFormat` the quantizer holds; this
+module only decides *which* elements share a scale: the operand's contraction axis
+(`fpemu._training.layout`), 1-D blocks along it, or 2-D tiles of the matrix view.
 """
 
 from __future__ import annotations
@@ -16,12 +18,15 @@ from typing import Any, cast
 import jax
 import jax.numpy as jnp
 
-from fpemu._args import int_arg
-from fpemu._ops.quantize import quantize as element_quantize
+from fpemu._args import check_fits, input_format, int_arg
+from fpemu._ops.quantize import round_checked
+from fpemu._ops.rounding_spec import rounding_spec
+from fpemu._scaled.cores import Config, config, qdq_jit, quantize_ste, scale_of_amax, split_core, with_overrides
+from fpemu._scaled.layout import group_shape
 from fpemu._training.layout import Contraction, contracting_dims_arg, tiles, untiles
 from fpemu._training.operands import operand_arg
 from fpemu._training.quantizer import MAX_MARGIN, Quantizer, amax_arg, quantizer_key_arg
-from fpemu.scaled import BlockArray, BlockFormat, quantize_dequantize, quantize_dequantize_split, scale_from_amax
+from fpemu.scaled import BlockArray, BlockFormat
 
 __all__ = ["operand_view", "quantize_operand", "quantize_operand_split", "scaled_operand", "scaled_view"]
 
@@ -136,26 +141,40 @@ def _block_format_and_view(x: jax.Array, q: Quantizer, dims: tuple[int, ...]):
     return _group_format(q), view, {"axis": axis}, back
 
 
-def _options(key: Any, amax: Any, q: Quantizer, margin: int) -> dict[str, Any]:
-    """The keyword arguments of `fpemu.scaled.quantize_dequantize` / ``BlockArray.from_array``."""
-    kw: dict[str, Any] = {"rounding": q.rounding, "pad": True}
-    if q.rounding == "stochastic":
-        kw.update(key=key, random_bits=q.random_bits)
-    if q.scaling == "delayed":
-        kw["scale"] = _delayed_scale(amax, q.block_format, margin)
-    elif margin:
-        kw["margin"] = margin
-    return kw
+def _config(q: Quantizer, fmt: BlockFormat, layout: dict[str, Any], margin: int) -> Config:
+    """The `Config` of ``q``'s quantization of its view (``layout``: its ``axis`` and ``tile_axis``), as
+    `fpemu.scaled.quantize_dequantize` makes it of the same options; ``margin`` applied to the block
+    format's scales (delayed scaling applies it to the scale from the amax instead, `_delayed_scale`)."""
+    if margin and q.scaling != "delayed":
+        fmt = with_overrides(fmt, {"margin": margin})
+    return config(fmt, layout["axis"], q.rounding, q.random_bits, layout.get("tile_axis"))
+
+
+def _given(x: jax.Array, key: Any, amax: Any, q: Quantizer, margin: int, cfg: Config) -> tuple[Any, Any]:
+    """(the elements' key, the given decode scale) of ``x`` (the view) for ``cfg``: the key for stochastic
+    rounding only; the scale for delayed scaling only, broadcast to the shape of the scales."""
+    stream = key if q.rounding == "stochastic" else None
+    if q.scaling != "delayed":
+        return stream, None
+    return stream, jnp.broadcast_to(_delayed_scale(amax, q.block_format, margin), group_shape(x.shape, cfg.layout()))
+
+
+def _element_rounding(x: jax.Array, key: Any, q: Quantizer) -> jax.Array:
+    """``x`` rounded to ``q``'s element format (``scaling="none"``), as `fpemu.quantize` rounds it."""
+    stochastic = q.rounding == "stochastic"
+    stream = key if stochastic else None
+    spec = rounding_spec(q.element, q.rounding, q.saturate, True, stream, q.random_bits if stochastic else None)
+    check_fits(spec.fmt, input_format(x.dtype))
+    return round_checked(x, spec, stream)
 
 
 @functools.partial(jax.jit, static_argnames=("q", "dims", "margin"))
 def _quantize(x, key, amax, *, q: Quantizer, dims: tuple[int, ...], margin: int):
     if q.scaling == "none":
-        stochastic = q.rounding == "stochastic"
-        extra = {"key": key, "random_bits": q.random_bits} if stochastic else {}
-        return element_quantize(x, q.element, rounding=q.rounding, saturate=q.saturate, **extra)
+        return _element_rounding(x, key, q)
     fmt, view, layout, back = _block_format_and_view(x, q, dims)
-    return back(quantize_dequantize(view, fmt, **layout, **_options(key, amax, q, margin)))
+    cfg = _config(q, fmt, layout, margin)
+    return back(qdq_jit(view, *_given(view, key, amax, q, margin, cfg), cfg))
 
 
 def quantize_operand_split(
@@ -174,7 +193,8 @@ def quantize_operand_split(
 @functools.partial(jax.jit, static_argnames=("q", "dims", "margin"))
 def _split(x, key, amax, *, q: Quantizer, dims: tuple[int, ...], margin: int):
     fmt, view, layout, back = _block_format_and_view(x, q, dims)
-    blocks, t = quantize_dequantize_split(view, fmt, **layout, **_options(key, amax, q, margin))
+    cfg = _config(q, fmt, layout, margin)
+    blocks, t = split_core(view, *_given(view, key, amax, q, margin, cfg), cfg)
     assert t is not None, q  # tensor_scaled: the block format has a float per-tensor scale
     return back(blocks), t.reshape(())
 
@@ -183,7 +203,11 @@ def _split(x, key, amax, *, q: Quantizer, dims: tuple[int, ...], margin: int):
 def scaled_operand(x, key, amax, *, q: Quantizer, dims: tuple[int, ...], margin: int) -> BlockArray:
     """`scaled_view` on checked arguments: the checked-once core internal callers use."""
     view, axis, _ = operand_view(x, q, dims)
-    return BlockArray.from_array(view, _group_format(q), axis=axis, **_options(key, amax, q, margin))
+    cfg = _config(q, _group_format(q), {"axis": axis}, margin)
+    values, scale_leaf, global_leaf = quantize_ste(view, *_given(view, key, amax, q, margin, cfg), cfg)
+    return BlockArray(
+        values, scale_leaf, global_leaf, cfg.block_format, None if axis is None else axis - view.ndim, view.dtype
+    )
 
 
 def scaled_view(
@@ -220,4 +244,4 @@ def _delayed_scale(amax: jax.Array, fmt: BlockFormat, margin: int) -> jax.Array:
     """The decode scale tensor scaling gives a tensor whose amax is ``amax`` (1 for amax 0, NaN for a
     NaN or infinite amax): `fpemu.scaled.scale_from_amax`, the scale `fpemu.scaled.DelayedScaling`
     computes from a reduced history."""
-    return scale_from_amax(jnp.reshape(amax, ()), fmt, margin=margin or None)
+    return scale_of_amax(jnp.reshape(amax, ()).astype(jnp.float32), with_overrides(fmt, {"margin": margin or None}))

@@ -17,7 +17,8 @@ from fpemu._args import bool_arg, choice_arg, format_arg, int_arg, key_arg, rand
 from fpemu._core.format import Format
 from fpemu._core.modes import Saturation
 from fpemu._core.registry import FormatLike
-from fpemu.scaled import SCALE_RULES, BlockFormat, BlockFormatLike, get_block_format, scale_kind
+from fpemu._scaled.block_format import block_format_arg
+from fpemu.scaled import SCALE_RULES, BlockFormat, BlockFormatLike, scale_kind
 
 __all__ = [
     "MAX_MARGIN",
@@ -261,7 +262,7 @@ def _fields_of_block_format(
     """A quantizer's fields read from the block format it is given (checked: no field given beside
     it, no margin, a scaling its block size allows)."""
     try:
-        fmt = get_block_format(block_format)
+        fmt = block_format_arg(block_format)
     except (ValueError, TypeError) as e:
         raise type(e)(f"Quantizer.block_format: {e}") from None
     extra = {name: value for name, value in given.items() if value is not None}

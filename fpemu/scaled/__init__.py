@@ -17,17 +17,17 @@ a training or inference recipe only (`fpemu.training_recipe`, `fpemu.inference_r
 
 from typing import Any
 
+from fpemu._scaled.block_format import MXINT8_ELEMENT as MXINT8_ELEMENT
+from fpemu._scaled.block_format import SCALE_RULES as SCALE_RULES
+from fpemu._scaled.block_format import BlockFormat as BlockFormat
+from fpemu._scaled.block_format import BlockFormatLike as BlockFormatLike
+from fpemu._scaled.block_format import UnknownBlockFormatError as UnknownBlockFormatError
+from fpemu._scaled.block_format import block_formats as block_formats
+from fpemu._scaled.block_format import get_block_format as get_block_format
+from fpemu._scaled.block_format import scale_kind as scale_kind
 from fpemu.deprecation import warn_renamed
 from fpemu.scaled._array import BlockArray as BlockArray
 from fpemu.scaled._array import Packed as Packed
-from fpemu.scaled._block_format import MXINT8_ELEMENT as MXINT8_ELEMENT
-from fpemu.scaled._block_format import SCALE_RULES as SCALE_RULES
-from fpemu.scaled._block_format import BlockFormat as BlockFormat
-from fpemu.scaled._block_format import BlockFormatLike as BlockFormatLike
-from fpemu.scaled._block_format import UnknownBlockFormatError as UnknownBlockFormatError
-from fpemu.scaled._block_format import block_formats as block_formats
-from fpemu.scaled._block_format import get_block_format as get_block_format
-from fpemu.scaled._block_format import scale_kind as scale_kind
 from fpemu.scaled._delayed import DelayedScaling as DelayedScaling
 from fpemu.scaled._delayed import DelayedScalingState as DelayedScalingState
 from fpemu.scaled._delayed import scale_from_amax as scale_from_amax

@@ -16,18 +16,18 @@ from jax.typing import ArrayLike, DTypeLike
 from fpemu._core.format import Format
 from fpemu._core.modes import Rounding, Saturation, StochasticVariant
 from fpemu._ops import codec
+from fpemu._scaled import core as _core
+from fpemu._scaled import layout as _layout
+from fpemu._scaled.block_format import BlockFormat, BlockFormatLike, block_format_arg, block_formats
+from fpemu._scaled.cores import Config, quantize_ste
 from fpemu.deprecation import renamed_keyword, warn_renamed
-from fpemu.scaled import _core, _layout
-from fpemu.scaled._block_format import BlockFormat, BlockFormatLike, block_formats, get_block_format
 from fpemu.scaled._quantize import (
     DEFAULT_AXIS,
     SCALED_INPUT_DTYPES,
-    Config,
     global_scale_arg,
     prepare,
     prepare_random,
     prepare_scale,
-    quantize_ste,
     scale_leaf_arg,
     shape_arg,
     storage_axis,
@@ -73,10 +73,10 @@ def _packed_shape_mismatch(got: tuple[int, ...], shape: tuple[int, ...], block_f
     """Why packed elements of shape ``got`` are not ``shape`` under ``block_format``: the block format's element width
     where another block format's would fit (naming those block formats), else the shape."""
     fmt = block_format.element
-    widths = sorted({get_block_format(name).element.bits for name in block_formats()} - {fmt.bits})
+    widths = sorted({block_format_arg(name).element.bits for name in block_formats()} - {fmt.bits})
     fitting = [bits for bits in widths if _packed_bytes(shape, bits) == got]
     if fitting:
-        others = [name for name in block_formats() if get_block_format(name).element.bits == fitting[0]]
+        others = [name for name in block_formats() if block_format_arg(name).element.bits == fitting[0]]
         return (
             f"packed.elements has shape {got}: {fitting[0]}-bit codes for shape={shape}, but block_format={block_format.name!r} "
             f"has {fmt.bits}-bit {fmt.name} elements: pass the block format it was packed with (block formats with "
@@ -363,7 +363,7 @@ class BlockArray:
           ...     print(e)
           scale of block format mxfp4 must hold uint8 e8m0fnu codes (fpemu.encode(s, 'e8m0fnu')), got dtype float32
         """
-        block_format = get_block_format(block_format)
+        block_format = block_format_arg(block_format)
         values = codec.decode(storage_codes(codes, block_format.element), block_format.element)  # checks the codes
         ndim = values.ndim
         axis = storage_axis(axis, ndim, block_format)
@@ -398,7 +398,7 @@ class BlockArray:
           ValueError: a ``shape`` that is not a tuple of non-negative ints, or does not match the
             elements; nonzero padding codes (concrete elements only); as for `from_codes`.
         """
-        block_format = get_block_format(block_format)
+        block_format = block_format_arg(block_format)
         if not isinstance(packed, tuple) or len(packed) != 3:
             raise TypeError(f"packed must be a fpemu.scaled.Packed (what BlockArray.pack returns), got {packed!r}")
         elements, scale, global_scale = packed

@@ -18,14 +18,14 @@ from jax.typing import ArrayLike
 from fpemu._args import axis_arg, choice_arg, float32_array, int_arg
 from fpemu._core.modes import Rounding
 from fpemu._jax.elementwise import select
+from fpemu._scaled import bits as _bits
+from fpemu._scaled.bits import ABS, INF, U32
+from fpemu._scaled.block_format import BlockFormat, BlockFormatLike, block_format_arg
+from fpemu._scaled.cores import Config, decode_scale_bits, qdq_jit, scale_of_amax, with_overrides
+from fpemu._scaled.layout import Layout, group_max, group_shape
 from fpemu.deprecation import renamed_keyword, warn_renamed
-from fpemu.scaled import _bits
 from fpemu.scaled._array import BlockArray, quantize_jit
-from fpemu.scaled._bits import ABS, INF, U32
-from fpemu.scaled._block_format import BlockFormat, BlockFormatLike, get_block_format
-from fpemu.scaled._layout import Layout, group_max, group_shape
-from fpemu.scaled._quantize import Config, prepare, prepare_random, qdq_jit, with_overrides
-from fpemu.scaled._scale import float_encode_scale, pow2_exponent
+from fpemu.scaled._quantize import prepare, prepare_random
 
 F32 = jnp.float32
 Reduction = Literal["max", "most_recent"]
@@ -83,7 +83,7 @@ class DelayedScaling:
     axis: int | None = None
 
     def __post_init__(self) -> None:
-        block_format = get_block_format(self.block_format)
+        block_format = block_format_arg(self.block_format)
         if block_format.scale_kind == "narrow":
             raise ValueError(
                 f"DelayedScaling needs a single-level block format (float32 or E8M0 scales), got {block_format.name} "
@@ -107,7 +107,7 @@ class DelayedScaling:
 
     def _layout(self, shape: tuple[int, ...]) -> Layout:
         axis = None if self.axis is None else self.axis % len(shape)
-        return Layout(axis, get_block_format(self.block_format).block_size)  # a BlockFormat since __post_init__
+        return Layout(axis, block_format_arg(self.block_format).block_size)  # a BlockFormat since __post_init__
 
     def init(self, x: jax.Array | np.ndarray | tuple[int, ...]) -> DelayedScalingState:
         """The initial state for arrays shaped like ``x`` (an array or a shape): scale 1, zero history."""
@@ -192,18 +192,8 @@ def _update(x: jax.Array, state: DelayedScalingState, cfg: Config, reduction: st
     history = jnp.concatenate([amax[None], old[:-1]], axis=0)
     reduced = jnp.max(history, axis=0) if reduction == "max" else history[0]  # NaN bit patterns win
     keep = (reduced == U32(0)) | (reduced >= U32(INF))
-    scale = select(keep, _bits.to_bits(state.scale), _scale_bits(reduced, block_format))
+    scale = select(keep, _bits.to_bits(state.scale), decode_scale_bits(reduced, block_format))
     return DelayedScalingState(_bits.from_bits(history), _bits.from_bits(scale))
-
-
-def _scale_bits(amax: jax.Array, block_format: BlockFormat) -> jax.Array:
-    """Bits of the float32 decode scale of a group whose amax has the positive finite bits ``amax``:
-    the block format's rule and margin (power of two, or ``fl(1 / enc)``), as current scaling computes it."""
-    if block_format.is_pow2:
-        k, _ = pow2_exponent(amax, block_format)
-        return _bits.scale_pow2_bits(k)
-    enc, _ = float_encode_scale(amax, block_format)
-    return _bits.to_bits(F32(1) / enc)
 
 
 def scale_from_amax(amax: ArrayLike, block_format: BlockFormatLike, *, margin: int | None = None) -> jax.Array:
@@ -243,7 +233,4 @@ def scale_from_amax(amax: ArrayLike, block_format: BlockFormatLike, *, margin: i
             f"scale_from_amax: block_format {fmt.name!r} has narrow ({fmt.scale_format.name}) block scales under a "
             "tensor scale: two amaxes make its scales; give a block format with float32 or E8M0 scales"
         )
-    a = float32_array(amax, "amax")
-    bits = _bits.to_bits(a.astype(F32)) & U32(ABS)  # exact
-    scale = select(bits >= U32(INF), U32(_bits.NAN), _scale_bits(bits, fmt))
-    return _bits.from_bits(select(bits == U32(0), _bits.to_bits(F32(1)), scale))
+    return scale_of_amax(float32_array(amax, "amax").astype(F32), fmt)

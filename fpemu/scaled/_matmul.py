@@ -14,10 +14,9 @@ from fpemu._ops.accumulate import compute_dot
 from fpemu._ops.geometry import dot_geometry
 from fpemu._ops.matmul import tensor_scaled_dot
 from fpemu._ops.matmul_config import MatmulConfig, MatmulOptions, matmul_config
+from fpemu._scaled.block_format import BLOCK_FORMAT_ALIASES, block_format_arg
+from fpemu._scaled.cores import Config, split_core
 from fpemu.deprecation import renamed_keyword
-from fpemu.scaled._block_format import BLOCK_FORMAT_ALIASES, get_block_format
-from fpemu.scaled._quantize import Config
-from fpemu.scaled._split import split_core
 
 MatmulFormat = Literal[
     "fp32",
@@ -65,7 +64,7 @@ def _unscaled_config(fmt: str | None) -> MatmulConfig:
 
 def _operand_config(name: str, axis: int | None) -> Config:
     """The checked config of ``quantize_dequantize_split(x, name, axis=axis, pad=True)`` (nearest even)."""
-    return Config(get_block_format(name), axis, "nearest_even", None)
+    return Config(block_format_arg(name), axis, "nearest_even", None)
 
 
 @functools.partial(jax.jit, static_argnames="name")
@@ -73,7 +72,7 @@ def _product(a: jax.Array, b: jax.Array, name: str) -> jax.Array:
     if name in _UNSCALED:
         geometry = dot_geometry(tuple(a.shape), tuple(b.shape), _DN)
         return compute_dot(a, b, None, None, None, None, cfg=_unscaled_config(_UNSCALED[name]), geometry=geometry)
-    per_tensor = get_block_format(name).block_size is None  # one float32 scale per operand
+    per_tensor = block_format_arg(name).block_size is None  # one float32 scale per operand
     # Blocks run along the contraction dimension K; a shorter last block if K is not a multiple.
     a_q, a_t = split_core(a, None, None, _operand_config(name, None if per_tensor else 1))
     b_q, b_t = split_core(b, None, None, _operand_config(name, None if per_tensor else 0))

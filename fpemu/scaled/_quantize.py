@@ -1,30 +1,29 @@
-"""The arguments and the jitted computations of scaled quantization, and `quantize_dequantize`.
+"""The arguments of scaled quantization, and `quantize_dequantize`.
 
-`prepare` checks the arguments (through `fpemu._args`), `quantize_ste` computes a `BlockArray`'s
-leaves with its straight-through gradient (`BlockArray.from_array` wraps them), and
-`quantize_dequantize` is the fused simulation path.
+`prepare` checks the arguments (through `fpemu._args`) into a `Config`; the jitted computations
+(`fpemu._scaled.cores`: `quantize_ste`, which `BlockArray.from_array` wraps, and `qdq_jit`) run on
+it. `quantize_dequantize` is the fused simulation path.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import inspect
-from typing import Any, NamedTuple, cast
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 from jax.typing import ArrayLike
 
 from fpemu._args import INPUT_DTYPES, axis_arg, bool_arg, int_arg, random_values_arg, rounding_arg
 from fpemu._core.format import Format
 from fpemu._core.modes import Rounding, Saturation, StochasticVariant
 from fpemu._ops.rounding_spec import rounding_spec
+from fpemu._scaled import core as _core
+from fpemu._scaled import layout as _layout
+from fpemu._scaled.block_format import BlockFormat, BlockFormatLike
+from fpemu._scaled.cores import Config, qdq_jit, with_overrides
 from fpemu.deprecation import renamed_keyword
-from fpemu.scaled import _core, _layout
-from fpemu.scaled._block_format import BlockFormat, BlockFormatLike, get_block_format
 
 F32 = jnp.float32
 
@@ -41,21 +40,6 @@ class _Default:
 DEFAULT_AXIS: Any = _Default()
 
 
-class Config(NamedTuple):
-    """Validated static options (hashable: a jit static argument)."""
-
-    block_format: BlockFormat
-    axis: int | None  # non-negative
-    rounding: Rounding
-    random_bits: int | None
-    stochastic_variant: StochasticVariant = "floor"  # of stochastic element rounding ("floor" otherwise)
-    explicit_random: bool = False  # the random bits are given (`random=`), not drawn from a key
-    tile_axis: int | None = None  # non-negative: groups are block x block tiles of (tile_axis, axis)
-
-    def layout(self) -> _layout.Layout:
-        return _layout.Layout(self.axis, self.block_format.block_size, self.tile_axis)
-
-
 def _check_input(x: Any) -> jax.Array:
     if isinstance(x, (jax.Array, np.ndarray, np.generic)):
         dtype = np.dtype(x.dtype)
@@ -67,17 +51,6 @@ def _check_input(x: Any) -> jax.Array:
         f"x must be a JAX or NumPy array of float16, bfloat16 or float32, got {type(x).__name__}; "
         "wrap lists with np.asarray(..., np.float32)"
     )
-
-
-def with_overrides(block_format: BlockFormatLike, overrides: dict[str, Any]) -> BlockFormat:
-    """``block_format`` (a name or the object) with the fields in ``overrides`` that are not None
-    replaced, named for them (``"fp8_e4m3[margin=2]"``); `BlockFormat` checks the new values."""
-    block_format = get_block_format(block_format)
-    changes = {k: v for k, v in overrides.items() if v is not None}
-    if not changes:
-        return block_format
-    label = ",".join(f"{k}={v}" for k, v in changes.items())
-    return dataclasses.replace(block_format, name=f"{block_format.name}[{label}]", **changes)
 
 
 def prepare(
@@ -142,14 +115,6 @@ def prepare_random(key: Any, random: Any, x: jax.Array, cfg: Config) -> Any:
         return key
     assert cfg.random_bits is not None  # explicit bits: stochastic rounding
     return random_values_arg(random, cfg.random_bits, tuple(x.shape))
-
-
-def core_options(stream: Any, scale: Any, cfg: Config) -> dict[str, Any]:
-    """The keyword arguments of `_core`'s encode and quantize-dequantize for ``cfg``: its rounding, the
-    given ``scale``, and the elements' random bits, ``random=`` or ``key=`` (``stream``)."""
-    random = {"random": stream} if cfg.explicit_random else {"key": stream}
-    options = dict(rounding=cfg.rounding, random_bits=cfg.random_bits, stochastic_variant=cfg.stochastic_variant)
-    return {"key": None, **random, "scale": scale, **options}
 
 
 def prepare_scale(scale: ArrayLike | None, x: jax.Array, cfg: Config) -> jax.Array | None:
@@ -315,58 +280,6 @@ def global_scale_arg(global_scale: ArrayLike | None, block_format: BlockFormat, 
     if host is not None and np.dtype(g.dtype) == np.float64 and not np.array_equal(host, np.asarray(g)):
         raise ValueError("global_scale must hold a float32 value; the float64 value given is not exact")
     return g32
-
-
-@functools.partial(jax.custom_jvp, nondiff_argnums=(3,))
-def quantize_ste(x, key, scale, cfg: Config):
-    """(values, scale leaf, global scale leaf or None) of ``x``; the values' tangent is ``x``'s over
-    the scale (see `BlockArray`). ``key``: the key, or the explicit bits (`prepare_random`)."""
-    layout = cfg.layout()
-    return _core.encode(
-        x.astype(F32),
-        cfg.block_format,
-        layout,
-        **core_options(key, scale, cfg),
-    )
-
-
-@quantize_ste.defjvp
-def _quantize_jvp(cfg, primals, tangents):
-    x, key, scale = primals
-    x_dot = tangents[0]
-    values, scale_leaf, global_leaf = quantize_ste(x, key, scale, cfg)
-    layout = cfg.layout()
-    sg = _layout.expand(_core.grad_scale(scale_leaf, global_leaf, cfg.block_format), layout, x.shape)
-    # an optimization barrier keeps XLA from turning the division by a broadcast into an inexact
-    # multiplication by the reciprocal: dequantize's tangent multiplies by the same sg, so that the
-    # reverse-mode gradient of dequantize(quantize(x)) is exactly (g * sg) / sg = g for g = 1
-    values_dot = x_dot.astype(F32) / lax.optimization_barrier(sg)
-    return (values, scale_leaf, global_leaf), (
-        values_dot,
-        _core.zeros_tangent(scale_leaf),
-        _core.zeros_tangent(global_leaf),
-    )
-
-
-@functools.partial(jax.custom_jvp, nondiff_argnums=(3,))
-def _qdq_ste(x, key, scale, cfg: Config):
-    layout = cfg.layout()
-    y = _core.quantize_dequantize(
-        x.astype(F32),
-        cfg.block_format,
-        layout,
-        **core_options(key, scale, cfg),
-    )
-    return y.astype(x.dtype)
-
-
-@_qdq_ste.defjvp
-def _qdq_jvp(cfg, primals, tangents):
-    x, key, scale = primals
-    return _qdq_ste(x, key, scale, cfg), tangents[0]  # straight through
-
-
-qdq_jit = jax.jit(_qdq_ste, static_argnums=(3,))
 
 
 @renamed_keyword("recipe", "block_format", "fpemu.scaled.quantize_dequantize")

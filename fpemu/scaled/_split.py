@@ -3,60 +3,26 @@
 Hardware applies a per-tensor scale after the matrix product, not to each element: cuBLAS takes
 FP8's per-tensor scales as the GEMM's scale factors and NVFP4's tensor scales as its ``alpha``, and
 multiplies the float32 accumulator once. This is the quantization such a product starts from.
+The jitted computation is `fpemu._scaled.cores.split_core`.
 """
 
 from __future__ import annotations
 
-import functools
 import inspect
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 
+from fpemu._scaled.block_format import BlockFormatLike
+from fpemu._scaled.cores import split_core
 from fpemu.deprecation import renamed_keyword
-from fpemu.scaled import _core
-from fpemu.scaled._block_format import BlockFormatLike
-from fpemu.scaled._quantize import (
-    Config,
-    arguments_of_quantize_dequantize,
-    checked_call,
-    core_options,
-    quantize_dequantize,
-)
+from fpemu.scaled._quantize import arguments_of_quantize_dequantize, checked_call, quantize_dequantize
 
-__all__ = ["quantize_dequantize_split", "split_core"]
+__all__ = ["quantize_dequantize_split"]
 
 F32 = jnp.float32
-
-
-@functools.partial(jax.custom_jvp, nondiff_argnums=(3,))
-def _split_ste(x, key, scale, cfg: Config):
-    return _core.quantize_dequantize_split(
-        x.astype(F32),
-        cfg.block_format,
-        cfg.layout(),
-        **core_options(key, scale, cfg),
-    )
-
-
-@_split_ste.defjvp
-def _split_jvp(cfg, primals, tangents):
-    blocks, t = _split_ste(*primals, cfg)
-    x_dot = tangents[0].astype(F32)
-    if t is None:
-        return (blocks, t), (x_dot, None)
-    # straight through the product blocks * t; the barrier on the broadcast scale keeps XLA from turning
-    # the division into a multiplication by the reciprocal (as `quantize_ste`'s), so that g * t / t = g
-    per_element = lax.optimization_barrier(jnp.broadcast_to(t, x_dot.shape))
-    return (blocks, t), (x_dot / per_element, jnp.zeros_like(t))
-
-
-#: ``split_core(x, key, scale, cfg)``: `quantize_dequantize_split` on checked arguments (a float32 ``x``
-#: and a `Config`), the checked-once core internal callers use.
-split_core = jax.jit(_split_ste, static_argnums=(3,))
 
 
 @renamed_keyword("recipe", "block_format", "fpemu.scaled.quantize_dequantize_split")

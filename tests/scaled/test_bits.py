@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fpemu.scaled import _bits
+from fpemu._scaled import bits as _bits
 
 RNG = np.random.default_rng(20261121)
 N = 1 << 14
@@ -207,7 +207,7 @@ def test_scale_up_constant_is_scale_up(k_min):
 @pytest.mark.parametrize("numerator", [1.0, 6.0, 448.0, 2688.0, 57344.0, 2.0**110, float(np.finfo(np.float32).max)])
 def test_constant_over_amax_including_subnormals(numerator):
     """`_const_over`: the float32 quotient, rounded once, for subnormal amax too (where it is not subnormal)."""
-    from fpemu.scaled._scale import _const_over
+    from fpemu._scaled.scale import _const_over
 
     b = _random_finite(N) & 0x7FFFFFFF
     b = b[b != 0]

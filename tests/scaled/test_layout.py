@@ -1,4 +1,4 @@
-"""fpemu.scaled._layout's `Work`: which per-group values the quantizers materialize (`fpemu._ops.fusion`).
+"""fpemu._scaled.layout's `Work`: which per-group values the quantizers materialize (`fpemu._ops.fusion`).
 
 Each materialization costs XLA compile time (bench/RESULTS_training.md, "fewer materializations"), so
 only the long chains are materialized: a power-of-two block format's exponent, NVFP4's block scale
@@ -14,7 +14,8 @@ import pytest
 
 import fpemu._ops.fusion as fusion
 from fpemu import Quantizer, scaled
-from fpemu.scaled import _core, _layout
+from fpemu._scaled import core as _core
+from fpemu._scaled import layout as _layout
 
 LARGE = (256, 256)  # MATERIALIZE_MIN_SIZE elements
 assert LARGE[0] * LARGE[1] == fusion.MATERIALIZE_MIN_SIZE

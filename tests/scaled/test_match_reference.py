@@ -206,7 +206,7 @@ def test_given_float_scales_match_reference(x, scale):
 
 @pytest.mark.parametrize("name", [n for n in block_formats() if get_block_format(n).scale_kind == "fp32"])
 def test_one_float_scale_on_both_sides_of_normal_products(name):
-    """One float32 scale (`fpemu.scaled._bits.mul_scale`): from the least scale whose products with
+    """One float32 scale (`fpemu._scaled.bits.mul_scale`): from the least scale whose products with
     every nonzero element are normal (2**-126 over the element's smallest subnormal) up, every
     product is a float product; below it, some are float32 subnormals, computed from the integer
     significands. Scales at that edge, one float32 step below it, the least and a large given

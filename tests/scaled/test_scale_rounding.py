@@ -13,7 +13,8 @@ import pytest
 
 import fpemu
 from fpemu._core.registry import formats, get_format
-from fpemu.scaled import _bits, _rne
+from fpemu._scaled import bits as _bits
+from fpemu._scaled import rne as _rne
 from fpemu.testing import reference
 
 RNG = np.random.default_rng(20261128)
@@ -163,7 +164,8 @@ def test_round_element_is_the_table_rounding(fmt):
     against the thresholds of `_table.round_to_table` and the exact oracle, over every 1021st
     non-negative pattern (inf and NaN patterns included: they saturate, as the table's), and every
     midpoint's neighbours."""
-    from fpemu.scaled import _core, _table
+    from fpemu._scaled import core as _core
+    from fpemu._scaled import table as _table
 
     assert _table.applies(fmt) and _rne.clamped_applies(fmt) == (fmt is not E0M3)
     b = np.unique(np.concatenate([np.arange(0, 1 << 31, 1021, dtype=np.int64), _patterns(fmt, stride=1 << 30)]))

@@ -1,4 +1,4 @@
-"""Nearest-even rounding by thresholds (`fpemu.scaled._table`), against `fpemu.quantize`, for every
+"""Nearest-even rounding by thresholds (`fpemu._scaled.table`), against `fpemu.quantize`, for every
 registry format it applies to; the bits of whole recipes are checked against the reference in
 test_match_reference.py and test_variants.py."""
 
@@ -11,7 +11,9 @@ import pytest
 
 import fpemu
 from fpemu import scaled
-from fpemu.scaled import _core, _table, get_block_format
+from fpemu._scaled import core as _core
+from fpemu._scaled import table as _table
+from fpemu.scaled import get_block_format
 
 TABLE_FORMATS = [fmt.name for fmt in fpemu.formats() if _table.applies(fmt)]
 

@@ -13,9 +13,10 @@ import numpy as np
 
 from fpemu._core.registry import get_format
 from fpemu._jax.elementwise import clamp, select
-from fpemu.scaled import _bits, _rne
-from fpemu.scaled._bits import FLT_MAX, IMPLICIT, INF, U32
-from fpemu.scaled._block_format import BlockFormat, pow2_constants
+from fpemu._scaled import bits as _bits
+from fpemu._scaled import rne as _rne
+from fpemu._scaled.bits import FLT_MAX, IMPLICIT, INF, U32
+from fpemu._scaled.block_format import BlockFormat, pow2_constants
 
 I32 = jnp.int32
 F32 = jnp.float32

@@ -353,6 +353,11 @@ def get_block_format(block_format: BlockFormatLike) -> BlockFormat:
       ...     print(e)
       unknown block format 'MXFP8': block format names are exact and lower case; did you mean 'mxfp8'?
     """
+    return block_format_arg(block_format)
+
+
+def block_format_arg(block_format: Any) -> BlockFormat:
+    """`get_block_format`'s check, for fpemu's own callers (no keyword of an earlier release to rename)."""
     if isinstance(block_format, BlockFormat):
         return block_format
     if not isinstance(block_format, str):

@@ -17,7 +17,7 @@ from jax import lax
 
 from fpemu._jax.reduce import magnitude_max, run_max
 from fpemu._ops.fusion import MATERIALIZE_MIN_SIZE, materialize
-from fpemu.scaled._bits import U32
+from fpemu._scaled.bits import U32
 
 
 class Layout(NamedTuple):

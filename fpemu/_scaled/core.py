@@ -20,11 +20,13 @@ from fpemu._ops import codec
 from fpemu._ops import quantize as element_quantize
 from fpemu._ops import rounding_spec as element_spec
 from fpemu._ops.fusion import materialize
-from fpemu.scaled import _bits, _rne, _table
-from fpemu.scaled._bits import ABS, IMPLICIT, INF, NAN, SIGN, U32
-from fpemu.scaled._block_format import BlockFormat
-from fpemu.scaled._layout import Layout, Work, group_max
-from fpemu.scaled._scale import (
+from fpemu._scaled import bits as _bits
+from fpemu._scaled import rne as _rne
+from fpemu._scaled import table as _table
+from fpemu._scaled.bits import ABS, IMPLICIT, INF, NAN, SIGN, U32
+from fpemu._scaled.block_format import BlockFormat
+from fpemu._scaled.layout import Layout, Work, group_max
+from fpemu._scaled.scale import (
     float_encode_scale,
     global_scale_is_normal,
     pow2_exponent,
@@ -92,16 +94,11 @@ def encode(
         codes = codec.encode(d, s_fmt)  # exact: d is a value of the scale format
         scale_leaf = select(nan, jnp.asarray(s_fmt.nan_code, codes.dtype), codes)
         global_leaf = g if block_format.global_scale else None
-    values = element_quantize.quantize(
-        y,
-        block_format.element,
-        rounding=rounding,
-        saturate=block_format.saturate,
-        key=key,
-        random_bits=random_bits,
+    spec = element_spec.rounding_spec(
+        block_format.element, rounding, block_format.saturate, True, key, random_bits, random=random,
         stochastic_variant=stochastic_variant,
-        random=random,
-    )
+    )  # fmt: skip
+    values = element_quantize.round_checked(y, spec, key, random)
     if block_format.element.twos_complement:  # symmetric saturation: the most negative code (-2.0) is never produced
         values = jnp.maximum(values, F32(-block_format.element.max))
     if current and nan is not None:  # every branch sets nan under current scaling
@@ -137,7 +134,7 @@ def _by_table(block_format: BlockFormat, scale: jnp.ndarray | None, rounding: Ro
 
 def _qdq_by_table(x: jnp.ndarray, block_format: BlockFormat, layout: Layout, *, split: bool = False):
     """`quantize_dequantize` for `_by_table` block formats: the same bits, rounded by thresholds and with each
-    block's ``fl(v * d * g)`` computed once per value (`fpemu.scaled._table`). ``split``: the pair of
+    block's ``fl(v * d * g)`` computed once per value (`fpemu._scaled.table`). ``split``: the pair of
     `quantize_dequantize_split` instead, each element's ``v * d`` (exact: a normal float32 of at most 8
     significant bits, or zero) and ``g``, with ``v`` rounded by `_round_element` (no table: the product
     is one float multiplication per element). NaN wherever a block holds NaN or ±inf; a float32

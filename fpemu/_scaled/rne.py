@@ -30,8 +30,8 @@ from jax import lax
 
 from fpemu._core.format import Format
 from fpemu._jax.elementwise import clamp, select
-from fpemu.scaled import _bits
-from fpemu.scaled._bits import ABS, IMPLICIT, INF, NAN, SIGN, U32
+from fpemu._scaled import bits as _bits
+from fpemu._scaled.bits import ABS, IMPLICIT, INF, NAN, SIGN, U32
 
 I32 = jnp.int32
 

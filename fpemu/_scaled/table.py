@@ -13,7 +13,7 @@ narrow-scale block format (NVFP4) quantize-dequantize without the general machin
 The other rounding modes keep `fpemu.quantize` and the per-element products: through a table they
 measured slower (bench/RESULTS_scaled.md, with the speed of this path). `quantize_dequantize_split`
 (the training recipes' NVFP4 operands) needs no table: its ``v * d`` is one exact multiplication per
-element, and ``v`` comes from `fpemu.scaled._rne.round_clamped` on the saturated magnitude, the
+element, and ``v`` comes from `fpemu._scaled.rne.round_clamped` on the saturated magnitude, the
 same nearest-even value as `round_to_table`'s in fewer operations.
 """
 
@@ -26,7 +26,7 @@ import numpy as np
 
 from fpemu._core.format import Format
 from fpemu._jax.elementwise import select
-from fpemu.scaled._bits import U32
+from fpemu._scaled.bits import U32
 
 #: Formats with at most this many positive values use tables (E2M1 has 7; FP6 formats have 31).
 MAX_VALUES = 8
