@@ -252,15 +252,20 @@ def test_long_module_list_is_current():
         assert reason.strip()
 
 
-# -- the walk of one recipe dot ---------------------------------------------------------------------
+# -- the walk of one emulated dot ---------------------------------------------------------------------
 #
 # Issue 30's measure of the house: one dot of ``emulate(f, Policy(dot=recipe))`` enters at most
 # eight rooms (the LAYERS entries), never climbs back up a floor, and never re-enters a public
 # entry point (internal callers use checked-once cores). The walk is every call made while JAX
-# traces the dot rule (the forward GEMM) and the recipe's backward (dgrad and wgrad).
+# traces the dot rule (the forward GEMM) and the recipe's backward (dgrad and wgrad). A dot under a
+# `DotPolicy`, and convolutions, are held to the same rules.
 
 WALK_MAX_ROOMS = 8
-WALK_STARTS = {("fpemu._emulate.rules_dot", "dot_general"), ("fpemu._training.gemm_vjp", "gradients")}
+WALK_STARTS = {
+    ("fpemu._emulate.rules_dot", "dot_general"),
+    ("fpemu._emulate.rules_dot", "conv_general_dilated"),
+    ("fpemu._training.gemm_vjp", "gradients"),
+}
 # Public functions that are lookups, not entry points: they read the registry (the one source of
 # format facts, which every layer reads) and check nothing but a name.
 LOOKUPS = {"get_format", "scale_kind"}
@@ -292,20 +297,33 @@ def _public_entry_points() -> set:
     return codes
 
 
-def _walk(recipe: str) -> list[tuple[str, str, str, object]]:
+def _dense(x, w):
+    import jax.numpy as jnp
+
+    return jnp.tanh(x @ w)
+
+
+def _conv(x, w):
+    import jax.numpy as jnp
+    from jax import lax
+
+    return jnp.tanh(lax.conv_general_dilated(x, w, (1, 1), "SAME"))
+
+
+def _walk(policy, step) -> list[tuple[str, str, str, object]]:
     """(caller's module, callee's module, callee's name, callee's code) of every call of an fpemu
-    function made inside the walk, traced afresh (JAX's caches cleared)."""
+    function made inside the walk of ``jax.grad`` of ``emulate(step, policy)``, traced afresh (JAX's
+    caches cleared)."""
     import jax
     import jax.numpy as jnp
 
     import fpemu
 
-    def step(x, w):
-        return jnp.tanh(x @ w)
-
-    policy = fpemu.Policy(dot=recipe)
     key = jax.random.key(0) if policy.stochastic else None
-    x, w = jnp.ones((32, 64), jnp.float32), jnp.ones((64, 16), jnp.float32)
+    if step is _dense:
+        x, w = jnp.ones((32, 64), jnp.float32), jnp.ones((64, 16), jnp.float32)
+    else:
+        x, w = jnp.ones((2, 8, 6, 6), jnp.float32), jnp.ones((4, 8, 3, 3), jnp.float32)
     if policy.stateful:  # delayed scaling: the amax histories are the first argument
         state = fpemu.init_training_state(step, policy, x, w)
         f = functools.partial(fpemu.emulate(step, policy, key=key, state=True), state)
@@ -337,18 +355,32 @@ def _walk(recipe: str) -> list[tuple[str, str, str, object]]:
     return calls
 
 
-def _training_recipes() -> tuple[str, ...]:
+def _walk_cases() -> list:
     import fpemu
 
-    return fpemu.TRAINING_RECIPES
+    recipes = [pytest.param(fpemu.Policy(dot=name), _dense, id=name) for name in fpemu.TRAINING_RECIPES]
+    dot_policy = fpemu.DotPolicy(
+        lhs="e4m3fn", rhs="e5m2", accumulate="bf16", accumulate_every=16, accumulate_rounding="stochastic", out="bf16"
+    )
+    return [
+        *recipes,
+        pytest.param(fpemu.Policy(dot="mxfp8", conv="mxfp8"), _conv, id="mxfp8 conv"),
+        pytest.param(fpemu.Policy(dot=dot_policy), _dense, id="DotPolicy"),
+        pytest.param(fpemu.Policy(dot=dot_policy, conv=dot_policy), _conv, id="DotPolicy conv"),
+    ]
 
 
-@pytest.mark.parametrize("recipe", _training_recipes())
-def test_the_walk_of_one_recipe_dot(recipe):
-    calls = _walk(recipe)
+@pytest.mark.parametrize(("policy", "step"), _walk_cases())
+def test_the_walk_of_one_emulated_dot(policy, step):
+    import fpemu
+
+    calls = _walk(policy, step)
     rooms = {room(callee) for _, callee, _, _ in calls}
-    # the walk was seen: the rule, the GEMM core, the scaled engine and the product
-    assert {"fpemu._emulate", "fpemu._training", "fpemu._scaled", "fpemu._ops"} <= rooms, rooms
+    # the walk was seen: the rule, and the product; a recipe's GEMM core and the scaled engine
+    seen = {"fpemu._emulate", "fpemu._ops"}
+    if isinstance(policy.dot, fpemu.TrainingRecipe):
+        seen |= {"fpemu._training", "fpemu._scaled"}
+    assert seen <= rooms, rooms
     assert len(rooms) <= WALK_MAX_ROOMS, sorted(rooms)
     layer_of = dict(LAYERS)
     climbs = sorted(
@@ -367,6 +399,7 @@ def test_the_walk_sees_a_public_entry_point():
 
     public = _public_entry_points()
     assert fpemu.quantize.__code__ in public
+    assert fpemu.dot_general.__code__ in public
     assert fpemu.scaled.quantize_dequantize.__wrapped__.__code__ in public
 
 

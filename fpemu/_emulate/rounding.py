@@ -27,7 +27,7 @@ from fpemu._emulate.policy import Policy
 from fpemu._engine.rng import mix
 from fpemu._ops.backends import resolve_backend
 from fpemu._ops.quantize import quantize, quantize_with_spec
-from fpemu._ops.rounding_spec import RoundingSpec, rounding_spec, seeds_for
+from fpemu._ops.rounding_spec import SPEC_KEY, RoundingSpec, rounding_spec, seeds_for
 
 
 def is_float(dtype: Any) -> bool:
@@ -78,10 +78,6 @@ def _plan(dtype: np.dtype, fmt: Format, saturate: bool | str, subnormals: bool) 
     return _IDENTITY if _is_identity(container, fmt, saturate, subnormals) else _ROUND
 
 
-# A stand-in key, so that `rounding_spec` checks a stochastic spec once (the site keys come per call).
-_SPEC_KEY = np.zeros((2,), np.uint32)
-
-
 @functools.lru_cache(maxsize=1024)
 def _spec(
     fmt: Format, rounding: str, saturate: bool | str, subnormals: bool, random_bits: int | None, variant: str, ties: str
@@ -90,7 +86,7 @@ def _spec(
     if rounding != "stochastic":
         return rounding_spec(fmt, rounding, saturate, subnormals, None, None, exponent_ties=ties)
     return rounding_spec(
-        fmt, rounding, saturate, subnormals, _SPEC_KEY, random_bits, stochastic_variant=variant, exponent_ties=ties
+        fmt, rounding, saturate, subnormals, SPEC_KEY, random_bits, stochastic_variant=variant, exponent_ties=ties
     )
 
 

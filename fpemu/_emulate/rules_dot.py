@@ -1,7 +1,8 @@
 """Rules of ``dot_general`` and ``conv_general_dilated``: the ``dot`` and ``conv`` kinds.
 
-Under a `DotPolicy` the primitive is computed by `fpemu.dot_general` /
-`fpemu.conv_general_dilated` with its formats; under a training recipe, as the forward, dgrad or
+Under a `DotPolicy` the primitive is computed as `fpemu.dot_general` /
+`fpemu.conv_general_dilated` compute it with its formats (their checked-once cores: the options
+checked once per combination, `options_config`); under a training recipe, as the forward, dgrad or
 wgrad GEMM of the recipe (`fpemu._emulate.gemm.recipe_dot`; docs/training.md), or in high precision
 where the recipe keeps it; without either, as the program says on operands rounded to the policy's
 format (`_implicit_dot`). docs/emulate.md has the contract.
@@ -26,8 +27,16 @@ from fpemu._emulate.registry import register
 from fpemu._emulate.rounding import is_float, is_identity
 from fpemu._ops.dot_policy import DotPolicy
 from fpemu._ops.matmul import conv_general_dilated as emulated_conv
+from fpemu._ops.matmul import conv_with_config, dot_with_config, options_config
 from fpemu._ops.matmul import dot_general as emulated_dot
-from fpemu._ops.matmul_config import MatmulOptions, chunk_key_words, key_streams, matmul_config, random_streams
+from fpemu._ops.matmul_config import (
+    MatmulConfig,
+    MatmulOptions,
+    chunk_key_words,
+    key_streams,
+    matmul_config,
+    random_streams,
+)
 from fpemu._training.recipes import TrainingRecipe
 
 Compute = Callable[[Any, Any, dict], Any]  # (lhs, rhs, options of fpemu.dot_general) -> result
@@ -86,6 +95,14 @@ def _with_explicit_bits(
         chunk_keys = chunk_key_words(keys[name], -(-contraction // (cfg.accumulate_every or 1)))
         bits[name] = jax.vmap(lambda k: jnp.asarray(random(k, tuple(out_shape), DEFAULT_RANDOM_BITS)))(chunk_keys)
     return {**options, "key": None, "random": bits}
+
+
+def _checked_once(a: Any, b: Any, options: dict) -> tuple[MatmulConfig, Any]:
+    """(the checked config, the key) of a dot of ``a`` and ``b`` with `_matmul_options`' ``options``
+    (a key, not explicit bits): `fpemu.dot_general`'s checks, made once per combination."""
+    key = options["key"]
+    static = MatmulOptions(**{**options, "key": None})
+    return options_config(a.dtype, b.dtype, static, key is not None), key
 
 
 def _implicit_format(ctx: Context, a: Any, b: Any) -> Format | None:
@@ -179,13 +196,15 @@ def _dot_like(
 
 @register("dot_general", kind="dot")
 def dot_general(ctx: Context, eqn: Any, invals: list) -> list:
-    """Under ``Policy.dot``: `fpemu.dot_general` with its formats, the result rounded to
+    """Under ``Policy.dot``: as `fpemu.dot_general` with its formats, the result rounded to
     ``DotPolicy.out``, else to the policy's format for ``dot_general``. Without it: `_implicit_dot`.
     Integer dots, and formats that leave the operands alone: a rounded primitive."""
     dimension_numbers = eqn.params["dimension_numbers"]
 
     def compute(a: Any, b: Any, options: dict) -> Any:
-        return emulated_dot(a, b, dimension_numbers, **options)
+        if options.get("random") is not None:  # emulate's random= source: the public door checks the bits
+            return emulated_dot(a, b, dimension_numbers, **options)
+        return dot_with_config(a, b, dimension_numbers, *_checked_once(a, b, options))
 
     return _dot_like(ctx, eqn, invals, ctx.policy.dot_policy, compute)
 
@@ -196,6 +215,8 @@ def conv_general_dilated(ctx: Context, eqn: Any, invals: list) -> list:
     p = eqn.params
 
     def compute(a: Any, b: Any, options: dict) -> Any:
+        if options.get("random") is None:
+            return conv_with_config(a, b, p, *_checked_once(a, b, options))
         return emulated_conv(
             a, b, p["window_strides"], p["padding"], lhs_dilation=p["lhs_dilation"],
             rhs_dilation=p["rhs_dilation"], dimension_numbers=p["dimension_numbers"],

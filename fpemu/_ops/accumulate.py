@@ -17,6 +17,7 @@ with its own rounding of tiles.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -25,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from fpemu._core.format import Format
 from fpemu._core.modes import Rounding, Saturation
 from fpemu._jax.elementwise import select
 from fpemu._ops.fusion import computed_once
@@ -39,7 +41,8 @@ from fpemu._ops.matmul_config import (
     chunk_key_words,
     key_streams,
 )
-from fpemu._ops.quantize import quantize
+from fpemu._ops.quantize import quantize, round_checked
+from fpemu._ops.rounding_spec import SPEC_KEY, RoundingSpec, rounding_spec
 from fpemu._ops.tensor_core import tensor_core_sum
 
 __all__ = [
@@ -178,10 +181,8 @@ def _accumulate_impl(
             words = words.reshape(acc_shape)
 
         def round_to(total, rounding, saturate):
-            options = {**cfg.rounding_options(rounding), "saturate": saturate}
-            if rounding == "stochastic":
-                options["random" if cfg.explicit_random else "key"] = words
-            return quantize(total, cfg.accumulate, **options)
+            stream = {"random" if cfg.explicit_random else "key": words} if rounding == "stochastic" else {}
+            return round_in(total, cfg.accumulate, cfg, stream, rounding, saturate)
 
         return round_accumulator(acc, _dot3(*to3d(a_chunk, b_chunk), cfg).reshape(acc_shape), cfg, round_to)
 
@@ -232,6 +233,33 @@ def _accumulate_jvp(cfg, geometry, primals, tangents):
 # -- the whole computation --------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=1024)
+def _spec(fmt: Format, rounding: Rounding, saturate: Any, variant: Any, ties: Any, explicit: bool) -> RoundingSpec:
+    """The checked `RoundingSpec` of one of a matmul's roundings (bits from a key, or ``explicit``)."""
+    key = SPEC_KEY if rounding == "stochastic" and not explicit else None
+    return rounding_spec(
+        fmt, rounding, saturate, True, key, None, random=True if explicit else None, stochastic_variant=variant,
+        exponent_ties=ties,
+    )  # fmt: skip
+
+
+def round_in(
+    x: jax.Array, fmt: Format, cfg: MatmulConfig, stream: dict[str, Any], rounding: Any = None, saturate: Any = None
+) -> jax.Array:
+    """``fpemu.quantize(x, fmt, **stream, **cfg.rounding_options(rounding))`` (``saturate``, if given,
+    in place of the config's) for W values ``x``: the same bits, its options checked once per
+    combination (`_spec`) rather than on every call; ``stream`` is `_stream`'s."""
+    options = cfg.rounding_options(rounding)
+    key, random = stream.get("key"), stream.get("random")
+    if options["rounding"] == "stochastic" and key is None and random is None:
+        return quantize(x, fmt, **options)  # no bits: the public door's error
+    spec = _spec(
+        fmt, options["rounding"], options["saturate"] if saturate is None else saturate,
+        options["stochastic_variant"], options["exponent_ties"], random is not None,
+    )  # fmt: skip
+    return round_checked(x, spec, key, random)
+
+
 def _stream(cfg: MatmulConfig, key, random: dict[str, jax.Array] | None, name: str) -> dict[str, Any]:
     """The random bits of one stochastic rounding as `quantize`'s keyword: ``key=`` the stream's key,
     ``random=`` the explicit bits of the stream ``name``; nothing for a deterministic rounding."""
@@ -250,7 +278,7 @@ def _round_operand(x, fmt, scale, cfg: MatmulConfig, stream: dict[str, Any]) -> 
         x = x / scale
     if fmt is None:
         return x
-    return quantize(x, fmt, **(stream if cfg.operands_stochastic else {}), **cfg.rounding_options())
+    return round_in(x, fmt, cfg, stream if cfg.operands_stochastic else {})
 
 
 def _gather(x: jax.Array, dims: tuple[int, ...]) -> jax.Array:
@@ -307,7 +335,7 @@ def finished_output(y: jax.Array, lhs_scale, rhs_scale, key, random, cfg: Matmul
     y = times_tensor_scales(y, lhs_scale, rhs_scale)
     if cfg.out is not None:
         stream = _stream(cfg, key_streams(key)[KEY_OUT], random, "out") if cfg.operands_stochastic else {}
-        y = quantize(y, cfg.out, **stream, **cfg.rounding_options())
+        y = round_in(y, cfg.out, cfg, stream)
     return y.astype(cfg.result)
 
 

@@ -27,6 +27,7 @@ every op and the kernel), `fpemu._ops.geometry` maps each op to batches of (M, K
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -43,6 +44,7 @@ from fpemu._ops.accumulate import compute_dot, device_operands, times_tensor_sca
 from fpemu._ops.dot_policy import DotPolicy
 from fpemu._ops.geometry import Geometry, conv_geometry, dot_geometry, matmul_geometry
 from fpemu._ops.matmul_config import MatmulConfig, MatmulOptions, matmul_call, matmul_config
+from fpemu._ops.rounding_spec import SPEC_KEY
 
 __all__ = [
     "accumulation_config",
@@ -51,6 +53,7 @@ __all__ = [
     "dot_general",
     "dot_with_config",
     "matmul",
+    "options_config",
     "tensor_scaled_conv",
     "tensor_scaled_dot",
 ]
@@ -68,36 +71,50 @@ def _run(a: ArrayLike, b: ArrayLike, geometry: Callable[..., Geometry], options:
 
 
 @functools.lru_cache(maxsize=256)
+def options_config(a_dtype: Any, b_dtype: Any, options: MatmulOptions, keyed: bool = False) -> MatmulConfig:
+    """The checked config of a dot of JAX arrays of these dtypes under ``options`` (no scales, no
+    explicit bits, no ``policy=``; its key, if ``keyed``, given with each call to `dot_with_config`):
+    what `dot_general` checks for the same keywords, once per combination."""
+    if keyed:
+        options = dataclasses.replace(options, key=SPEC_KEY)
+    return matmul_config(input_format(a_dtype, "a"), input_format(b_dtype, "b"), options)
+
+
 def accumulation_config(
     a_dtype: Any, b_dtype: Any, accumulate: Any, accumulate_every: int | None, preferred_element_type: Any
 ) -> MatmulConfig:
     """The checked config of a dot whose operands are used as they are (no formats, scales or keys),
     summed in ``accumulate`` every ``accumulate_every`` products: what `dot_general` checks for
     ``dot_general(a, b, dn, accumulate=..., accumulate_every=..., preferred_element_type=...)``,
-    once per combination."""
+    once per combination (`options_config`)."""
     options = MatmulOptions(
         accumulate=accumulate, accumulate_every=accumulate_every, preferred_element_type=preferred_element_type
     )
-    return matmul_config(input_format(a_dtype, "a"), input_format(b_dtype, "b"), options)
+    return options_config(a_dtype, b_dtype, options)
 
 
-def dot_with_config(a: jax.Array, b: jax.Array, dimension_numbers: Any, cfg: MatmulConfig) -> jax.Array:
-    """`dot_general` of two JAX arrays under a checked ``cfg`` (`accumulation_config`): the same bits."""
+def dot_with_config(
+    a: jax.Array, b: jax.Array, dimension_numbers: Any, cfg: MatmulConfig, key: Any = None
+) -> jax.Array:
+    """`dot_general` of two JAX arrays under a checked ``cfg`` (`options_config`) and its ``key``: the
+    same bits."""
     geometry = dot_geometry(tuple(a.shape), tuple(b.shape), dimension_numbers)
-    return compute_dot(a, b, None, None, None, None, cfg=cfg, geometry=geometry)
+    return compute_dot(a, b, None, None, key, None, cfg=cfg, geometry=geometry)
 
 
-def conv_with_config(a: jax.Array, b: jax.Array, params: Mapping[str, Any], cfg: MatmulConfig) -> jax.Array:
-    """`conv_general_dilated` of two JAX arrays under a checked ``cfg`` (`accumulation_config`), with
-    the geometry parameters of a ``conv_general_dilated`` equation (``window_strides``, ``padding``,
-    ``lhs_dilation``, ``rhs_dilation``, ``dimension_numbers``, ``feature_group_count``,
+def conv_with_config(
+    a: jax.Array, b: jax.Array, params: Mapping[str, Any], cfg: MatmulConfig, key: Any = None
+) -> jax.Array:
+    """`conv_general_dilated` of two JAX arrays under a checked ``cfg`` (`options_config`) and its
+    ``key``, with the geometry parameters of a ``conv_general_dilated`` equation (``window_strides``,
+    ``padding``, ``lhs_dilation``, ``rhs_dilation``, ``dimension_numbers``, ``feature_group_count``,
     ``batch_group_count``): the same bits."""
     geometry = conv_geometry(
         tuple(a.shape), tuple(b.shape), params["window_strides"], params["padding"], params["lhs_dilation"],
         params["rhs_dilation"], params["dimension_numbers"], params["feature_group_count"],
         params["batch_group_count"],
     )  # fmt: skip
-    return compute_dot(a, b, None, None, None, None, cfg=cfg, geometry=geometry)
+    return compute_dot(a, b, None, None, key, None, cfg=cfg, geometry=geometry)
 
 
 def tensor_scaled_dot(

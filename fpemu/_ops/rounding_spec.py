@@ -77,6 +77,11 @@ def rounding_spec(
 NO_SEEDS = np.zeros((2,), np.uint32)
 NO_SEEDS.flags.writeable = False
 
+#: A stand-in key (the raw words of a key), so that the options of a stochastic rounding are checked
+#: once (`rounding_spec`, `fpemu._ops.matmul.options_config`) while the keys come with each call.
+SPEC_KEY: Any = np.zeros((2,), np.uint32)
+SPEC_KEY.flags.writeable = False
+
 
 def seeds_for(spec: RoundingSpec, key, random=None, shape: tuple[int, ...] = ()) -> Any:
     """The two uint32 words of ``key`` for stochastic rounding, else `NO_SEEDS`; with explicit random
@@ -142,6 +147,7 @@ def round_bits(
 
 __all__ = [
     "NO_SEEDS",
+    "SPEC_KEY",
     "RoundingSpec",
     "fast_stochastic",
     "random_words",
