@@ -229,8 +229,9 @@ def quantize(
 def round_checked(
     x: jax.Array, spec: RoundingSpec, key: Any = None, random: Any = None, backend: Any = "auto"
 ) -> jax.Array:
-    """`quantize` of a float array whose format ``spec`` holds (`check_fits`), with ``spec`` checked
-    (`rounding_spec`, with this ``key`` or ``random``): the core that fpemu's own layers call."""
+    """`quantize` on checked arguments: a JAX float array ``x`` whose dtype holds ``spec``'s format
+    (`check_fits`), and ``spec`` from `rounding_spec` (made with this ``key`` or ``random``, or a
+    stand-in, `fpemu._ops.rounding_spec.SPEC_KEY`): the core that fpemu's own layers call."""
     engine = resolve_backend(backend, jax.default_backend(), float64=np.dtype(x.dtype) == np.float64)
     return quantize_with_spec(x, seeds_for(spec, key, random, x.shape), spec, engine)
 
