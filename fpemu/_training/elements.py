@@ -9,8 +9,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from fpemu._jax.elementwise import select
-from fpemu._ops.quantize import quantize as element_quantize
-from fpemu._training.quantize_operand import operand_view, scaled_operand
+from fpemu._training.quantize_operand import element_rounding, operand_view, scaled_operand
 from fpemu._training.quantizer import Quantizer
 
 __all__ = ["operand_elements"]
@@ -24,10 +23,7 @@ def operand_elements(x: jax.Array, dims: tuple[int, ...], q: Quantizer, key: Any
     x = x.astype(F32)
     stochastic = q.rounding == "stochastic"
     if q.scaling == "none":
-        rk: dict[str, Any] = {"rounding": q.rounding, "key": key if stochastic else None}
-        if stochastic:
-            rk["random_bits"] = q.random_bits
-        return x, element_quantize(x, q.element, saturate=q.saturate, **rk)
+        return x, element_rounding(x, key, q)
     view, axis, _ = operand_view(x, q, dims)
     sa = scaled_operand(x, key if stochastic else None, amax, q=q, dims=dims, margin=margin)
     scale = sa.scale_values()

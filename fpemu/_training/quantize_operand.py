@@ -28,7 +28,14 @@ from fpemu._training.operands import operand_arg
 from fpemu._training.quantizer import MAX_MARGIN, Quantizer, amax_arg, quantizer_key_arg
 from fpemu.scaled import BlockArray, BlockFormat
 
-__all__ = ["operand_view", "quantize_operand", "quantize_operand_split", "scaled_operand", "scaled_view"]
+__all__ = [
+    "element_rounding",
+    "operand_view",
+    "quantize_operand",
+    "quantize_operand_split",
+    "scaled_operand",
+    "scaled_view",
+]
 
 
 @functools.lru_cache(maxsize=256)
@@ -159,7 +166,7 @@ def _given(x: jax.Array, key: Any, amax: Any, q: Quantizer, margin: int, cfg: Co
     return stream, jnp.broadcast_to(_delayed_scale(amax, q.block_format, margin), group_shape(x.shape, cfg.layout()))
 
 
-def _element_rounding(x: jax.Array, key: Any, q: Quantizer) -> jax.Array:
+def element_rounding(x: jax.Array, key: Any, q: Quantizer) -> jax.Array:
     """``x`` rounded to ``q``'s element format (``scaling="none"``), as `fpemu.quantize` rounds it."""
     stochastic = q.rounding == "stochastic"
     stream = key if stochastic else None
@@ -171,7 +178,7 @@ def _element_rounding(x: jax.Array, key: Any, q: Quantizer) -> jax.Array:
 @functools.partial(jax.jit, static_argnames=("q", "dims", "margin"))
 def _quantize(x, key, amax, *, q: Quantizer, dims: tuple[int, ...], margin: int):
     if q.scaling == "none":
-        return _element_rounding(x, key, q)
+        return element_rounding(x, key, q)
     fmt, view, layout, back = _block_format_and_view(x, q, dims)
     cfg = _config(q, fmt, layout, margin)
     return back(qdq_jit(view, *_given(view, key, amax, q, margin, cfg), cfg))

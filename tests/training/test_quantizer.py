@@ -219,6 +219,24 @@ def test_delayed_scaling_matches_the_reference(q, amax):
         assert_bit_exact(got, quantize_operand(jnp.asarray(x), [1], unscaled, key=KEY))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16], ids=["float32", "bfloat16"])
+@pytest.mark.parametrize("rounding", ["nearest_even", "stochastic"])
+def test_a_quantizer_without_scales_rounds_as_fpemu_quantize(rounding, dtype):
+    """``scaling="none"``: each element rounded to the format, as `fpemu.quantize` rounds it (its random
+    bits drawn from the same key), NaN and infinities included; a format the dtype cannot hold is refused."""
+    x = data((6, 40), seed=12, dtype=dtype) * 300
+    x[0, :4] = [np.nan, np.inf, -np.inf, -0.0]
+    q = Quantizer(format="e4m3fn", scaling="none", rounding=rounding, saturate=True)
+    key = KEY if rounding == "stochastic" else None
+    got = quantize_operand(jnp.asarray(x), [1], q, key=key)
+    options = {"key": KEY} if rounding == "stochastic" else {}
+    assert_bit_exact(got, fpemu.quantize(jnp.asarray(x), "e4m3fn", rounding=rounding, saturate=True, **options))
+    assert np.isnan(np.asarray(got, np.float32)[0, 0]) and np.signbit(np.asarray(got, np.float32)[0, 3])
+    if dtype is ml_dtypes.bfloat16:
+        with pytest.raises(ValueError, match="fp16"):
+            quantize_operand(jnp.asarray(x), [1], Quantizer(format="fp16", scaling="none"))
+
+
 def test_delayed_scale_is_the_one_delayed_scaling_computes_from_the_history():
     """fpemu.scaled.DelayedScaling's scale after a step whose amax is 1.7 quantizes the next step the same."""
     x = jnp.asarray(data((4, 8), seed=9) / 4)
