@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import jax
 import jax.numpy as jnp
 from jax import lax
 
@@ -20,7 +19,7 @@ from fpemu._emulate import stats as _stats
 from fpemu._emulate.interpreter import Context
 from fpemu._emulate.registry import register
 from fpemu._emulate.rounding import fold_key
-from fpemu._jax.compat import jaxpr_as_fun, mark_varying
+from fpemu._jax.compat import mark_varying
 from fpemu._jax.interpret import (
     body_of,
     checkpoint_like,
@@ -29,21 +28,10 @@ from fpemu._jax.interpret import (
     scan_like,
     scan_parts,
     shard_map_like,
+    staged,
+    switch_agreeing,
     while_parts,
 )
-
-
-def _staged(fn: Callable, *args: Any) -> tuple[Callable, Any]:
-    """Trace ``fn(*args)`` once; return a replay of the traced jaxpr (cheap to re-trace) and the output
-    shapes. Used where a combinator needs the statistics' structure before it traces the body."""
-    closed, shapes = jax.make_jaxpr(fn, return_shape=True)(*args)
-    tree = jax.tree_util.tree_structure(shapes)
-
-    def replay(*call_args):
-        flat = jax.tree_util.tree_leaves(call_args)
-        return jax.tree_util.tree_unflatten(tree, jaxpr_as_fun(closed)(*flat))
-
-    return replay, shapes
 
 
 def _pad(stats: dict, sites: list[str]) -> dict:
@@ -55,20 +43,16 @@ def cond(ctx: Context, eqn: Any, invals: list) -> list:
     """``lax.switch`` over the emulated branches; the statistics of the branch taken are counted."""
     branches, index, ops = cond_parts(eqn.params, invals)
     key = ctx.site_key()
-    staged, sites = [], []
-    for branch in branches:
-        replay, shapes = _staged(ctx.subfunction(branch.jaxpr), key, branch.consts, *ops)
-        staged.append((replay, branch.consts))
-        sites += [site for site in shapes[1] if site not in sites]
 
-    def make(replay, consts):
-        def branch(key, *ops):
-            outs, stats = replay(key, consts, *ops)
-            return outs, _pad(stats, sites)
+    def emulated(branch):
+        sub = ctx.subfunction(branch.jaxpr)
+        return lambda key, *ops: sub(key, branch.consts, *ops)
 
-        return branch
+    def agree(shapes: list) -> Callable:  # every branch returns the statistics of every branch's sites
+        sites = list(dict.fromkeys(site for _, stats in shapes for site in stats))
+        return lambda out: (out[0], _pad(out[1], sites))
 
-    outs, stats = lax.switch(index, [make(r, c) for r, c in staged], key, *ops)
+    outs, stats = switch_agreeing(index, [emulated(b) for b in branches], [key, *ops], agree)
     ctx.merge_stats(stats)
     return list(outs)
 
@@ -100,8 +84,8 @@ def while_loop(ctx: Context, eqn: Any, invals: list) -> list:
 
         return list(lax.while_loop(cond_plain, body_plain, (zero, init))[1])
 
-    cond_replay, cond_shapes = _staged(cond_fn, cond_key(zero), cond_all, *init)
-    body_replay, body_shapes = _staged(body_fn, body_key(zero), body_all, *init)
+    cond_replay, cond_shapes = staged(cond_fn, cond_key(zero), cond_all, *init)
+    body_replay, body_shapes = staged(body_fn, body_key(zero), body_all, *init)
     sites = list(dict.fromkeys([*cond_shapes[1], *body_shapes[1]]))
     (pred0,), cond_stats0 = cond_replay(cond_key(zero), cond_all, *init)
 

@@ -13,7 +13,9 @@ does not: that part is here, once, so that a change of JAX's jaxprs is made in o
   `while_parts`, `cond_parts`.
 - The combinators rebuilt with the equation's own parameters: `scan_like`, `checkpoint_like`,
   `JitCache` (``jax.jit`` around a transformed body, cached per jaxpr and configuration),
-  `shard_map_like` (with `manual_axis_names`).
+  `shard_map_like` (with `manual_axis_names`); and `switch_agreeing`, ``lax.switch`` over
+  transformed branches whose outputs are brought to one structure (emulate's statistics sites,
+  scalify's scaled outputs), each branch traced once (`staged`).
 - `float0_zeros`: the tangent or cotangent of integer operands.
 
 Version-dependent facts (where a body lives in ``params``, ``scan``'s operand counts) come from
@@ -30,7 +32,16 @@ import jax
 import numpy as np
 from jax import lax
 
-from fpemu._jax.compat import DropVar, Jaxpr, Literal, call_body, manual_axes, open_jaxpr, scan_counts
+from fpemu._jax.compat import (
+    DropVar,
+    Jaxpr,
+    Literal,
+    call_body,
+    jaxpr_as_fun,
+    manual_axes,
+    open_jaxpr,
+    scan_counts,
+)
 
 __all__ = [
     "Body",
@@ -46,6 +57,8 @@ __all__ = [
     "scan_like",
     "scan_parts",
     "shard_map_like",
+    "staged",
+    "switch_agreeing",
     "while_parts",
 ]
 
@@ -169,6 +182,33 @@ def cond_parts(params: dict, invals: Sequence) -> tuple[list[Body], Any, list]:
 def scan_like(params: dict, step: Callable, init: Any, xs: Any) -> Any:
     """``lax.scan(step, init, xs)`` with the equation's length, direction and unroll."""
     return lax.scan(step, init, xs, length=params["length"], reverse=params["reverse"], unroll=params["unroll"])
+
+
+def staged(fn: Callable, *args: Any) -> tuple[Callable, Any]:
+    """Trace ``fn(*args)`` once: a replay of the traced jaxpr (cheap to trace again, with arguments of
+    the same structure) and the abstract outputs (a pytree of `jax.ShapeDtypeStruct`). For a
+    combinator that needs a body's output structure before it traces the body."""
+    closed, shapes = jax.make_jaxpr(fn, return_shape=True)(*args)
+    tree = jax.tree_util.tree_structure(shapes)
+
+    def replay(*call_args: Any) -> Any:
+        return jax.tree_util.tree_unflatten(tree, jaxpr_as_fun(closed)(*jax.tree_util.tree_leaves(call_args)))
+
+    return replay, shapes
+
+
+def switch_agreeing(index: Any, branches: Sequence[Callable], operands: Sequence, agree: Callable) -> Any:
+    """``lax.switch(index, branches, *operands)`` for transformed branches whose outputs may differ in
+    structure: each branch is traced once (`staged`), ``agree(shapes)`` receives every branch's
+    abstract outputs and returns ``conform(outputs)``, which brings one branch's outputs to the
+    structure that all of them return."""
+    replays = [staged(branch, *operands) for branch in branches]
+    conform = agree([shapes for _, shapes in replays])
+
+    def conformed(replay: Callable) -> Callable:
+        return lambda *args: conform(replay(*args))
+
+    return lax.switch(index, [conformed(replay) for replay, _ in replays], *operands)
 
 
 def checkpoint_like(params: dict, fn: Callable) -> Callable:

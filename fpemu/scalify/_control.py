@@ -24,6 +24,7 @@ from fpemu._jax.interpret import (
     float0_zeros,
     scan_like,
     scan_parts,
+    switch_agreeing,
     while_parts,
 )
 from fpemu.scalify._array import ScaledArray
@@ -223,14 +224,12 @@ def cond(eqn, invals: list[Tracked]) -> list[Tracked]:
     def make(jaxpr, consts):
         return lambda *args: interpret_values(jaxpr, consts, list(args))
 
-    fns = [make(j, c) for j, c in branches]
-    shapes = [jax.eval_shape(fn, *ops) for fn in fns]
-    like = [_joined([_structure(s[i]) for s in shapes]) for i in range(len(shapes[0]))]
+    def agree(shapes: list) -> Callable:  # an output scaled in any branch is scaled in all
+        like = [_joined([_structure(s[i]) for s in shapes]) for i in range(len(shapes[0]))]
+        return lambda outs: [_conform(v, s) for v, s in zip(outs, like)]
 
-    def conformed(fn):
-        return lambda *args: [_conform(v, s) for v, s in zip(fn(*args), like)]
-
-    return [track(v) for v in lax.switch(unscale(index), [conformed(fn) for fn in fns], *ops)]
+    outs = switch_agreeing(unscale(index), [make(j, c) for j, c in branches], ops, agree)
+    return [track(v) for v in outs]
 
 
 @register_jaxpr_rule("remat2", kind="control")
