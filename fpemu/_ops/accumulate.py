@@ -251,8 +251,8 @@ def round_in(
     combination (`_spec`) rather than on every call; ``stream`` is `_stream`'s."""
     options = cfg.rounding_options(rounding)
     key, random = stream.get("key"), stream.get("random")
-    if options["rounding"] == "stochastic" and key is None and random is None:
-        return quantize(x, fmt, **options)  # no bits: the public door's error
+    # `matmul_config` and `matmul_call` make sure every stochastic rounding has its key or its bits
+    assert options["rounding"] != "stochastic" or key is not None or random is not None, options
     spec = _spec(
         fmt, options["rounding"], options["saturate"] if saturate is None else saturate,
         options["stochastic_variant"], options["exponent_ties"], random is not None,

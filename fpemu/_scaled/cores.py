@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from fpemu._args import DEFAULT_RANDOM_BITS
+from fpemu._args import random_bits_arg
 from fpemu._core.modes import Rounding, StochasticVariant
 from fpemu._jax.elementwise import select
 from fpemu._scaled import bits as _bits
@@ -65,14 +65,16 @@ def config(
     rounding: Rounding,
     random_bits: int | None,
     tile_axis: int | None = None,
+    *,
+    stochastic_variant: StochasticVariant = "floor",
+    explicit_random: bool = False,
 ) -> Config:
-    """The `Config` of checked options (a `Quantizer`'s): non-negative axes, ``"nearest_even"`` or
-    ``"stochastic"`` rounding (which every block format allows), ``random_bits`` None for the
-    default; elements' random bits drawn from a key, ``"floor"`` variant. It is what `fpemu.scaled`'s
-    ``prepare`` makes of the same options."""
+    """The `Config` of checked options (`fpemu.scaled`'s ``prepare`` checks them; a `Quantizer` was
+    checked when it was made): non-negative axes, a rounding the block format allows, ``random_bits``
+    of stochastic rounding (None: `fpemu._args.random_bits_arg`'s default; ignored otherwise)."""
     assert rounding in block_format.allowed_roundings, (rounding, block_format)
-    bits = (DEFAULT_RANDOM_BITS if random_bits is None else random_bits) if rounding == "stochastic" else None
-    return Config(block_format, axis, rounding, bits, "floor", False, tile_axis)
+    bits = random_bits_arg(random_bits, True) if rounding == "stochastic" else None
+    return Config(block_format, axis, rounding, bits, stochastic_variant, explicit_random, tile_axis)
 
 
 def with_overrides(block_format: BlockFormatLike, overrides: dict[str, Any]) -> BlockFormat:

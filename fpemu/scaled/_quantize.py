@@ -22,7 +22,7 @@ from fpemu._ops.rounding_spec import rounding_spec
 from fpemu._scaled import core as _core
 from fpemu._scaled import layout as _layout
 from fpemu._scaled.block_format import BlockFormat, BlockFormatLike
-from fpemu._scaled.cores import Config, qdq_jit, with_overrides
+from fpemu._scaled.cores import Config, config, qdq_jit, with_overrides
 from fpemu.deprecation import renamed_keyword
 
 F32 = jnp.float32
@@ -103,9 +103,10 @@ def prepare(
             f"(block format {block_format.name}); pass pad=True to let the last block be shorter (as if padded with "
             "zeros, which do not change its amax), or pad/slice x yourself"
         )
-    random_bits = spec.random_bits if rounding == "stochastic" else None
     variant = cast(StochasticVariant, spec.stochastic_variant)
-    return x, Config(block_format, axis, rounding, random_bits, variant, spec.explicit_random)
+    return x, config(
+        block_format, axis, rounding, spec.random_bits, stochastic_variant=variant, explicit_random=spec.explicit_random
+    )
 
 
 def prepare_random(key: Any, random: Any, x: jax.Array, cfg: Config) -> Any:
