@@ -18,7 +18,7 @@ import jax
 from fpemu._emulate.interpreter import Context
 from fpemu._emulate.registry import register
 from fpemu._jax.compat import stack_key
-from fpemu._jax.interpret import JitCache, body_of, float0_zeros
+from fpemu._jax.interpret import JitCache, body_of, float0_zeros, original_jvp, original_vjp
 
 
 @register("call", "closed_call", "eval_jaxpr", "composite", kind="inline")
@@ -63,9 +63,6 @@ def _emulated_primal_original_tangent(ctx: Context, eqn: Any, invals: list, prim
     whose tangent is the original primitive's (``jax.jvp`` of it) at the rounded primal inputs."""
     key = ctx.site_key()
 
-    def original(*args):
-        return ctx.bind(eqn, list(args))
-
     @jax.custom_jvp
     def emulated(key, *args):
         return primal(key, *args)
@@ -75,8 +72,7 @@ def _emulated_primal_original_tangent(ctx: Context, eqn: Any, invals: list, prim
         key, *args = primals
         _, *arg_tangents = tangents
         outs, stats = emulated(key, *args)
-        _, out_tangents = jax.jvp(original, tuple(args), tuple(arg_tangents))
-        return (outs, stats), (list(out_tangents), float0_zeros(stats))
+        return (outs, stats), (original_jvp(eqn, args, arg_tangents), float0_zeros(stats))
 
     outs, stats = emulated(key, *invals)
     ctx.merge_stats(stats)
@@ -118,9 +114,6 @@ def custom_vjp_call(ctx: Context, eqn: Any, invals: list) -> list:
     fn = ctx.subfunction(jaxpr)
     key = ctx.site_key()
 
-    def original(*args):
-        return ctx.bind(eqn, list(args))
-
     @jax.custom_vjp
     def emulated(key, consts, *args):
         return fn(key, consts, *args)
@@ -131,8 +124,7 @@ def custom_vjp_call(ctx: Context, eqn: Any, invals: list) -> list:
     def bwd(residuals, cotangents):
         key, consts, args = residuals
         out_cotangents, _ = cotangents
-        _, vjp = jax.vjp(original, *args)
-        return (None, [None] * len(consts), *vjp(list(out_cotangents)))
+        return (None, [None] * len(consts), *original_vjp(eqn, args, out_cotangents))
 
     emulated.defvjp(fwd, bwd)
     outs, stats = emulated(key, consts, *invals)

@@ -16,7 +16,10 @@ does not: that part is here, once, so that a change of JAX's jaxprs is made in o
   `shard_map_like` (with `manual_axis_names`); and `switch_agreeing`, ``lax.switch`` over
   transformed branches whose outputs are brought to one structure (emulate's statistics sites,
   scalify's scaled outputs), each branch traced once (`staged`).
-- `float0_zeros`: the tangent or cotangent of integer operands.
+- The original derivative rules of an equation with custom derivatives (``custom_jvp_call``,
+  ``custom_vjp_call``, ``custom_linear_solve``): `original_jvp`, `original_vjp`, the equation bound
+  unchanged and differentiated, which is its own rule; `float0_zeros`, the tangent or cotangent of
+  integer operands.
 
 Version-dependent facts (where a body lives in ``params``, ``scan``'s operand counts) come from
 `fpemu._jax.compat`.
@@ -36,6 +39,7 @@ from fpemu._jax.compat import (
     DropVar,
     Jaxpr,
     Literal,
+    bind,
     call_body,
     jaxpr_as_fun,
     manual_axes,
@@ -54,6 +58,8 @@ __all__ = [
     "evaluate",
     "float0_zeros",
     "manual_axis_names",
+    "original_jvp",
+    "original_vjp",
     "scan_like",
     "scan_parts",
     "shard_map_like",
@@ -260,6 +266,30 @@ def shard_map_like(params: dict, fn: Callable, *, replicated_in: int = 0, replic
     )
 
 
+# -- the original derivative rules ---------------------------------------------------------------------
+
+
 def float0_zeros(tree: Any) -> Any:
     """Zero tangents or cotangents (``float0``) shaped as the leaves of ``tree``."""
     return jax.tree_util.tree_map(lambda v: np.zeros(np.shape(v), jax.dtypes.float0), tree)
+
+
+def _original(eqn: Any) -> Callable:
+    return lambda *args: bind(eqn, list(args))
+
+
+def original_jvp(eqn: Any, primals: Sequence, tangents: Sequence) -> list:
+    """The output tangents of ``eqn`` bound unchanged at ``primals``: for an equation with custom
+    derivatives, its own rule (a ``custom_jvp``'s tangent function, a ``custom_vjp``'s forward and
+    backward). ``tangents`` has one entry per operand; None is the zero tangent of an operand that
+    has none (an integer, ``float0``)."""
+    filled = [float0_zeros(p) if t is None else t for p, t in zip(primals, tangents, strict=True)]
+    return list(jax.jvp(_original(eqn), tuple(primals), tuple(filled))[1])
+
+
+def original_vjp(eqn: Any, primals: Sequence, cotangents: Sequence) -> list:
+    """The operand cotangents of ``eqn`` bound unchanged at ``primals``, for the output
+    ``cotangents``: for an equation with custom derivatives, its own rule. Integer operands get
+    ``float0`` cotangents."""
+    _, vjp = jax.vjp(_original(eqn), *primals)
+    return list(vjp(list(cotangents)))

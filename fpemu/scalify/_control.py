@@ -22,6 +22,8 @@ from fpemu._jax.interpret import (
     checkpoint_like,
     cond_parts,
     float0_zeros,
+    original_jvp,
+    original_vjp,
     scan_like,
     scan_parts,
     switch_agreeing,
@@ -293,13 +295,13 @@ def custom_jvp_call(eqn, invals: list[Tracked]) -> list[Tracked]:
     def scalified_jvp(primals, tangents):
         outs = scalified(*primals)
 
-        def original_jvp(xs, dxs):
-            full = [np.zeros(np.shape(x), jax.dtypes.float0) for x in xs]
+        def jvp(xs, dxs):
+            full: list = [None] * len(xs)
             for i, dx in zip(floats, dxs):
                 full[i] = dx
-            return jax.jvp(lambda *a: bind(eqn, list(a)), list(xs), full)[1]
+            return original_jvp(eqn, xs, full)
 
-        closed = jax.make_jaxpr(original_jvp)([_aval(x) for x in primals], [_aval(primals[i]) for i in floats])
+        closed = jax.make_jaxpr(jvp)([_aval(x) for x in primals], [_aval(primals[i]) for i in floats])
         dxs = [_tangent_in(primals[i], tangents[i]) for i in floats]
         out_tangents = interpret_values(closed.jaxpr, list(closed.consts), [*primals, *dxs])
         return outs, [_tangent_out(o, t) for o, t in zip(outs, out_tangents)]
@@ -350,11 +352,11 @@ def custom_vjp_call(eqn, invals: list[Tracked]) -> list[Tracked]:
         cotangents = [_cotangent_out(o, ct) for o, ct in zip(outs, cotangents)]
         outs_shape = jax.eval_shape(lambda *a: bind(eqn, list(a)), *map(_aval, primals))
 
-        def original_vjp(xs, cts):
-            _, vjp = jax.vjp(lambda *a: bind(eqn, list(a)), *xs)
-            return [vjp(cts)[i] for i in floats]
+        def vjp(xs, cts):
+            out = original_vjp(eqn, xs, cts)
+            return [out[i] for i in floats]
 
-        closed = jax.make_jaxpr(original_vjp)([_aval(x) for x in primals], [_aval(o) for o in outs_shape])
+        closed = jax.make_jaxpr(vjp)([_aval(x) for x in primals], [_aval(o) for o in outs_shape])
         cts = interpret_values(closed.jaxpr, list(closed.consts), [*primals, *cotangents])
         out = [None] * len(primals)
         for i, ct in zip(floats, cts):

@@ -1,5 +1,6 @@
-"""fpemu._jax.interpret's combinator helpers, on their own: `staged` and `switch_agreeing` (emulate's and
-scalify's ``cond`` rules are built on them; tests/emulate and tests/scalify test those rules)."""
+"""fpemu._jax.interpret's helpers, on their own: `staged` and `switch_agreeing` (emulate's and scalify's
+``cond`` rules are built on them), `original_jvp` and `original_vjp` (their custom-derivative rules);
+tests/emulate and tests/scalify test those rules."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fpemu._jax.interpret import staged, switch_agreeing
+from fpemu._jax.interpret import original_jvp, original_vjp, staged, switch_agreeing
 
 
 def test_staged_replays_the_traced_function_on_pytrees():
@@ -57,3 +58,56 @@ def test_switch_agreeing_brings_every_branch_to_one_structure(index):
     for k in ("a", "b"):
         np.testing.assert_array_equal(got[k], expected[k])
     assert sorted(traced) == [(), ("a",), ("b", "a")]  # each branch traced once
+
+
+# -- the original derivative rules -------------------------------------------------------------------
+
+
+@jax.custom_jvp
+def _scaled_by_count(x, n):
+    return x * n.astype(x.dtype)
+
+
+@_scaled_by_count.defjvp
+def _scaled_by_count_jvp(primals, tangents):  # not the derivative of the primal: 10 dx, to be told apart
+    x, n = primals
+    dx, _ = tangents
+    return _scaled_by_count(x, n), 10.0 * dx
+
+
+@jax.custom_vjp
+def _clipped(x, n):
+    return x * n.astype(x.dtype)
+
+
+def _clipped_fwd(x, n):
+    return _clipped(x, n), n
+
+
+def _clipped_bwd(n, g):  # not the derivative of the primal either: -g
+    return -g, np.zeros(np.shape(n), jax.dtypes.float0)
+
+
+_clipped.defvjp(_clipped_fwd, _clipped_bwd)
+
+
+def _equation(fn, *args):
+    (eqn,) = jax.make_jaxpr(fn)(*args).jaxpr.eqns
+    return eqn
+
+
+def test_original_jvp_is_the_custom_rule_and_fills_integer_tangents():
+    x, n = jnp.array([1.0, -2.0], jnp.float32), jnp.int32(3)
+    eqn = _equation(_scaled_by_count, x, n)
+    assert eqn.primitive.name == "custom_jvp_call"
+    (tangent,) = original_jvp(eqn, [x, n], [jnp.array([0.5, 2.0], jnp.float32), None])
+    np.testing.assert_array_equal(tangent, np.array([5.0, 20.0], np.float32))  # 10 dx, not 3 dx
+
+
+def test_original_vjp_is_the_custom_rule():
+    x, n = jnp.array([1.0, -2.0], jnp.float32), jnp.int32(3)
+    eqn = _equation(_clipped, x, n)
+    assert eqn.primitive.name == "custom_vjp_call"
+    dx, dn = original_vjp(eqn, [x, n], [jnp.array([0.5, 2.0], jnp.float32)])
+    np.testing.assert_array_equal(dx, np.array([-0.5, -2.0], np.float32))  # -g, not 3 g
+    assert dn.dtype == jax.dtypes.float0
