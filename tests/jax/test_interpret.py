@@ -76,19 +76,19 @@ def _scaled_by_count_jvp(primals, tangents):  # not the derivative of the primal
 
 
 @jax.custom_vjp
-def _clipped(x, n):
+def _reversed(x, n):
     return x * n.astype(x.dtype)
 
 
-def _clipped_fwd(x, n):
-    return _clipped(x, n), n
+def _reversed_fwd(x, n):
+    return _reversed(x, n), n
 
 
-def _clipped_bwd(n, g):  # not the derivative of the primal either: -g
+def _reversed_bwd(n, g):  # not the derivative of the primal either: -g
     return -g, np.zeros(np.shape(n), jax.dtypes.float0)
 
 
-_clipped.defvjp(_clipped_fwd, _clipped_bwd)
+_reversed.defvjp(_reversed_fwd, _reversed_bwd)
 
 
 def _equation(fn, *args):
@@ -106,7 +106,7 @@ def test_original_jvp_is_the_custom_rule_and_fills_integer_tangents():
 
 def test_original_vjp_is_the_custom_rule():
     x, n = jnp.array([1.0, -2.0], jnp.float32), jnp.int32(3)
-    eqn = _equation(_clipped, x, n)
+    eqn = _equation(_reversed, x, n)
     assert eqn.primitive.name == "custom_vjp_call"
     dx, dn = original_vjp(eqn, [x, n], [jnp.array([0.5, 2.0], jnp.float32)])
     np.testing.assert_array_equal(dx, np.array([-0.5, -2.0], np.float32))  # -g, not 3 g
