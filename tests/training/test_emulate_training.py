@@ -568,3 +568,25 @@ def test_stochastic_recipes_need_a_key():
         emulate(lambda x, w: x @ w, Policy(dot="nvfp4"))
     with pytest.raises(ValueError, match="only used with stochastic"):
         emulate(lambda x, w: x @ w, Policy(dot="mxfp8"), key=KEY)
+
+
+def test_a_key_passed_through_jit_compiles_once_for_every_seed():
+    """docs/training.md, "Sweeps": ``emulate(..., key=key)`` built inside a jitted function whose
+    argument is the key is traced once for every seed, and each seed gives the bits of the emulated
+    function built with that key directly (whose key is a constant of its program)."""
+    policy, loss = Policy(dot="nvfp4"), jax.value_and_grad(mlp)
+    traces = []
+
+    @jax.jit
+    def step(key, params, x):
+        traces.append(key)
+        return emulate(loss, policy, key=key)(params, x)
+
+    results = []
+    for seed in (0, 1, 2):
+        key = jax.random.key(seed)
+        results.append(step(key, MLP_PARAMS, MLP_X))
+        assert_tree_bits(results[-1], jax.jit(emulate(loss, policy, key=key))(MLP_PARAMS, MLP_X))
+    assert len(traces) == 1
+    grads = [np.asarray(r[1]["w0"]) for r in results]
+    assert not np.array_equal(grads[0], grads[1])  # the key is used: another seed, other stochastic bits
