@@ -27,7 +27,7 @@ from fpemu._emulate.policy import Policy
 from fpemu._engine.rng import mix
 from fpemu._ops.backends import resolve_backend
 from fpemu._ops.quantize import quantize, quantize_with_spec
-from fpemu._ops.rounding_spec import SPEC_KEY, RoundingSpec, rounding_spec, seeds_for
+from fpemu._ops.rounding_spec import rounding_spec_once, seeds_for
 
 
 def is_float(dtype: Any) -> bool:
@@ -76,18 +76,6 @@ def _plan(dtype: np.dtype, fmt: Format, saturate: bool | str, subnormals: bool) 
     if not fits(fmt, container):
         return _NARROWER if fits(container, fmt) else _MISMATCH
     return _IDENTITY if _is_identity(container, fmt, saturate, subnormals) else _ROUND
-
-
-@functools.lru_cache(maxsize=1024)
-def _spec(
-    fmt: Format, rounding: str, saturate: bool | str, subnormals: bool, random_bits: int | None, variant: str, ties: str
-) -> RoundingSpec:
-    """The checked `RoundingSpec` of `fpemu.quantize` for these options: built once, not on every rounding."""
-    if rounding != "stochastic":
-        return rounding_spec(fmt, rounding, saturate, subnormals, None, None, exponent_ties=ties)
-    return rounding_spec(
-        fmt, rounding, saturate, subnormals, SPEC_KEY, random_bits, stochastic_variant=variant, exponent_ties=ties
-    )
 
 
 def _random_bits(policy: Policy) -> int:
@@ -149,7 +137,7 @@ def round_to_format(
             else:
                 options.update(key=key)
         return quantize(x, fmt, **options)
-    spec = _spec(
+    spec = rounding_spec_once(
         fmt, rounding, policy.saturate, policy.subnormals, policy.random_bits, policy.stochastic_variant,
         policy.exponent_ties,
     )  # fmt: skip

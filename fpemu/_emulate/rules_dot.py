@@ -202,9 +202,9 @@ def dot_general(ctx: Context, eqn: Any, invals: list) -> list:
     dimension_numbers = eqn.params["dimension_numbers"]
 
     def compute(a: Any, b: Any, options: dict) -> Any:
-        if options.get("random") is not None:  # emulate's random= source: the public door checks the bits
-            return emulated_dot(a, b, dimension_numbers, **options)
-        return dot_with_config(a, b, dimension_numbers, *_checked_once(a, b, options))
+        if options.get("random") is None:  # the checked-once core; emulate's random= bits: the public door checks them
+            return dot_with_config(a, b, dimension_numbers, *_checked_once(a, b, options))
+        return emulated_dot(a, b, dimension_numbers, **options)
 
     return _dot_like(ctx, eqn, invals, ctx.policy.dot_policy, compute)
 
@@ -215,7 +215,7 @@ def conv_general_dilated(ctx: Context, eqn: Any, invals: list) -> list:
     p = eqn.params
 
     def compute(a: Any, b: Any, options: dict) -> Any:
-        if options.get("random") is None:
+        if options.get("random") is None:  # as for dot_general: the checked-once core unless bits are given
             return conv_with_config(a, b, p, *_checked_once(a, b, options))
         return emulated_conv(
             a, b, p["window_strides"], p["padding"], lhs_dilation=p["lhs_dilation"],

@@ -17,7 +17,6 @@ with its own rounding of tiles.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -42,7 +41,7 @@ from fpemu._ops.matmul_config import (
     key_streams,
 )
 from fpemu._ops.quantize import quantize, round_checked
-from fpemu._ops.rounding_spec import SPEC_KEY, RoundingSpec, rounding_spec
+from fpemu._ops.rounding_spec import rounding_spec_once
 from fpemu._ops.tensor_core import tensor_core_sum
 
 __all__ = [
@@ -233,28 +232,18 @@ def _accumulate_jvp(cfg, geometry, primals, tangents):
 # -- the whole computation --------------------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=1024)
-def _spec(fmt: Format, rounding: Rounding, saturate: Any, variant: Any, ties: Any, explicit: bool) -> RoundingSpec:
-    """The checked `RoundingSpec` of one of a matmul's roundings (bits from a key, or ``explicit``)."""
-    key = SPEC_KEY if rounding == "stochastic" and not explicit else None
-    return rounding_spec(
-        fmt, rounding, saturate, True, key, None, random=True if explicit else None, stochastic_variant=variant,
-        exponent_ties=ties,
-    )  # fmt: skip
-
-
 def round_in(
     x: jax.Array, fmt: Format, cfg: MatmulConfig, stream: dict[str, Any], rounding: Any = None, saturate: Any = None
 ) -> jax.Array:
     """``fpemu.quantize(x, fmt, **stream, **cfg.rounding_options(rounding))`` (``saturate``, if given,
     in place of the config's) for W values ``x``: the same bits, its options checked once per
-    combination (`_spec`) rather than on every call; ``stream`` is `_stream`'s."""
+    combination (`rounding_spec_once`) rather than on every call; ``stream`` is `_stream`'s."""
     options = cfg.rounding_options(rounding)
     key, random = stream.get("key"), stream.get("random")
     # `matmul_config` and `matmul_call` make sure every stochastic rounding has its key or its bits
     assert options["rounding"] != "stochastic" or key is not None or random is not None, options
-    spec = _spec(
-        fmt, options["rounding"], options["saturate"] if saturate is None else saturate,
+    spec = rounding_spec_once(
+        fmt, options["rounding"], options["saturate"] if saturate is None else saturate, True, None,
         options["stochastic_variant"], options["exponent_ties"], random is not None,
     )  # fmt: skip
     return round_checked(x, spec, key, random)

@@ -10,6 +10,7 @@ array's bit patterns. The XLA path (`fpemu._ops.quantize`), the codecs and the P
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Literal
 
 import jax
@@ -83,6 +84,29 @@ SPEC_KEY: Any = np.zeros((2,), np.uint32)
 SPEC_KEY.flags.writeable = False
 
 
+@functools.lru_cache(maxsize=1024)
+def rounding_spec_once(
+    fmt: Format,
+    rounding: str,
+    saturate: bool | str,
+    subnormals: bool = True,
+    random_bits: int | None = None,
+    stochastic_variant: str = "floor",
+    exponent_ties: str = "away",
+    explicit: bool = False,
+) -> RoundingSpec:
+    """`rounding_spec` of options checked once per combination (cached), for fpemu's own layers, whose
+    roundings repeat: a stochastic rounding's spec is made with the stand-in `SPEC_KEY`, or with
+    explicit bits (``explicit``), and its key or bits come with each call (`fpemu._ops.quantize.round_checked`).
+    ``random_bits`` and ``stochastic_variant`` count for stochastic rounding only."""
+    stochastic = rounding == "stochastic"
+    return rounding_spec(
+        fmt, rounding, saturate, subnormals, SPEC_KEY if stochastic and not explicit else None,
+        random_bits if stochastic else None, random=True if explicit else None,
+        stochastic_variant=stochastic_variant if stochastic else "floor", exponent_ties=exponent_ties,
+    )  # fmt: skip
+
+
 def seeds_for(spec: RoundingSpec, key, random=None, shape: tuple[int, ...] = ()) -> Any:
     """The two uint32 words of ``key`` for stochastic rounding, else `NO_SEEDS`; with explicit random
     bits (``spec.explicit_random``), those bits checked against the input's ``shape``, as uint32 words."""
@@ -154,5 +178,6 @@ __all__ = [
     "reduce_precision_is_exact",
     "round_bits",
     "rounding_spec",
+    "rounding_spec_once",
     "seeds_for",
 ]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -44,8 +44,9 @@ __all__ = [
 F32 = jnp.float32
 
 
-class Config(NamedTuple):
-    """Validated static options (hashable: a jit static argument)."""
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Config:
+    """Validated static options (hashable: a jit static argument); made by `config`."""
 
     block_format: BlockFormat
     axis: int | None  # non-negative
@@ -74,7 +75,10 @@ def config(
     of stochastic rounding (None: `fpemu._args.random_bits_arg`'s default; ignored otherwise)."""
     assert rounding in block_format.allowed_roundings, (rounding, block_format)
     bits = random_bits_arg(random_bits, True) if rounding == "stochastic" else None
-    return Config(block_format, axis, rounding, bits, stochastic_variant, explicit_random, tile_axis)
+    return Config(
+        block_format=block_format, axis=axis, rounding=rounding, random_bits=bits,
+        stochastic_variant=stochastic_variant, explicit_random=explicit_random, tile_axis=tile_axis,
+    )  # fmt: skip
 
 
 def with_overrides(block_format: BlockFormatLike, overrides: dict[str, Any]) -> BlockFormat:
@@ -96,17 +100,16 @@ def core_options(stream: Any, scale: Any, cfg: Config) -> dict[str, Any]:
     return {"key": None, **random, "scale": scale, **options}
 
 
+def _run(engine: Any, x: jax.Array, key: Any, scale: Any, cfg: Config) -> Any:
+    """``engine`` (`_core`'s encode, quantize-dequantize or its split form) on float32 ``x`` under ``cfg``."""
+    return engine(x.astype(F32), cfg.block_format, cfg.layout(), **core_options(key, scale, cfg))
+
+
 @functools.partial(jax.custom_jvp, nondiff_argnums=(3,))
 def quantize_ste(x, key, scale, cfg: Config):
     """(values, scale leaf, global scale leaf or None) of ``x``; the values' tangent is ``x``'s over
     the scale (see `BlockArray`). ``key``: the key, or the explicit bits (`prepare_random`)."""
-    layout = cfg.layout()
-    return _core.encode(
-        x.astype(F32),
-        cfg.block_format,
-        layout,
-        **core_options(key, scale, cfg),
-    )
+    return _run(_core.encode, x, key, scale, cfg)
 
 
 @quantize_ste.defjvp
@@ -129,14 +132,7 @@ def _quantize_jvp(cfg, primals, tangents):
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(3,))
 def _qdq_ste(x, key, scale, cfg: Config):
-    layout = cfg.layout()
-    y = _core.quantize_dequantize(
-        x.astype(F32),
-        cfg.block_format,
-        layout,
-        **core_options(key, scale, cfg),
-    )
-    return y.astype(x.dtype)
+    return _run(_core.quantize_dequantize, x, key, scale, cfg).astype(x.dtype)
 
 
 @_qdq_ste.defjvp
@@ -152,12 +148,7 @@ qdq_jit = jax.jit(_qdq_ste, static_argnums=(3,))
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(3,))
 def _split_ste(x, key, scale, cfg: Config):
-    return _core.quantize_dequantize_split(
-        x.astype(F32),
-        cfg.block_format,
-        cfg.layout(),
-        **core_options(key, scale, cfg),
-    )
+    return _run(_core.quantize_dequantize_split, x, key, scale, cfg)
 
 
 @_split_ste.defjvp

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 
 from fpemu._args import check_fits, input_format, int_arg
 from fpemu._ops.quantize import round_checked
-from fpemu._ops.rounding_spec import rounding_spec
+from fpemu._ops.rounding_spec import rounding_spec_once
 from fpemu._scaled.cores import Config, config, qdq_jit, quantize_ste, scale_of_amax, split_core, with_overrides
 from fpemu._scaled.layout import group_shape
 from fpemu._training.layout import Contraction, contracting_dims_arg, tiles, untiles
@@ -168,11 +168,9 @@ def _given(x: jax.Array, key: Any, amax: Any, q: Quantizer, margin: int, cfg: Co
 
 def element_rounding(x: jax.Array, key: Any, q: Quantizer) -> jax.Array:
     """``x`` rounded to ``q``'s element format (``scaling="none"``), as `fpemu.quantize` rounds it."""
-    stochastic = q.rounding == "stochastic"
-    stream = key if stochastic else None
-    spec = rounding_spec(q.element, q.rounding, q.saturate, True, stream, q.random_bits if stochastic else None)
+    spec = rounding_spec_once(q.element, q.rounding, q.saturate, True, q.random_bits)
     check_fits(spec.fmt, input_format(x.dtype))
-    return round_checked(x, spec, stream)
+    return round_checked(x, spec, key if q.rounding == "stochastic" else None)
 
 
 @functools.partial(jax.jit, static_argnames=("q", "dims", "margin"))

@@ -15,7 +15,7 @@ from fpemu._ops.geometry import dot_geometry
 from fpemu._ops.matmul import tensor_scaled_dot
 from fpemu._ops.matmul_config import MatmulConfig, MatmulOptions, matmul_config
 from fpemu._scaled.block_format import BLOCK_FORMAT_ALIASES, block_format_arg
-from fpemu._scaled.cores import Config, split_core
+from fpemu._scaled.cores import Config, config, split_core
 from fpemu.deprecation import renamed_keyword
 
 MatmulFormat = Literal[
@@ -64,7 +64,7 @@ def _unscaled_config(fmt: str | None) -> MatmulConfig:
 
 def _operand_config(name: str, axis: int | None) -> Config:
     """The checked config of ``quantize_dequantize_split(x, name, axis=axis, pad=True)`` (nearest even)."""
-    return Config(block_format_arg(name), axis, "nearest_even", None)
+    return config(block_format_arg(name), axis, "nearest_even", None)
 
 
 @functools.partial(jax.jit, static_argnames="name")

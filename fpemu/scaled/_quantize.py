@@ -7,6 +7,7 @@ it. `quantize_dequantize` is the fused simulation path.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from typing import Any, cast
 
@@ -367,7 +368,7 @@ def checked_call(jitted: Any, x: Any, block_format: BlockFormatLike, arguments: 
         stochastic_variant=a["stochastic_variant"], random=a["random"],
     )  # fmt: skip
     if a["tile_axis"] is not None:
-        cfg = cfg._replace(tile_axis=_tile_axis_arg(a["tile_axis"], x, cfg, a["pad"]))
+        cfg = dataclasses.replace(cfg, tile_axis=_tile_axis_arg(a["tile_axis"], x, cfg, a["pad"]))
     return jitted(x, prepare_random(a["key"], a["random"], x, cfg), prepare_scale(a["scale"], x, cfg), cfg)
 
 
