@@ -44,7 +44,7 @@ GEMM_KEY_TAG = 0x47454D4D  # "GEMM": the keys of recipe GEMMs, apart from the ro
 _OPERAND_DTYPES = ("float16", "bfloat16", "float32")
 F32 = jnp.float32
 
-__all__ = ["GEMM_KEY_TAG", "gemm_key", "history_keys", "operand_counts", "quantized", "recipe_dot"]
+__all__ = ["GEMM_KEY_TAG", "gemm_key", "gemm_keys", "history_keys", "operand_counts", "quantized", "recipe_dot"]
 
 
 def gemm_key(root: Any, ordinal: int, which: str) -> Any:
@@ -57,6 +57,15 @@ def gemm_key(root: Any, ordinal: int, which: str) -> Any:
       (2,)
     """
     return None if root is None else fold_key(root, GEMM_KEY_TAG, ordinal, GEMMS.index(which))
+
+
+def gemm_keys(root: Any, ordinal: int, whiches: Sequence[str]) -> dict[str, Any]:
+    """`gemm_key` of each GEMM in ``whiches``, the key of their dot (``root`` folded with the tag and
+    ``ordinal``) derived once for all of them: the same keys, a third of the hashes to trace."""
+    if root is None or not whiches:
+        return dict.fromkeys(whiches)
+    dot = fold_key(root, GEMM_KEY_TAG, ordinal)
+    return {which: fold_key(dot, GEMMS.index(which)) for which in whiches}
 
 
 # -- statistics of a quantized operand -----------------------------------------------------------------
@@ -168,7 +177,9 @@ def recipe_dot(ctx: Context, eqn: Any, invals: list, recipe: TrainingRecipe, con
         forward = recipe.forward
         recipe = dataclasses.replace(recipe, forward=dataclasses.replace(forward, lhs=forward.rhs, rhs=forward.lhs))
     out = eqn.outvars[0].aval.dtype
-    keys = {w: gemm_key(ctx.state.key, entry.ordinal, w) if gemm_needs_key(recipe, w) else None for w in GEMMS}
+    keys = dict.fromkeys(GEMMS) | gemm_keys(
+        ctx.state.key, entry.ordinal, [w for w in GEMMS if gemm_needs_key(recipe, w)]
+    )
     amaxes = _histories(ctx, recipe, history_keys(entry, recipe))
     if conv:
         spec = eqn.params["dimension_numbers"]

@@ -9,6 +9,8 @@ same bits whatever the backend, block size or sharding, at a fraction of the cos
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -17,13 +19,32 @@ from jax import lax
 _MAX_ELEMENTS = 1 << 32
 
 
-def mix(h: jnp.ndarray) -> jnp.ndarray:
-    """The 32-bit avalanche bijection (xorshift-multiply, lowbias32) of uint32 ``h``, elementwise."""
-    h = h ^ (h >> jnp.uint32(16))
-    h = h * jnp.uint32(0x21F0AAAD)
-    h = h ^ (h >> jnp.uint32(15))
-    h = h * jnp.uint32(0x735A2D97)
-    return h ^ (h >> jnp.uint32(15))
+# NumPy scalars, not ``jnp.uint32(...)``: the same literals in the program, without creating a JAX array
+# for each constant at every trace (a key folded at each of a program's rounding sites and GEMMs)
+_SHIFT_16, _SHIFT_15 = np.uint32(16), np.uint32(15)
+_MULTIPLIER_1, _MULTIPLIER_2 = np.uint32(0x21F0AAAD), np.uint32(0x735A2D97)
+
+
+_Words = TypeVar("_Words", jax.Array, np.ndarray)
+
+
+def mix(h: _Words) -> _Words:
+    """The 32-bit avalanche bijection (xorshift-multiply, lowbias32) of uint32 ``h``, elementwise.
+
+    ``h`` may be a JAX array or a NumPy uint32 array (then computed on the host, wrapping modulo 2**32
+    as JAX does)."""
+    h = h ^ (h >> _SHIFT_16)
+    h = h * _MULTIPLIER_1
+    h = h ^ (h >> _SHIFT_15)
+    h = h * _MULTIPLIER_2
+    return h ^ (h >> _SHIFT_15)
+
+
+def mix_int(n: int) -> np.uint32:
+    """`mix` of the integer ``n`` taken modulo 2**32 (as ``jnp.asarray(n).astype(jnp.uint32)`` takes it),
+    on the host: a constant, where a traced ``mix`` of it would add its operations to the program's trace."""
+    words: np.ndarray = np.array([int(n) & 0xFFFFFFFF], np.uint32)  # an array: NumPy wraps without warning
+    return mix(words)[0]
 
 
 def seeds_from_key(key) -> jnp.ndarray:
