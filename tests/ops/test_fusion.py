@@ -56,3 +56,25 @@ def test_materialize_with_a_probe_keeps_the_bits_and_the_derivative(probe):
     assert "cond" in str(jax.make_jaxpr(lambda v, q: materialize((v,), probe=q))(x, p))
     grad = jax.jit(jax.grad(lambda v: jnp.sum(materialize((v,), probe=p)[0] * jnp.float32(3))))(x)
     assert_bit_exact(grad, np.full(4, 3.0, np.float32))
+
+
+def test_alike_materializations_share_one_traced_conditional():
+    """Arrays of the same shapes and dtypes are materialized by one traced (and lowered) conditional,
+    called at each site; the program keeps a conditional on CPU and the values are unchanged."""
+
+    def f(x, y):
+        a = materialize((x * jnp.float32(2),))[0]
+        b = materialize((y + jnp.float32(1),))[0]
+        c = materialize((x.reshape(-1),))[0]
+        return a, b, c
+
+    x, y = jnp.arange(6.0, dtype=jnp.float32).reshape(2, 3), jnp.ones((2, 3), jnp.float32)
+    sites = [e for e in jax.make_jaxpr(f)(x, y).jaxpr.eqns if e.primitive.name == "custom_jvp_call"]
+    inner = [e.params["jaxpr"] for s in sites for e in s.params["call_jaxpr"].eqns if "jaxpr" in e.params]
+    assert len(inner) == 3 and inner[0] is inner[1] and inner[2] is not inner[0]
+    a, b, c = jax.jit(f)(x, y)
+    assert_bit_exact(a, x * 2)
+    assert_bit_exact(b, y + 1)
+    assert_bit_exact(c, x.reshape(-1))
+    if jax.default_backend() == "cpu":
+        assert "conditional" in jax.jit(f).lower(x, y).compile().as_text()
