@@ -16,6 +16,7 @@ from fpemu._core.modes import Rounding, StochasticVariant
 from fpemu._core.registry import get_format
 from fpemu._engine import stochastic
 from fpemu._jax.elementwise import clamp, select
+from fpemu._jax.reduce import magnitude_max
 from fpemu._ops import codec
 from fpemu._ops import quantize as element_quantize
 from fpemu._ops import rounding_spec as element_spec
@@ -115,7 +116,7 @@ def _narrow_scales(bits: jnp.ndarray, block_format: BlockFormat, layout: Layout)
     materialization's conditional, also on arrays below `fpemu._ops.fusion.MATERIALIZE_MIN_SIZE`."""
     amax_block = group_max(bits & U32(ABS), layout)
     finite = select(amax_block < U32(INF), amax_block, U32(0))  # blocks with NaN/inf do not count
-    amax_tensor = jnp.max(finite, axis=tuple(range(bits.ndim)), keepdims=True, initial=U32(0))
+    amax_tensor = magnitude_max(finite, tuple(range(bits.ndim)))
     once = lambda *arrays: materialize(arrays, probe=amax_tensor)  # a predicate that repeats no chain
     return two_level_scales(amax_tensor, amax_block, block_format, once=once)
 

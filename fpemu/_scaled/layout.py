@@ -17,7 +17,6 @@ from jax import lax
 
 from fpemu._jax.reduce import magnitude_max, run_max
 from fpemu._ops.fusion import MATERIALIZE_MIN_SIZE, materialize
-from fpemu._scaled.bits import U32
 
 
 class Layout(NamedTuple):
@@ -56,7 +55,8 @@ def group_max(u: jnp.ndarray, layout: Layout) -> jnp.ndarray:
     """Per-group maximum of uint32 magnitudes (0 for empty groups), in `group_shape`: of each block
     along the axis, then (tiles) of each block of those maxima along the tile axis. Written as
     XLA:CPU compiles it best (`fpemu._jax.reduce`): whole rows and whole tensors by `magnitude_max`,
-    blocks along the last axis by `run_max`."""
+    blocks along the last axis by `run_max`, blocks along another axis by `magnitude_max` over the
+    block's axis."""
     for one in layout.along():
         u = _group_max(u, one)
     return u
@@ -75,7 +75,7 @@ def _group_max(u: jnp.ndarray, layout: Layout) -> jnp.ndarray:
     if axis == u.ndim - 1:
         return run_max(u, block)
     blocked = u.reshape(u.shape[:axis] + (groups, block) + u.shape[axis + 1 :])
-    return jnp.max(blocked, axis=axis + 1, initial=U32(0))
+    return magnitude_max(blocked, (axis + 1,)).reshape(u.shape[:axis] + (groups,) + u.shape[axis + 1 :])
 
 
 def expand(g: jnp.ndarray, layout: Layout, shape: tuple[int, ...]) -> jnp.ndarray:

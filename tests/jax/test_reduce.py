@@ -28,19 +28,27 @@ def _magnitudes(shape: tuple[int, ...], seed: int) -> np.ndarray:
     return u
 
 
-# small arrays (one reduction) and arrays of SPLIT_MIN_SIZE elements or more (runs first), rows of
-# whole runs and of a partial last run
+# small arrays (in steps over axes of at most RUN elements: axes cut into runs, a partial last run
+# padded, several long axes at once, a second step of runs where an axis has more than RUN runs) and
+# arrays of SPLIT_MIN_SIZE elements or more (runs of the last axis first, their maxima in steps once
+# they are few), rows of whole runs and of a partial last run
 BIG = SPLIT_MIN_SIZE // 64
 SHAPES = [
     (0,),
     (5,),
+    (RUN,),
     (RUN + 1,),
     (3, 100),
     (4, 0, 40),
+    (RUN + 3, 2 * RUN + 1),
+    (7, RUN * RUN + 5),
+    (RUN * RUN * 2 + 1,),
+    (2, 3 * RUN, 5, RUN + 2),
     (BIG, 64),
     (BIG + 1, 3 * RUN + 7),
     (2, BIG // 2, 2 * RUN),
     (SPLIT_MIN_SIZE + 3,),
+    (RUN * RUN, RUN * RUN),
 ]
 
 
@@ -53,6 +61,15 @@ def test_magnitude_max_is_the_maximum_for_every_set_of_axes(shape):
             got = np.asarray(magnitude_max(jnp.asarray(u), axes))
             assert got.dtype == np.uint32 and got.shape == expected.shape, (axes, got.shape)
             np.testing.assert_array_equal(got, expected, err_msg=str(axes))
+
+
+def test_magnitude_max_keeps_int32_input_int32():
+    # the steps alternate uint32 and int32 (the same order below 2**31): the result has the input's type
+    u = _magnitudes((RUN + 3, 2 * RUN + 1), seed=7)
+    for dtype in (np.uint32, np.int32):
+        got = magnitude_max(jnp.asarray(u.astype(dtype)), (0, 1))
+        assert got.dtype == dtype
+        assert got.tolist() == [[int(u.max())]]
 
 
 @pytest.mark.parametrize("run", [1, 3, 4, 8, 16, 32, 128])

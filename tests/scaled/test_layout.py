@@ -1,4 +1,5 @@
-"""fpemu._scaled.layout's `Work`: which per-group values the quantizers materialize (`fpemu._ops.fusion`).
+"""fpemu._scaled.layout: `group_max` is each group's maximum; `Work`: which per-group values the
+quantizers materialize (`fpemu._ops.fusion`).
 
 Each materialization costs XLA compile time (bench/RESULTS_training.md, "fewer materializations"), so
 only the long chains are materialized: a power-of-two block format's exponent, NVFP4's block scale
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 import fpemu._ops.fusion as fusion
@@ -69,3 +71,41 @@ def test_per_tensor_values_and_small_arrays_are_not_materialized(materialized):
     _trace(lambda x: scaled.quantize_dequantize(x, "mxfp8_e4m3", axis=-1), shape=(LARGE[0] - 1, LARGE[1]))
     _trace(lambda x: scaled.quantize_dequantize(x, "mxfp8_e4m3", axis=-1), shape=LARGE)
     assert materialized == [1]  # only at MATERIALIZE_MIN_SIZE elements and above
+
+
+def _blocked_max(u: np.ndarray, axis: int, block: int) -> np.ndarray:
+    """NumPy: the maximum of each block of ``block`` elements along ``axis`` (a shorter last block)."""
+    starts = range(0, u.shape[axis], block)
+    return np.stack(
+        [np.take(u, range(i, min(i + block, u.shape[axis])), axis=axis).max(axis=axis) for i in starts], axis
+    )
+
+
+@pytest.mark.parametrize(
+    ("shape", "layout"),
+    [
+        ((300, 5), _layout.Layout(0, 128)),  # blocks longer than a run, along a leading axis, a partial last one
+        ((3, 260, 4), _layout.Layout(1, 128)),
+        ((6, 70), _layout.Layout(1, 32)),
+        ((70, 6), _layout.Layout(0, 16)),
+        ((300, 260), _layout.Layout(0, 128, tile_axis=1)),  # 128 x 128 tiles
+        ((70, 300), _layout.Layout(1, None)),  # whole rows
+        ((70, 300), _layout.Layout(0, None)),  # whole columns
+        ((70, 300), _layout.Layout(None, None)),  # the whole tensor
+    ],
+    ids=str,
+)
+def test_group_max_is_the_maximum_of_each_group(shape, layout):
+    rng = np.random.default_rng(sum(shape))
+    u = rng.integers(0, 0x7FC00001, size=shape, dtype=np.uint32)  # magnitudes, NaN's included
+    expected = u
+    for one in layout.along():
+        if one.axis is None:
+            expected = expected.max(keepdims=True)
+        elif one.block is None:
+            expected = expected.max(axis=one.axis, keepdims=True)
+        else:
+            expected = _blocked_max(expected, one.axis, one.block)
+    got = np.asarray(_layout.group_max(jnp.asarray(u), layout))
+    assert got.shape == _layout.group_shape(shape, layout) == expected.shape
+    np.testing.assert_array_equal(got, expected)
