@@ -127,7 +127,7 @@ def _dot3(a: jax.Array, b: jax.Array, cfg: MatmulConfig, plain: tuple[bool, bool
 
 
 def _accumulate_impl(
-    a: jax.Array, b: jax.Array, key_words: jax.Array, cfg: MatmulConfig, geometry: Geometry
+    a: jax.Array, b: jax.Array, key_words: jax.Array, probe: Any, cfg: MatmulConfig, geometry: Geometry
 ) -> jax.Array:
     """The running sum, (B, M, N), of the gathered W operands ``a`` and ``b`` (as the op has them;
     ``geometry`` maps them to (B, M, K) and (B, K, N)). ``key_words``: one row per chunk, the chunk's
@@ -144,7 +144,8 @@ def _accumulate_impl(
     move as float32 copies of twice the size; a running sum without the batch dimension when there
     is one batch, as XLA's dot result is after its simplification (3.8 MiB less on the transformer
     block); the sum materialized (`computed_once`), so that its consumers do not add two chunks'
-    products again in their own loops, keeping both until then.
+    products again in their own loops, keeping both until then (its predicate reads ``probe``'s first
+    element where given: `compute_dot`).
     """
     if cfg.accumulate_every is None:
         a3, b3 = geometry.to3d(a, b)
@@ -190,7 +191,7 @@ def _accumulate_impl(
         return first.reshape(batch, m, n)
     rest = (jnp.arange(1, chunks, dtype=jnp.int32), key_words[1:])
     acc, _ = lax.scan(lambda acc, xs: (chunk_sum(acc, *xs), None), first, rest)
-    return computed_once(acc).reshape(batch, m, n)
+    return computed_once(acc, probe=probe).reshape(batch, m, n)
 
 
 def _result3d_shape(geometry: Geometry) -> tuple[int, ...]:
@@ -213,20 +214,20 @@ def _from_bits(x: jax.Array, dtype: Any) -> jax.Array:
     return x if x.dtype == dtype else lax.bitcast_convert_type(x, dtype)
 
 
-_accumulate = jax.custom_jvp(_accumulate_impl, nondiff_argnums=(3, 4))
+_accumulate = jax.custom_jvp(_accumulate_impl, nondiff_argnums=(4, 5))
 
 
 @_accumulate.defjvp
 def _accumulate_jvp(cfg, geometry, primals, tangents):
     """The tangent of the exact product: a plain W dot of the tangents (no rounding, no chunks)."""
-    a, b, key_words = primals
-    da, db, _ = tangents
+    a, b, key_words, probe = primals
+    da, db, _, _ = tangents
 
     def dot(x: jax.Array, y: jax.Array) -> jax.Array:
         x3, y3 = geometry.to3d(x.astype(cfg.work), y.astype(cfg.work))
         return lax.dot_general(x3, y3, _BATCHED, precision=_HIGHEST, preferred_element_type=cfg.work)
 
-    return _accumulate(a, b, key_words, cfg, geometry), dot(da, b) + dot(a, db)
+    return _accumulate(a, b, key_words, probe, cfg, geometry), dot(da, b) + dot(a, db)
 
 
 # -- the whole computation --------------------------------------------------------------------------
@@ -329,11 +330,13 @@ def finished_output(y: jax.Array, lhs_scale, rhs_scale, key, random, cfg: Matmul
 
 
 def _compute_dot(
-    a, b, lhs_scale, rhs_scale, key, random, cfg: MatmulConfig, geometry: Geometry
+    a, b, lhs_scale, rhs_scale, key, random, probe=None, *, cfg: MatmulConfig, geometry: Geometry
 ) -> jax.Array:  # fmt: skip
     """The emulated dot of the W operands ``a`` and ``b`` (`device_operands`); jitted as `compute_dot`,
     with ``cfg`` and ``geometry`` static. The gradient is straight-through. Random bits come from
-    ``key`` or, with ``cfg.explicit_random``, from ``random`` (`MatmulCall.random`)."""
+    ``key`` or, with ``cfg.explicit_random``, from ``random`` (`MatmulCall.random`). ``probe``: the
+    array whose first element the chunked sum's materialization reads for its predicate (a training
+    GEMM's lhs as it came, shared with its other materializations; None: the sum's own)."""
     a, b = rounded_operands(a, b, lhs_scale, rhs_scale, key, random, cfg)
     # a rounded operand that the dot transposes (or gathers into windows) is computed once, in its own
     # order: fused into the transposition, its rounding loop would run in the transposed order,
@@ -352,7 +355,7 @@ def _compute_dot(
         words = chunk_key_words(key_streams(key)[KEY_ACC], chunks)
     else:
         words = jnp.zeros((chunks, 0), jnp.uint32)
-    y = geometry.from3d(_accumulate(a, b, words, cfg, geometry))
+    y = geometry.from3d(_accumulate(a, b, words, probe, cfg, geometry))
     return finished_output(y, lhs_scale, rhs_scale, key, random, cfg)
 
 

@@ -18,7 +18,11 @@ Each materialization costs compile time: the conditional, its predicate and a lo
 array (on the bench transformer block's mxfp8 step, `fpemu.scaled`'s made up about 40% of XLA:CPU's
 time). The conditional is a jitted function, traced and lowered once per combination of shapes and
 dtypes and inlined by XLA: built at every site, it was 40% of the lowering of the transformer
-block's nvfp4 step (0.56 -> 0.33 s). So only the long chains are materialized; values a few
+block's nvfp4 step (0.56 -> 0.33 s). The predicate is a kernel of its own, reading the first element
+of ``probe``: materializations that pass the same probe share one (XLA computes identical
+predicates once), so a training GEMM passes each operand as it came to every materialization of that
+operand's chain (9-13% of XLA:CPU's time on the transformer block's recipe steps, bench/RESULTS_training.md,
+"seventh session"). So only the long chains are materialized; values a few
 operations away from them (a block's grid limits from its scale exponent, NaN masks, NVFP4's encode
 scale) are recomputed in the elements' loop
 (bench/RESULTS_training.md, "fewer materializations"; tests/scaled/test_layout.py).
@@ -120,12 +124,13 @@ def _xor_zero(a: jnp.ndarray) -> jnp.ndarray:
     return lax.bitcast_convert_type(bits ^ jnp.zeros((), uint), a.dtype)
 
 
-def computed_once(x: jnp.ndarray, *, reordered: bool = False) -> jnp.ndarray:
+def computed_once(x: jnp.ndarray, *, reordered: bool = False, probe: jnp.ndarray | None = None) -> jnp.ndarray:
     """``x`` materialized (`materialize`) if it has `MATERIALIZE_MIN_SIZE` elements or more, else as it is.
 
     ``reordered``: its consumer reads it in another order (a dot that transposes its operand), so
     it is materialized if it has `REORDERED_MIN_SIZE` elements or more. Fused into that consumer, the
     loop computing ``x`` would run in the consumer's order, unvectorised: a transposed operand's
-    quantizer took 100 us for 8,192 elements (the digits MLP's fp8_blockwise step).
+    quantizer took 100 us for 8,192 elements (the digits MLP's fp8_blockwise step). ``probe``:
+    `materialize`'s.
     """
-    return materialize((x,))[0] if x.size >= (REORDERED_MIN_SIZE if reordered else MATERIALIZE_MIN_SIZE) else x
+    return materialize((x,), probe)[0] if x.size >= (REORDERED_MIN_SIZE if reordered else MATERIALIZE_MIN_SIZE) else x

@@ -94,12 +94,12 @@ def accumulation_config(
 
 
 def dot_with_config(
-    a: jax.Array, b: jax.Array, dimension_numbers: Any, cfg: MatmulConfig, key: Any = None
+    a: jax.Array, b: jax.Array, dimension_numbers: Any, cfg: MatmulConfig, key: Any = None, probe: Any = None
 ) -> jax.Array:
     """`dot_general` of two JAX arrays under a checked ``cfg`` (`options_config`) and its ``key``: the
-    same bits."""
+    same bits. ``probe``: `compute_dot`'s."""
     geometry = dot_geometry(tuple(a.shape), tuple(b.shape), dimension_numbers)
-    return compute_dot(a, b, None, None, key, None, cfg=cfg, geometry=geometry)
+    return compute_dot(a, b, None, None, key, None, probe, cfg=cfg, geometry=geometry)
 
 
 def conv_with_config(
@@ -119,16 +119,16 @@ def conv_with_config(
 
 def tensor_scaled_dot(
     a: jax.Array, b: jax.Array, lhs_scale: jax.Array | None, rhs_scale: jax.Array | None, dimension_numbers: Any,
-    *, accumulate: Any = "fp32", accumulate_every: int | None = None, result: Any = None,
+    *, accumulate: Any = "fp32", accumulate_every: int | None = None, result: Any = None, probe: Any = None,
 ) -> jax.Array:  # fmt: skip
     """The quantized GEMM's product: ``a`` and ``b`` (quantized operands, their float32 per-tensor
     scales kept apart as `fpemu.scaled.quantize_dequantize_split` gives them) summed as `dot_with_config`
     sums them in ``accumulate`` every ``accumulate_every`` products, then ``fl(y * fl(lhs_scale *
     rhs_scale))`` once (`times_tensor_scales`, as cuBLAS applies scale factors), rounded to ``result``
     (None: float32). Without scales, the dot's own result dtype is ``result``. The checked-once core
-    of every quantized GEMM: the training recipes' and `fpemu.scaled.matmul`'s."""
+    of every quantized GEMM: the training recipes' and `fpemu.scaled.matmul`'s. ``probe``: `compute_dot`'s."""
     return _tensor_scaled(
-        lambda cfg: dot_with_config(a, b, dimension_numbers, cfg), a, b, lhs_scale, rhs_scale,
+        lambda cfg: dot_with_config(a, b, dimension_numbers, cfg, probe=probe), a, b, lhs_scale, rhs_scale,
         accumulate, accumulate_every, result,
     )  # fmt: skip
 

@@ -55,6 +55,7 @@ def encode(
     scale: jnp.ndarray | None = None,
     stochastic_variant: StochasticVariant = "floor",
     random: jnp.ndarray | None = None,
+    probe: jnp.ndarray | None = None,
 ) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray | None]:
     """(element values, scale leaf, global scale leaf or None) for a float32 array ``x``.
 
@@ -67,7 +68,7 @@ def encode(
     rounded one by one.
     """
     bits = _bits.to_bits(x)
-    w = Work(x.shape, layout)
+    w = Work(x.shape, layout, probe)
     xb = bits
     current = scale is None
     s_fmt = block_format.scale_format
@@ -90,7 +91,7 @@ def encode(
         y = _bits.mul_flushing(xb, w.per_element(enc))
         scale_leaf = s if nan is None else select(nan, F32(jnp.nan), s)
     else:
-        d, g, enc_b, nan = _narrow_scales(bits, block_format, layout)
+        d, g, enc_b, nan = _narrow_scales(bits, block_format, layout, probe)
         y = _bits.mul_flushing(xb, w.per_element(enc_b))
         codes = codec.encode(d, s_fmt)  # exact: d is a value of the scale format
         scale_leaf = select(nan, jnp.asarray(s_fmt.nan_code, codes.dtype), codes)
@@ -107,7 +108,7 @@ def encode(
     return values, scale_leaf, global_leaf
 
 
-def _narrow_scales(bits: jnp.ndarray, block_format: BlockFormat, layout: Layout):
+def _narrow_scales(bits: jnp.ndarray, block_format: BlockFormat, layout: Layout, probe: jnp.ndarray | None = None):
     """`two_level_scales` (d, g, enc_b, NaN mask) from the blocks' and the tensor's amax.
 
     ``d`` is materialized whatever the array's size: its rounding into the scale format (dozens of
@@ -117,7 +118,8 @@ def _narrow_scales(bits: jnp.ndarray, block_format: BlockFormat, layout: Layout)
     amax_block = group_max(bits & U32(ABS), layout)
     finite = select(amax_block < U32(INF), amax_block, U32(0))  # blocks with NaN/inf do not count
     amax_tensor = magnitude_max(finite, tuple(range(bits.ndim)))
-    once = lambda *arrays: materialize(arrays, probe=amax_tensor)  # a predicate that repeats no chain
+    # a predicate that repeats no chain: the GEMM's shared probe, else the tensor amax
+    once = lambda *arrays: materialize(arrays, probe=amax_tensor if probe is None else probe)
     return two_level_scales(amax_tensor, amax_block, block_format, once=once)
 
 
@@ -133,7 +135,9 @@ def _by_table(block_format: BlockFormat, scale: jnp.ndarray | None, rounding: Ro
     )
 
 
-def _qdq_by_table(x: jnp.ndarray, block_format: BlockFormat, layout: Layout, *, split: bool = False):
+def _qdq_by_table(
+    x: jnp.ndarray, block_format: BlockFormat, layout: Layout, *, split: bool = False, probe: jnp.ndarray | None = None
+):
     """`quantize_dequantize` for `_by_table` block formats: the same bits, rounded by thresholds and with each
     block's ``fl(v * d * g)`` computed once per value (`fpemu._scaled.table`). ``split``: the pair of
     `quantize_dequantize_split` instead, each element's ``v * d`` (exact: a normal float32 of at most 8
@@ -141,8 +145,8 @@ def _qdq_by_table(x: jnp.ndarray, block_format: BlockFormat, layout: Layout, *, 
     is one float multiplication per element). NaN wherever a block holds NaN or ±inf; a float32
     subnormal ``x`` is scaled exactly (`_bits.mul_flushing`); the sign of zero is kept."""
     bits = _bits.to_bits(x)
-    w = Work(x.shape, layout)
-    d, g, enc_b, nan = _narrow_scales(bits, block_format, layout)  # d computed once: the table repeats no chain
+    w = Work(x.shape, layout, probe)
+    d, g, enc_b, nan = _narrow_scales(bits, block_format, layout, probe)  # d computed once: the table repeats no chain
     if split:  # each element's value times its block's d: exact (normal), as the table's entries are
         nan, enc_b, d = w.broadcast(nan, enc_b, d)  # d is materialized; enc_b and nan in the elements' loop
         y = _bits.to_bits(_bits.mul_flushing(bits, enc_b))
@@ -189,14 +193,15 @@ def _by_stochastic(
 
 
 def _qdq_stochastic(
-    x: jnp.ndarray, block_format: BlockFormat, layout: Layout, *, key, random, random_bits, variant, split: bool = False
-):
+    x: jnp.ndarray, block_format: BlockFormat, layout: Layout, *, key, random, random_bits, variant, split: bool = False,
+    probe: jnp.ndarray | None = None,
+):  # fmt: skip
     """`quantize_dequantize` (or, with ``split``, `quantize_dequantize_split`'s pair) for `_by_stochastic`
     block formats: `encode`'s scaled values and random bits, rounded by `fpemu._engine.stochastic`, times the
     block scale as `decode` multiplies them, without the scale codes' round trip."""
     bits = _bits.to_bits(x)
-    w = Work(x.shape, layout)
-    d, g, enc_b, nan = _narrow_scales(bits, block_format, layout)
+    w = Work(x.shape, layout, probe)
+    d, g, enc_b, nan = _narrow_scales(bits, block_format, layout, probe)
     nan, enc_b, d = w.broadcast(nan, enc_b, d)  # d is materialized; enc_b and nan in the elements' loop
     spec = element_spec.rounding_spec(
         block_format.element,
@@ -230,12 +235,13 @@ def quantize_dequantize_split(
     ``(quantize_dequantize, None)``."""
     if not block_format.has_tensor_scale(layout.axis):
         return quantize_dequantize(x, block_format, layout, **kw), None
+    probe = kw.get("probe")
     if _by_table(block_format, kw.get("scale"), kw["rounding"]):
-        return _qdq_by_table(x, block_format, layout, split=True)
+        return _qdq_by_table(x, block_format, layout, split=True, probe=probe)
     variant = kw.get("stochastic_variant", "floor")
     if _by_stochastic(block_format, kw.get("scale"), kw["rounding"], variant):
         random = {name: kw.get(name) for name in ("key", "random", "random_bits")}
-        return _qdq_stochastic(x, block_format, layout, **random, variant=variant, split=True)
+        return _qdq_stochastic(x, block_format, layout, **random, variant=variant, split=True, probe=probe)
     values, scale_leaf, global_leaf = encode(x, block_format, layout, **kw)
     if global_leaf is not None:
         return decode(values, scale_leaf, None, block_format, layout), global_leaf
@@ -274,17 +280,19 @@ def quantize_dequantize(
     scale: jnp.ndarray | None = None,
     stochastic_variant: StochasticVariant = "floor",
     random: jnp.ndarray | None = None,
+    probe: jnp.ndarray | None = None,
 ) -> jnp.ndarray:
     """float32 ``decode(encode(x))``; for power-of-two block formats and nearest even, in one rounding pass
     (`_rne`: the same bits as encode and decode, 1.3-2x faster; its docstring has the numbers); for
     NVFP4-like block formats, by thresholds and per-block tables (`_qdq_by_table`, nearest even) or with the
     engine's fast stochastic rounding and no scale codes (`_qdq_stochastic`)."""
     if _by_table(block_format, scale, rounding):
-        return _qdq_by_table(x, block_format, layout)
+        return _qdq_by_table(x, block_format, layout, probe=probe)
     if _by_stochastic(block_format, scale, rounding, stochastic_variant):
         return _qdq_stochastic(
-            x, block_format, layout, key=key, random=random, random_bits=random_bits, variant=stochastic_variant
-        )
+            x, block_format, layout, key=key, random=random, random_bits=random_bits, variant=stochastic_variant,
+            probe=probe,
+        )  # fmt: skip
     if not (block_format.is_pow2 and rounding == "nearest_even"):
         values, scale_leaf, global_leaf = encode(
             x,
@@ -296,10 +304,11 @@ def quantize_dequantize(
             scale=scale,
             stochastic_variant=stochastic_variant,
             random=random,
+            probe=probe,
         )
         return decode(values, scale_leaf, global_leaf, block_format, layout, computed_global=True)
     bits = _bits.to_bits(x)
-    w = Work(x.shape, layout)
+    w = Work(x.shape, layout, probe)
     k, nan = _pow2_scales(bits, block_format, layout, scale)
     (k,) = w.materialized(k)  # the exponent's chain once; the grid's limits and the NaN mask in the elements' loop
     out = _rne_on_grid(bits, k, block_format, w)

@@ -100,23 +100,25 @@ def core_options(stream: Any, scale: Any, cfg: Config) -> dict[str, Any]:
     return {"key": None, **random, "scale": scale, **options}
 
 
-def _run(engine: Any, x: jax.Array, key: Any, scale: Any, cfg: Config) -> Any:
-    """``engine`` (`_core`'s encode, quantize-dequantize or its split form) on float32 ``x`` under ``cfg``."""
-    return engine(x.astype(F32), cfg.block_format, cfg.layout(), **core_options(key, scale, cfg))
+def _run(engine: Any, x: jax.Array, key: Any, scale: Any, cfg: Config, probe: Any = None) -> Any:
+    """``engine`` (`_core`'s encode, quantize-dequantize or its split form) on float32 ``x`` under ``cfg``;
+    ``probe``: the array whose first element every materialization's predicate reads (None: each its
+    own), so that XLA computes one predicate for all of them (`fpemu._ops.fusion.materialize`)."""
+    return engine(x.astype(F32), cfg.block_format, cfg.layout(), **core_options(key, scale, cfg), probe=probe)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(3,))
-def quantize_ste(x, key, scale, cfg: Config):
+def quantize_ste(x, key, scale, cfg: Config, probe=None):
     """(values, scale leaf, global scale leaf or None) of ``x``; the values' tangent is ``x``'s over
     the scale (see `BlockArray`). ``key``: the key, or the explicit bits (`prepare_random`)."""
-    return _run(_core.encode, x, key, scale, cfg)
+    return _run(_core.encode, x, key, scale, cfg, probe)
 
 
 @quantize_ste.defjvp
 def _quantize_jvp(cfg, primals, tangents):
-    x, key, scale = primals
+    x, key, scale, probe = primals
     x_dot = tangents[0]
-    values, scale_leaf, global_leaf = quantize_ste(x, key, scale, cfg)
+    values, scale_leaf, global_leaf = quantize_ste(x, key, scale, cfg, probe)
     layout = cfg.layout()
     sg = _layout.expand(_core.grad_scale(scale_leaf, global_leaf, cfg.block_format), layout, x.shape)
     # an optimization barrier keeps XLA from turning the division by a broadcast into an inexact
@@ -131,29 +133,30 @@ def _quantize_jvp(cfg, primals, tangents):
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(3,))
-def _qdq_ste(x, key, scale, cfg: Config):
-    return _run(_core.quantize_dequantize, x, key, scale, cfg).astype(x.dtype)
+def _qdq_ste(x, key, scale, cfg: Config, probe=None):
+    return _run(_core.quantize_dequantize, x, key, scale, cfg, probe).astype(x.dtype)
 
 
 @_qdq_ste.defjvp
 def _qdq_jvp(cfg, primals, tangents):
-    x, key, scale = primals
-    return _qdq_ste(x, key, scale, cfg), tangents[0]  # straight through
+    x, key, scale, probe = primals
+    return _qdq_ste(x, key, scale, cfg, probe), tangents[0]  # straight through
 
 
-#: ``qdq_jit(x, key, scale, cfg)``: `fpemu.scaled.quantize_dequantize` on checked arguments, in
-#: ``x``'s dtype, with the straight-through gradient.
+#: ``qdq_jit(x, key, scale, cfg, probe=None)``: `fpemu.scaled.quantize_dequantize` on checked arguments,
+#: in ``x``'s dtype, with the straight-through gradient (``probe``: `_run`'s).
 qdq_jit = jax.jit(_qdq_ste, static_argnums=(3,))
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(3,))
-def _split_ste(x, key, scale, cfg: Config):
-    return _run(_core.quantize_dequantize_split, x, key, scale, cfg)
+def _split_ste(x, key, scale, cfg: Config, probe=None):
+    return _run(_core.quantize_dequantize_split, x, key, scale, cfg, probe)
 
 
 @_split_ste.defjvp
 def _split_jvp(cfg, primals, tangents):
-    blocks, t = _split_ste(*primals, cfg)
+    x, key, scale, probe = primals
+    blocks, t = _split_ste(x, key, scale, cfg, probe)
     x_dot = tangents[0].astype(F32)
     if t is None:
         return (blocks, t), (x_dot, None)
@@ -163,8 +166,8 @@ def _split_jvp(cfg, primals, tangents):
     return (blocks, t), (x_dot / per_element, jnp.zeros_like(t))
 
 
-#: ``split_core(x, key, scale, cfg)``: `fpemu.scaled.quantize_dequantize_split` on checked arguments
-#: (a float32 ``x`` and a `Config`).
+#: ``split_core(x, key, scale, cfg, probe=None)``: `fpemu.scaled.quantize_dequantize_split` on checked
+#: arguments (a float32 ``x`` and a `Config`; ``probe``: `_run`'s).
 split_core = jax.jit(_split_ste, static_argnums=(3,))
 
 

@@ -109,6 +109,7 @@ class Work(NamedTuple):
 
     shape: tuple[int, ...]
     layout: Layout
+    probe: jnp.ndarray | None = None  # `materialize`'s probe: one shared by a GEMM's materializations
 
     def per_element(self, *groups: jnp.ndarray):
         """Group values (in `group_shape`) broadcast against the elements: one array, or a tuple."""
@@ -119,7 +120,7 @@ class Work(NamedTuple):
         the groups are not the whole tensor (a per-tensor value is one scalar for the elements' loop:
         materialized, it cost compile time and made no step faster, bench/RESULTS_training.md)."""
         if self.layout.axis is not None and math.prod(self.shape) >= MATERIALIZE_MIN_SIZE:
-            return materialize(groups)  # small arrays: not worth the compile time
+            return materialize(groups, self.probe)  # small arrays: not worth the compile time
         return groups
 
     def broadcast(self, *groups: jnp.ndarray):

@@ -199,17 +199,30 @@ def quantized_dot_core(
         a = a.astype(f32)
     if gemm.rhs is not None:
         b = b.astype(f32)
+    # The materializations of an operand's chain (the Hadamard transform, before its quantizer, inside
+    # it) read the first element of the operand as it came for their predicate, and the chunked sum
+    # reads the lhs's: XLA computes one predicate for all of them instead of one each, a kernel fewer
+    # per materialization (bench/RESULTS_training.md, "seventh session"). Each probe depends on its
+    # operand only, so that an operand's quantization in two GEMMs (a weight in the forward GEMM and
+    # in dgrad) stays one computation, which XLA computes once. The quantized operand keeps its own
+    # predicate: shared, it let XLA schedule the transformer block's MX wgrad quantizer beside the
+    # forward one, and the buffer of intermediate values grew 30 -> 32 MiB, over glibc's mmap threshold.
+    probes = a, b
     if gemm.hadamard is not None:
-        a = hadamard_along(a.astype(f32), lc, gemm.hadamard, keys[2])
-        b = hadamard_along(b.astype(f32), rc, gemm.hadamard, keys[2])
+        a = hadamard_along(a.astype(f32), lc, gemm.hadamard, keys[2], probe=probes[0])
+        b = hadamard_along(b.astype(f32), rc, gemm.hadamard, keys[2], probe=probes[1])
     tensor_scaled = any(q is not None and q.tensor_scaled for q in (gemm.lhs, gemm.rhs))
+    args = a, b, keys[0], keys[1], lhs_amax, rhs_amax, *probes
     if not tensor_scaled:
-        return _quantized_product(a, b, keys[0], keys[1], lhs_amax, rhs_amax, dn, gemm, result, margin)[0]
-    return _tensor_scaled_product(a, b, keys[0], keys[1], lhs_amax, rhs_amax, dn, gemm, result, margin)
+        return _quantized_product(*args, dn, gemm, result, margin)[0]
+    return _tensor_scaled_product(*args, dn, gemm, result, margin)
 
 
-def _quantized_product(a, b, key_a, key_b, lhs_amax, rhs_amax, dn, gemm: GemmRecipe, result, margin: int):
-    """(the product, the quantized lhs, the quantized rhs) of steps 3 and 4 (see `quantized_dot_general`)."""
+def _quantized_product(
+    a, b, key_a, key_b, lhs_amax, rhs_amax, probe_a, probe_b, dn, gemm: GemmRecipe, result, margin: int
+):  # fmt: skip
+    """(the product, the quantized lhs, the quantized rhs) of steps 3 and 4 (see `quantized_dot_general`);
+    ``probe_a``, ``probe_b``: the arrays the operands' materializations read for their predicates."""
     (lc, rc), _ = dn
     ta = tb = None
     # Quantized operands are materialized before and after their quantizer (the same bits either way).
@@ -220,9 +233,13 @@ def _quantized_product(a, b, key_a, key_b, lhs_amax, rhs_amax, dn, gemm: GemmRec
     # unvectorised (bench/RESULTS_training.md); so an operand the dot transposes is materialized after
     # its quantizer even when small (the digits MLP's fp8_blockwise step: 1.9x emulated bf16 -> 1.3x).
     if gemm.lhs is not None:
-        a, ta = quantize_operand_split(computed_once(a), lc, gemm.lhs, key=key_a, amax=lhs_amax, margin=margin)
+        a, ta = quantize_operand_split(
+            computed_once(a, probe=probe_a), lc, gemm.lhs, key=key_a, amax=lhs_amax, margin=margin, probe=probe_a
+        )
     if gemm.rhs is not None:
-        b, tb = quantize_operand_split(computed_once(b), rc, gemm.rhs, key=key_b, amax=rhs_amax, margin=margin)
+        b, tb = quantize_operand_split(
+            computed_once(b, probe=probe_b), rc, gemm.rhs, key=key_b, amax=rhs_amax, margin=margin, probe=probe_b
+        )
     quantized = (a if ta is None else a * ta, b if tb is None else b * tb)
     if bf16_exact(gemm.lhs) and bf16_exact(gemm.rhs):
         a, b = a.astype(jnp.bfloat16), b.astype(jnp.bfloat16)
@@ -232,22 +249,24 @@ def _quantized_product(a, b, key_a, key_b, lhs_amax, rhs_amax, dn, gemm: GemmRec
     if gemm.rhs is not None:
         b = computed_once(b, reordered=not plain[1])
     y = tensor_scaled_dot(
-        a, b, ta, tb, dn, accumulate=gemm.accumulate, accumulate_every=gemm.accumulate_every, result=result
-    )
+        a, b, ta, tb, dn, accumulate=gemm.accumulate, accumulate_every=gemm.accumulate_every, result=result,
+        probe=probe_a,
+    )  # fmt: skip
     return y, *quantized
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(6, 7, 8, 9))
-def _tensor_scaled_product(a, b, key_a, key_b, lhs_amax, rhs_amax, dn, gemm, result, margin):
+@functools.partial(jax.custom_jvp, nondiff_argnums=(8, 9, 10, 11))
+def _tensor_scaled_product(a, b, key_a, key_b, lhs_amax, rhs_amax, probe_a, probe_b, dn, gemm, result, margin):
     """`_quantized_product` with per-tensor scales, whose gradient stays the straight-through product
     with the quantized other operand (``fl(blocks * t)``), as for every other recipe."""
-    return _quantized_product(a, b, key_a, key_b, lhs_amax, rhs_amax, dn, gemm, result, margin)[0]
+    return _quantized_product(a, b, key_a, key_b, lhs_amax, rhs_amax, probe_a, probe_b, dn, gemm, result, margin)[0]
 
 
 @_tensor_scaled_product.defjvp
 def _tensor_scaled_jvp(dn, gemm, result, margin, primals, tangents):
-    a, b, key_a, key_b, lhs_amax, rhs_amax = primals
-    y, a_q, b_q = _quantized_product(a, b, key_a, key_b, lhs_amax, rhs_amax, dn, gemm, result, margin)
+    a, b, key_a, key_b, lhs_amax, rhs_amax, probe_a, probe_b = primals
+    operands = a, b, key_a, key_b, lhs_amax, rhs_amax, probe_a, probe_b
+    y, a_q, b_q = _quantized_product(*operands, dn, gemm, result, margin)
     da, db = (t.astype(jnp.float32) for t in tangents[:2])
     dot = functools.partial(lax.dot_general, dimension_numbers=dn, precision=lax.Precision.HIGHEST)
     y_dot = dot(da, b_q.astype(jnp.float32)) + dot(a_q.astype(jnp.float32), db)

@@ -134,15 +134,18 @@ def hadamard(x: Any, axis: int, size: int, key: jax.Array | None) -> jax.Array:
     size = hadamard_size_arg(size)
     axis = axis_arg(axis, x.ndim, of=f"x of shape {x.shape}")
     _check_key(key, size)
-    return _hadamard(x, key, axis=axis, size=size)
+    return _hadamard(x, key, None, axis=axis, size=size)
 
 
-def hadamard_along(x: jax.Array, dims: tuple[int, ...], size: int, key: jax.Array | None) -> jax.Array:
+def hadamard_along(
+    x: jax.Array, dims: tuple[int, ...], size: int, key: jax.Array | None, *, probe: jax.Array | None = None
+) -> jax.Array:
     """`hadamard` along an operand's contracting dimensions ``dims``, merged into one axis (as
-    `fpemu._training.layout.Contraction` merges them): how a recipe's GEMM transforms each operand."""
+    `fpemu._training.layout.Contraction` merges them): how a recipe's GEMM transforms each operand;
+    ``probe``: the array its materializations read for their predicate (None: each its own)."""
     c = Contraction(tuple(x.shape), dims)
     y, axis = c.group(x)
-    return c.ungroup(hadamard(y, axis, size, key))
+    return c.ungroup(_hadamard(y, key, probe, axis=axis, size=size))
 
 
 #: Below this many elements after the transformed axis, the butterflies run on a transposed copy
@@ -151,17 +154,17 @@ _LANES = 16
 
 
 @functools.partial(jax.jit, static_argnames=("axis", "size"))
-def _hadamard(x: jax.Array, key: jax.Array | None, *, axis: int, size: int) -> jax.Array:
+def _hadamard(x: jax.Array, key: jax.Array | None, probe: jax.Array | None, *, axis: int, size: int) -> jax.Array:
     # the signs computed once: XLA:CPU would fuse the hash of the key into every loop that reads them,
     # hashing each element's sign again (more work, and more code to compile)
-    d = _signs(key, size) if key is None else materialize((_signs(key, size),))[0]
+    d = _signs(key, size) if key is None else materialize((_signs(key, size),), probe)[0]
     shape = x.shape
     n = shape[axis]
     pre, post = math.prod(shape[:axis]), math.prod(shape[axis + 1 :])
     full, blocks = n // size * size, pre * (n // size)
     # the input computed once: each butterfly output reads several inputs, and XLA would recompute the
     # input's producers (a backward pass's elementwise chain) inside the butterfly loop for each of them
-    v = computed_once(x.astype(jnp.float32).reshape(pre, n, post))
+    v = computed_once(x.astype(jnp.float32).reshape(pre, n, post), probe=probe)
     head = (v[:, :full] if full != n else v).reshape(blocks, size, post) * d.reshape(1, size, 1)
     norm = jnp.float32(1 / math.sqrt(size))
     if post >= _LANES:  # in place: each block's elements are rows of `post` lanes

@@ -93,7 +93,7 @@ def quantize_operand(
       [96.0, 0.0]
     """
     x, dims, key, amax, margin = _checked(x, contracting_dims, q, key, amax, margin)
-    return _quantize(x, key, amax, q=q, dims=_traced_dims(q, dims, x.ndim), margin=margin)
+    return _quantize(x, key, amax, None, q=q, dims=_traced_dims(q, dims, x.ndim), margin=margin)
 
 
 def _checked(x: Any, contracting_dims: Any, q: Any, key: Any, amax: Any, margin: Any) -> tuple[Any, ...]:
@@ -174,32 +174,35 @@ def element_rounding(x: jax.Array, key: Any, q: Quantizer) -> jax.Array:
 
 
 @functools.partial(jax.jit, static_argnames=("q", "dims", "margin"))
-def _quantize(x, key, amax, *, q: Quantizer, dims: tuple[int, ...], margin: int):
+def _quantize(x, key, amax, probe, *, q: Quantizer, dims: tuple[int, ...], margin: int):
     if q.scaling == "none":
         return element_rounding(x, key, q)
     fmt, view, layout, back = _block_format_and_view(x, q, dims)
     cfg = _config(q, fmt, layout, margin)
-    return back(qdq_jit(view, *_given(view, key, amax, q, margin, cfg), cfg))
+    return back(qdq_jit(view, *_given(view, key, amax, q, margin, cfg), cfg, probe))
 
 
 def quantize_operand_split(
-    x: jax.Array, dims: tuple[int, ...], q: Quantizer, *, key: Any, amax: Any, margin: int
+    x: jax.Array, dims: tuple[int, ...], q: Quantizer, *, key: Any, amax: Any, margin: int, probe: Any = None
 ) -> tuple[jax.Array, jax.Array | None]:
     """(blocks, tensor scale): `quantize_operand`'s result as ``fl(blocks * t)`` with ``q``'s float32
     per-tensor scale ``t`` (a float32 scalar) apart (`fpemu.scaled.quantize_dequantize_split`), for
     `quantized_dot_general` to apply after the product; ``blocks`` are float32. ``t`` is None for
     quantizers without one (`Quantizer.tensor_scaled`), and ``blocks`` is then `quantize_operand`'s
-    result (in ``x``'s dtype). Arguments as `quantize_operand`'s, already checked."""
+    result (in ``x``'s dtype). Arguments as `quantize_operand`'s, already checked; ``probe``: the array
+    whose first element the quantizer's materializations read for their predicate (None: each its
+    own), so that XLA computes one predicate for all of them (`fpemu._ops.fusion.materialize`)."""
+    traced = _traced_dims(q, dims, x.ndim)
     if not q.tensor_scaled:
-        return quantize_operand(x, dims, q, key=key, amax=amax, margin=margin), None
-    return _split(x, key, amax, q=q, dims=_traced_dims(q, dims, x.ndim), margin=margin)
+        return _quantize(x, key, amax, probe, q=q, dims=traced, margin=margin), None
+    return _split(x, key, amax, probe, q=q, dims=traced, margin=margin)
 
 
 @functools.partial(jax.jit, static_argnames=("q", "dims", "margin"))
-def _split(x, key, amax, *, q: Quantizer, dims: tuple[int, ...], margin: int):
+def _split(x, key, amax, probe, *, q: Quantizer, dims: tuple[int, ...], margin: int):
     fmt, view, layout, back = _block_format_and_view(x, q, dims)
     cfg = _config(q, fmt, layout, margin)
-    blocks, t = split_core(view, *_given(view, key, amax, q, margin, cfg), cfg)
+    blocks, t = split_core(view, *_given(view, key, amax, q, margin, cfg), cfg, probe)
     assert t is not None, q  # tensor_scaled: the block format has a float per-tensor scale
     return back(blocks), t.reshape(())
 

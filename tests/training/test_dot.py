@@ -416,3 +416,40 @@ def test_small_quantized_operands_that_the_dot_transposes_are_materialized(monke
     assert conditionals == fewer + 2, (conditionals, fewer)  # x for wgrad, W for dgrad
     assert transposing == 0, transposing  # fusion cannot cross the materializing conditional
     assert_tree_bits(result, fused_result)
+
+
+def _barrier_probes(closed) -> list:
+    """The outermost variables whose first element each `materialize` predicate reads: every
+    ``_barrier`` call's probe (its last argument), followed through the enclosing calls' arguments."""
+    found = []
+
+    def walk(jaxpr, outer):
+        for eqn in jaxpr.eqns:
+            ins = [outer.get(v, v) if not isinstance(v, jax.extend.core.Literal) else None for v in eqn.invars]
+            if eqn.primitive.name in ("jit", "pjit") and eqn.params["name"] == "_barrier":
+                found.append(ins[-1])
+                continue
+            for name in ("jaxpr", "call_jaxpr"):
+                inner = eqn.params.get(name)
+                inner = getattr(inner, "jaxpr", inner)
+                if inner is not None and hasattr(inner, "eqns") and len(inner.invars) == len(ins):
+                    walk(inner, dict(zip(inner.invars, ins, strict=True)))
+
+    walk(closed.jaxpr, {})
+    return found
+
+
+@pytest.mark.parametrize("name", ["fp8_current", "fp8_blockwise", "mxfp8", "nvfp4"])
+def test_a_gemms_materializations_read_its_operands_for_their_predicates(name):
+    # one predicate per operand for every materialization of its chain (the Hadamard transform, before
+    # and inside its quantizer, the chunked sum): XLA then computes one kernel for all of them; only
+    # each quantized operand's own materialization keeps its own predicate (gemm_dot.py says why)
+    gemm = training_recipe(name).forward
+    lhs, rhs = jnp.ones((256, 256), jnp.float32), jnp.ones((256, 256), jnp.float32)
+    dn = (((1,), (0,)), ((), ()))
+    closed = jax.make_jaxpr(lambda a, b: quantized_dot_general(a, b, dn, gemm, key=KEY))(lhs, rhs)
+    probes = _barrier_probes(closed)
+    inputs = closed.jaxpr.invars
+    assert set(inputs) <= set(probes), name  # both operands materialized, at least before their quantizers
+    others = [p for p in probes if p not in inputs]
+    assert len(others) == len(set(others)) <= 2, (name, len(others))
