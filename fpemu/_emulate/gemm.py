@@ -56,12 +56,13 @@ def gemm_key(root: Any, ordinal: int, which: str) -> Any:
       >>> gemm_key(seeds_from_key(jax.random.key(0)), 0, "wgrad").shape
       (2,)
     """
-    return None if root is None else fold_key(root, GEMM_KEY_TAG, ordinal, GEMMS.index(which))
+    return gemm_keys(root, ordinal, [which])[which]
 
 
 def gemm_keys(root: Any, ordinal: int, whiches: Sequence[str]) -> dict[str, Any]:
-    """`gemm_key` of each GEMM in ``whiches``, the key of their dot (``root`` folded with the tag and
-    ``ordinal``) derived once for all of them: the same keys, a third of the hashes to trace."""
+    """`gemm_key` of each GEMM in ``whiches``: ``root`` folded with the tag, ``ordinal`` and the GEMM's
+    index in `GEMMS`, the fold of the first two made once for all of them (a third of the hashes to
+    trace; `fold_key` folds its integers one after the other, so the keys are the same)."""
     if root is None or not whiches:
         return dict.fromkeys(whiches)
     dot = fold_key(root, GEMM_KEY_TAG, ordinal)

@@ -265,8 +265,7 @@ def _tensor_scaled_product(a, b, key_a, key_b, lhs_amax, rhs_amax, probe_a, prob
 @_tensor_scaled_product.defjvp
 def _tensor_scaled_jvp(dn, gemm, result, margin, primals, tangents):
     a, b, key_a, key_b, lhs_amax, rhs_amax, probe_a, probe_b = primals
-    operands = a, b, key_a, key_b, lhs_amax, rhs_amax, probe_a, probe_b
-    y, a_q, b_q = _quantized_product(*operands, dn, gemm, result, margin)
+    y, a_q, b_q = _quantized_product(a, b, key_a, key_b, lhs_amax, rhs_amax, probe_a, probe_b, dn, gemm, result, margin)
     da, db = (t.astype(jnp.float32) for t in tangents[:2])
     dot = functools.partial(lax.dot_general, dimension_numbers=dn, precision=lax.Precision.HIGHEST)
     y_dot = dot(da, b_q.astype(jnp.float32)) + dot(a_q.astype(jnp.float32), db)

@@ -193,6 +193,7 @@ def quantize_operand_split(
     whose first element the quantizer's materializations read for their predicate (None: each its
     own), so that XLA computes one predicate for all of them (`fpemu._ops.fusion.materialize`)."""
     traced = _traced_dims(q, dims, x.ndim)
+    key = key if q.rounding == "stochastic" else None  # as `quantizer_key_arg`: one trace for every GEMM's key
     if not q.tensor_scaled:
         return _quantize(x, key, amax, probe, q=q, dims=traced, margin=margin), None
     return _split(x, key, amax, probe, q=q, dims=traced, margin=margin)

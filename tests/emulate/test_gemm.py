@@ -1,11 +1,13 @@
-"""`gemm_keys`: the keys of a dot's GEMMs derived together are `gemm_key`'s, one by one."""
+"""`gemm_keys`: the keys of a dot's GEMMs derived together are the root folded with the tag, the dot's
+ordinal and the GEMM's index in one `fold_key` (docs/training.md, "Keys"), as `gemm_key` gives them."""
 
 from __future__ import annotations
 
 import jax
 import numpy as np
 
-from fpemu._emulate.gemm import gemm_key, gemm_keys
+from fpemu._emulate.gemm import GEMM_KEY_TAG, gemm_key, gemm_keys
+from fpemu._emulate.rounding import fold_key
 from fpemu._engine.rng import seeds_from_key
 from fpemu._training.recipes import GEMMS
 
@@ -16,8 +18,10 @@ def test_keys_derived_together_equal_each_gemms_key():
     for ordinal in (0, 1, 17):
         keys = gemm_keys(ROOT, ordinal, GEMMS)
         assert list(keys) == list(GEMMS)
-        for which in GEMMS:
-            np.testing.assert_array_equal(np.asarray(keys[which]), np.asarray(gemm_key(ROOT, ordinal, which)))
+        for index, which in enumerate(GEMMS):
+            folded = np.asarray(fold_key(ROOT, GEMM_KEY_TAG, ordinal, index))
+            np.testing.assert_array_equal(np.asarray(keys[which]), folded)
+            np.testing.assert_array_equal(np.asarray(gemm_key(ROOT, ordinal, which)), folded)
     every = {tuple(np.asarray(k).tolist()) for o in range(4) for k in gemm_keys(ROOT, o, GEMMS).values()}
     assert len(every) == 4 * len(GEMMS)
 
