@@ -140,7 +140,7 @@ def _record(ctx: Context, entry: Entry, operand: str, x: Any) -> None:
 
 
 def _observe(
-    ctx: Context, recipe: TrainingRecipe, entry: Entry, which: str, operands: list, key: Any, amaxes: dict
+    ctx: Context, recipe: TrainingRecipe, entry: Entry, which: str, operands: list, key: Any, amaxes: dict, probe: Any
 ) -> None:
     """Record each quantized operand's amax for its history (delayed scaling) and, with statistics,
     its counts and the amax its scale came from. Amax sites merge by maximum: inside ``scan`` over
@@ -149,7 +149,7 @@ def _observe(
     gemm = recipe.gemm(which)
     keys = split_key(key)
     if gemm.hadamard is not None:
-        operands = [(hadamard_along(x.astype(F32), d, gemm.hadamard, keys[2]), d) for x, d in operands]
+        operands = [(hadamard_along(x.astype(F32), d, gemm.hadamard, keys[2], probe=probe), d) for x, d in operands]
     for i, (side, q) in enumerate(zip(SIDES, gemm.quantizers, strict=True)):
         if q is None:
             continue
@@ -172,6 +172,7 @@ def recipe_dot(ctx: Context, eqn: Any, invals: list, recipe: TrainingRecipe, con
     if entry is None or entry.role is None or not quantized(entry, recipe, (a.dtype, b.dtype)):
         return None
     a, b = ctx.computed_once(a), ctx.computed_once(b)  # one buffer for every GEMM that reads them
+    probe = ctx.probe()  # every materialization of the body's GEMMs reads it for its predicate
     role = entry.role
     which = role.gemm
     if which == "forward" and role.weight == 0:  # an inference recipe's weight on the left (Policy.weights)
@@ -188,18 +189,19 @@ def recipe_dot(ctx: Context, eqn: Any, invals: list, recipe: TrainingRecipe, con
     else:
         dims = eqn.params["dimension_numbers"]
         pairs = [(a, tuple(dims[0][0])), (b, tuple(dims[0][1]))]
-    _observe(ctx, recipe, entry, which, pairs[::-1] if swapped(which, role.gradient) else pairs, keys[which], amaxes)
+    ordered = pairs[::-1] if swapped(which, role.gradient) else pairs
+    _observe(ctx, recipe, entry, which, ordered, keys[which], amaxes, probe)
     if which == "forward":  # dgrad's w and wgrad's x are this dot's operands: their histories record them here
         for operand, same, x in (("dgrad.rhs", "forward.rhs", b), ("wgrad.lhs", "forward.lhs", a)):
             if operand in amaxes and same not in amaxes:  # else recorded already, as the forward GEMM's
                 _record(ctx, entry, operand, x)
         if conv:
-            y = forward_conv_with_vjp(recipe, eqn.params, a, b, keys, amaxes, out)
+            y = forward_conv_with_vjp(recipe, eqn.params, a, b, keys, amaxes, out, probe)
         else:
-            y = forward_with_vjp(recipe, a, b, dims, keys, amaxes, out)
+            y = forward_with_vjp(recipe, a, b, dims, keys, amaxes, out, probe)
     elif conv:
-        y = role_conv(recipe, which, a, b, eqn.params, role.gradient, keys[which], amaxes, out)
+        y = role_conv(recipe, which, a, b, eqn.params, role.gradient, keys[which], amaxes, out, probe)
     else:
-        y = role_dot(recipe, which, a, b, dims, role.gradient, keys[which], amaxes, out)
+        y = role_dot(recipe, which, a, b, dims, role.gradient, keys[which], amaxes, out, probe)
     y = y.astype(out) if y.dtype != out else y
     return [ctx.round_output(y)]

@@ -37,9 +37,10 @@ from fpemu._emulate.watch import Watch
 from fpemu._jax import compat
 from fpemu._jax.compat import Jaxpr, Literal
 from fpemu._jax.interpret import body_of, evaluate
-from fpemu._ops.fusion import computed_once
+from fpemu._ops.fusion import computed_once, shared_probe
 
 _DEFAULT = object()  # "the policy's format for the current primitive"
+_UNMADE = object()  # State.probe before its first use
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +73,10 @@ class State:
     # the literals whose change of meaning was warned of in this trace (shared with the bodies it traces)
     warned: set[tuple] = dataclasses.field(default_factory=set)
     watch: Watch | None = None  # fpemu.find_nonfinite's watch of every equation (shared with the bodies)
+    # this body's arguments, the first that can of which gives the probe that every materialization of its
+    # recipe GEMMs reads for its predicate (`Context.probe`, made on first use)
+    arguments: tuple | None = None
+    probe: Any = _UNMADE
 
 
 def site_name(stack: tuple, primitive: str) -> str:
@@ -194,10 +199,19 @@ class Context:
         known = self.state.computed.get(id(x))
         if known is not None and known[0] is x:
             return known[1]
-        y = computed_once(x)
+        y = computed_once(x, probe=self.probe())
         self.state.computed[id(x)] = (x, y)
         self.propagate_rounded([x], [y])
         return y
+
+    def probe(self) -> Any:
+        """The probe of this body (`fpemu._ops.fusion.shared_probe` of its arguments; None if none can
+        give one), made once: every materialization of its recipe GEMMs reads it for its predicate, so
+        that XLA computes one predicate for the body instead of a kernel per materialization."""
+        state = self.state
+        if state.probe is _UNMADE:
+            state.probe = shared_probe(state.arguments or ())
+        return state.probe
 
     def is_rounded(self, x: Any, fmt: Format, rounding: str) -> bool:
         """Whether ``x`` is known to hold values of ``fmt`` rounded in ``rounding`` under this policy."""
@@ -362,4 +376,6 @@ def interpret(ctx: Context, jaxpr: Jaxpr, consts: list, args: list) -> list:
         return outvals
 
     consts = [ctx.constant(value, "constants") for _, value in zip(jaxpr.constvars, consts)]
+    if ctx.state.arguments is None:  # the body's own arguments, not an inlined sub-jaxpr's
+        ctx.state.arguments = tuple(args)
     return evaluate(jaxpr, consts, args, literal=literal, equation=equation)

@@ -182,8 +182,9 @@ def emulated_function(fn: Callable, options: EmulateOptions, watch: Watch | None
             training = Training(classify_for(closed, policy, weights), histories)
         channel = with_stats or histories is not None
         state = State(
-            policy, root, {} if channel else None, counting=with_stats, training=training, random=random, watch=watch
-        )
+            policy, root, {} if channel else None, counting=with_stats, training=training, random=random, watch=watch,
+            arguments=tuple(values),  # as they came: the probe of the materializations reads one of them
+        )  # fmt: skip
         ctx = Context(state)
         inputs = [ctx.constant(value, "inputs", selected=flags[i]) for value, i in zip(values, dynamic, strict=True)]
         outs = interpret(ctx, closed.jaxpr, list(closed.consts), inputs)

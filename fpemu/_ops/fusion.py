@@ -20,9 +20,11 @@ time). The conditional is a jitted function, traced and lowered once per combina
 dtypes and inlined by XLA: built at every site, it was 40% of the lowering of the transformer
 block's nvfp4 step (0.56 -> 0.33 s). The predicate is a kernel of its own, reading the first element
 of ``probe``: materializations that pass the same probe share one (XLA computes identical
-predicates once), so a training GEMM passes each operand as it came to every materialization of that
+predicates once). So a training GEMM passes each operand as it came to every materialization of that
 operand's chain (16-17 kernels fewer on the transformer block's fp8_blockwise, mxfp8 and nvfp4 steps,
-bench/RESULTS_training.md, "seventh session"). So only the long chains are materialized; values a few
+bench/RESULTS_training.md, "seventh session"), and under `fpemu.emulate` every materialization of the
+recipe GEMMs of one traced body reads one probe, `shared_probe` of the body's arguments (18-19 kernels
+fewer again, "eighth session"). Only the long chains are materialized; values a few
 operations away from them (a block's grid limits from its scale exponent, NaN masks, NVFP4's encode
 scale) are recomputed in the elements' loop
 (bench/RESULTS_training.md, "fewer materializations"; tests/scaled/test_layout.py).
@@ -30,11 +32,14 @@ scale) are recomputed in the elements' loop
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 from jax import lax
 
-__all__ = ["MATERIALIZE_MIN_SIZE", "REORDERED_MIN_SIZE", "computed_once", "materialize"]
+__all__ = ["MATERIALIZE_MIN_SIZE", "REORDERED_MIN_SIZE", "computed_once", "materialize", "shared_probe"]
 
 #: Arrays computed for this many elements or more are materialized (smaller ones: not worth the compile time).
 MATERIALIZE_MIN_SIZE = 1 << 16
@@ -64,6 +69,27 @@ def materialize(arrays: tuple[jnp.ndarray, ...], probe: jnp.ndarray | None = Non
     if probe is None or probe.size == 0 or _sharded_in_type(probe):
         probe = arrays[0]
     return _materialized(tuple(arrays), probe)
+
+
+def shared_probe(values: Sequence[Any]) -> jnp.ndarray | None:
+    """A probe that every materialization of one traced program can share: ``bool[1]``, whether the
+    first element of the first of ``values`` that can give one is zero (None if none can).
+
+    Such a value is a JAX array (a tracer of the program, or a concrete array; a NumPy constant would
+    fold the predicate away), non-empty, of a numeric or boolean dtype, and not explicitly sharded.
+    Its gradient is stopped, and the comparison is boolean, so that it carries no tangent through
+    the custom derivatives that pass it on. XLA then computes one predicate for all the program's
+    conditionals, instead of a kernel each (`fpemu.emulate` passes it to every materialization of
+    its recipe GEMMs: bench/RESULTS_training.md, 2026-11-29, "eighth session").
+    """
+    for value in values:
+        if not isinstance(value, jax.Array) or value.size == 0 or _sharded_in_type(value):
+            continue
+        if not (jnp.issubdtype(value.dtype, jnp.number) or value.dtype == jnp.bool_):
+            continue  # typed PRNG keys and other extended dtypes
+        first = lax.stop_gradient(value).reshape(-1)[:1]
+        return first == jnp.zeros((), first.dtype)
+    return None
 
 
 def _sharded_in_type(a: jnp.ndarray) -> bool:

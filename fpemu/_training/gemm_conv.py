@@ -74,23 +74,27 @@ def quantized_conv_core(
     amaxes: tuple[Any, Any],
     out: Any,
     margin: int,
+    probe: Any = None,
 ) -> jax.Array:
     """`quantized_conv_general` on checked arguments, with the operands' quantizers, keys (``a``'s,
     ``b``'s, the Hadamard transform's) and amaxes given per position (a GEMM whose operands arrive in
     the other order than the recipe writes them passes them swapped): the checked-once core internal
-    callers use. ``params`` are the equation's (`conv_params`)."""
+    callers use. ``params`` are the equation's (`conv_params`). ``probe``: what the materializations
+    of the Hadamard transform and the quantizers read for their predicate (None: their own arrays)."""
     dn = params["dimension_numbers"]
     dims = ((dn.lhs_spec[1],), (dn.rhs_spec[1],))
     xs = [a, b]
     if gemm.hadamard is not None:
-        xs = [hadamard_along(x.astype(F32), d, gemm.hadamard, keys[2]) for x, d in zip(xs, dims, strict=True)]
+        xs = [
+            hadamard_along(x.astype(F32), d, gemm.hadamard, keys[2], probe=probe) for x, d in zip(xs, dims, strict=True)
+        ]
     scales: list[Any] = [None, None]
     for i in range(2):
         q = quantizers[i]
         if q is not None:
             k = keys[i] if q.rounding == "stochastic" else None
             xs[i], scales[i] = quantize_operand_split(
-                xs[i].astype(F32), dims[i], q, key=k, amax=amaxes[i], margin=margin
+                xs[i].astype(F32), dims[i], q, key=k, amax=amaxes[i], margin=margin, probe=probe
             )
     return tensor_scaled_conv(
         xs[0],

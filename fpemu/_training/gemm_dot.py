@@ -188,10 +188,11 @@ def split_key(key: Any) -> tuple[Any, Any, Any]:
 
 @functools.partial(jax.jit, static_argnames=("dn", "gemm", "result", "margin"))
 def quantized_dot_core(
-    a, b, key, lhs_amax, rhs_amax, *, dn: DimensionNumbers, gemm: GemmRecipe, result: Any, margin: int
+    a, b, key, lhs_amax, rhs_amax, probe=None, *, dn: DimensionNumbers, gemm: GemmRecipe, result: Any, margin: int
 ) -> jax.Array:
     """`quantized_dot_general` on checked arguments (float32 amaxes of the delayed operands only, a
-    result dtype or None): the checked-once core internal callers use."""
+    result dtype or None): the checked-once core internal callers use. ``probe``: what the
+    materializations of both operands' chains read for their predicate (None: each operand as it came)."""
     (lc, rc), _ = dn
     keys = split_key(key)
     f32 = jnp.float32
@@ -200,14 +201,15 @@ def quantized_dot_core(
     if gemm.rhs is not None:
         b = b.astype(f32)
     # The materializations of an operand's chain (the Hadamard transform, before its quantizer, inside
-    # it) read the first element of the operand as it came for their predicate, and the chunked sum
-    # reads the lhs's: XLA computes one predicate for all of them instead of one each, a kernel fewer
-    # per materialization (bench/RESULTS_training.md, "seventh session"). Each probe depends on its
+    # it) read ``probe`` for their predicate (emulate's: one for the whole traced body), else the first
+    # element of the operand as it came, and the chunked sum reads the lhs's: XLA computes one predicate
+    # for all of them instead of one each, a kernel fewer per materialization (bench/RESULTS_training.md,
+    # "seventh session" and "eighth session"). Each probe is an input of the body or depends on its
     # operand only, so that an operand's quantization in two GEMMs (a weight in the forward GEMM and
     # in dgrad) stays one computation, which XLA computes once. The quantized operand keeps its own
     # predicate: shared, it let XLA schedule the transformer block's MX wgrad quantizer beside the
     # forward one, and the buffer of intermediate values grew 30 -> 32 MiB, over glibc's mmap threshold.
-    probes = a, b
+    probes = (a, b) if probe is None else (probe, probe)
     if gemm.hadamard is not None:
         a = hadamard_along(a.astype(f32), lc, gemm.hadamard, keys[2], probe=probes[0])
         b = hadamard_along(b.astype(f32), rc, gemm.hadamard, keys[2], probe=probes[1])

@@ -87,15 +87,17 @@ def role_dot(
     key: Any,
     amaxes: Mapping[str, Any],
     out: Any,
+    probe: Any = None,
 ) -> jax.Array:
     """``dot_general(a, b, dims)`` as GEMM ``which`` of ``recipe`` (``gradient``: the operand that
-    carries the cotangent), in the layout of ``dot_general(a, b, dims)``."""
+    carries the cotangent), in the layout of ``dot_general(a, b, dims)``. ``probe``: what every
+    materialization of the GEMM reads for its predicate (`quantized_dot_core`'s)."""
     options = dict(gemm=recipe.gemm(which), result=None if out is None else np.dtype(out), margin=int(recipe.margin))
     lhs_amax, rhs_amax = _amaxes(recipe, which, amaxes)
     if not swapped(which, gradient):
-        return quantized_dot_core(a, b, key, lhs_amax, rhs_amax, dn=_dn(dims), **options)
+        return quantized_dot_core(a, b, key, lhs_amax, rhs_amax, probe, dn=_dn(dims), **options)
     (lc, rc), (lb, rb) = dims
-    y = quantized_dot_core(b, a, key, lhs_amax, rhs_amax, dn=_dn(((rc, lc), (rb, lb))), **options)
+    y = quantized_dot_core(b, a, key, lhs_amax, rhs_amax, probe, dn=_dn(((rc, lc), (rb, lb))), **options)
     nb, na, nr = len(lb), a.ndim - len(lc) - len(lb), b.ndim - len(rc) - len(rb)
     return lax.transpose(y, (*range(nb), *range(nb + nr, nb + nr + na), *range(nb, nb + nr)))
 
@@ -110,15 +112,16 @@ def role_conv(
     key: Any,
     amaxes: Mapping[str, Any],
     out: Any,
+    probe: Any = None,
 ) -> jax.Array:
     """``conv_general_dilated(a, b, **params)`` as GEMM ``which``: each operand quantized by its role's
     quantizer along the dimension the convolution contracts as its input feature (with the Hadamard
-    transform there), then the emulated convolution with the GEMM's accumulator."""
+    transform there), then the emulated convolution with the GEMM's accumulator. ``probe``: as `role_dot`'s."""
     gemm = recipe.gemm(which)
     quantizers, k, amax = gemm.quantizers, split_key(key), _amaxes(recipe, which, amaxes)
     if swapped(which, gradient):
         quantizers, k, amax = quantizers[::-1], (k[1], k[0], k[2]), amax[::-1]
-    return quantized_conv_core(a, b, params, gemm, quantizers, k, amax, out, recipe.margin)
+    return quantized_conv_core(a, b, params, gemm, quantizers, k, amax, out, recipe.margin, probe)
 
 
 # -- the custom_vjp of a forward dot -------------------------------------------------------------------
@@ -165,46 +168,48 @@ def current_gradients(recipe: TrainingRecipe) -> TrainingRecipe:
     return dataclasses.replace(recipe, dgrad=dgrad, wgrad=wgrad)
 
 
-def forward_with_vjp(recipe: TrainingRecipe, a: Any, b: Any, dims: Any, keys: dict, amaxes: dict, out: Any) -> Any:
+def forward_with_vjp(
+    recipe: TrainingRecipe, a: Any, b: Any, dims: Any, keys: dict, amaxes: dict, out: Any, probe: Any = None
+) -> Any:
     """The forward GEMM, differentiable as the recipe says: its VJP computes dgrad (``g . W^T``)
     and wgrad (``x^T . g``) on the operands the forward pass received, as JAX's transpose rule lays
     them out (so ``jax.grad(emulate(f))`` equals ``emulate(jax.grad(f))`` bit for bit when the
     cotangents agree). Delayed-scaling gradients are scaled from their current amax there
-    (`current_gradients`)."""
+    (`current_gradients`). ``probe``: as `role_dot`'s, for the three GEMMs."""
 
     backward = current_gradients(recipe)
 
-    def forward(a, b, keys, amaxes):
-        return role_dot(recipe, "forward", a, b, dims, None, keys["forward"], amaxes, out)
+    def forward(a, b, keys, amaxes, probe):
+        return role_dot(recipe, "forward", a, b, dims, None, keys["forward"], amaxes, out, probe)
 
-    def gradients(a, b, g, keys, amaxes):
-        g = computed_once(g)  # read by dgrad and by wgrad: computed once for both
+    def gradients(a, b, g, keys, amaxes, probe):
+        g = computed_once(g, probe=probe)  # read by dgrad and by wgrad: computed once for both
         (lc, rc), (lb, rb) = dims
         dims_a, axes_a = transpose_lhs(dims, a.ndim, b.ndim)
-        da = lax.transpose(role_dot(backward, "dgrad", g, b, dims_a, 0, keys["dgrad"], amaxes, out), axes_a)
+        da = lax.transpose(role_dot(backward, "dgrad", g, b, dims_a, 0, keys["dgrad"], amaxes, out, probe), axes_a)
         dims_b, axes_b = transpose_lhs(((rc, lc), (rb, lb)), b.ndim, a.ndim, swap_ans=True)
-        db = lax.transpose(role_dot(backward, "wgrad", g, a, dims_b, 0, keys["wgrad"], amaxes, out), axes_b)
+        db = lax.transpose(role_dot(backward, "wgrad", g, a, dims_b, 0, keys["wgrad"], amaxes, out, probe), axes_b)
         return da, db
 
-    return _with_gradients(forward, gradients)(a, b, keys, amaxes)
+    return _with_gradients(forward, gradients)(a, b, keys, amaxes, probe)
 
 
 def _with_gradients(forward: Callable, gradients: Callable) -> Callable:
-    """``forward(a, b, keys, amaxes)`` as a `jax.custom_vjp` whose backward pass is
-    ``gradients(a, b, g, keys, amaxes) -> (da, db)`` on the operands the forward pass received (cast
-    back to their dtypes; the keys and amaxes get no cotangent)."""
+    """``forward(a, b, keys, amaxes, probe)`` as a `jax.custom_vjp` whose backward pass is
+    ``gradients(a, b, g, keys, amaxes, probe) -> (da, db)`` on the operands the forward pass received
+    (cast back to their dtypes; the keys, amaxes and probe get no cotangent)."""
 
     @jax.custom_vjp
-    def gemm(a, b, keys, amaxes):
-        return forward(a, b, keys, amaxes)
+    def gemm(a, b, keys, amaxes, probe):
+        return forward(a, b, keys, amaxes, probe)
 
-    def fwd(a, b, keys, amaxes):
-        return gemm(a, b, keys, amaxes), (a, b, keys, amaxes)
+    def fwd(a, b, keys, amaxes, probe):
+        return gemm(a, b, keys, amaxes, probe), (a, b, keys, amaxes, probe)
 
     def bwd(res, g):
-        a, b, keys, amaxes = res
-        da, db = gradients(a, b, g, keys, amaxes)
-        return da.astype(a.dtype), db.astype(b.dtype), None, None
+        a, b, keys, amaxes, probe = res
+        da, db = gradients(a, b, g, keys, amaxes, probe)
+        return da.astype(a.dtype), db.astype(b.dtype), None, None, None
 
     gemm.defvjp(fwd, bwd)
     return gemm
@@ -214,29 +219,43 @@ def _with_gradients(forward: Callable, gradients: Callable) -> Callable:
 
 
 def forward_conv_with_vjp(
-    recipe: TrainingRecipe, params: Mapping[str, Any], a: Any, b: Any, keys: dict, amaxes: dict, out: Any
+    recipe: TrainingRecipe,
+    params: Mapping[str, Any],
+    a: Any,
+    b: Any,
+    keys: dict,
+    amaxes: dict,
+    out: Any,
+    probe: Any = None,
 ) -> Any:
     """The forward convolution ``conv_general_dilated(a, b, **params)`` (result dtype ``out``),
     differentiable as the recipe says: its VJP computes the transposed convolutions that JAX's own
     VJP emits (``conv(g, rev(W))``: dgrad; ``conv(x, g)``: wgrad), each by `role_conv` as
     ``emulate(jax.grad(f))`` computes them, so that ``jax.grad(emulate(f))`` equals it bit for bit
     when the cotangents agree. Delayed-scaling gradients are scaled from their current amax there
-    (`current_gradients`)."""
+    (`current_gradients`). ``probe``: as `role_dot`'s, for the three GEMMs."""
 
     backward = current_gradients(recipe)
 
-    def forward(a, b, keys, amaxes):
-        return role_conv(recipe, "forward", a, b, params, None, keys["forward"], amaxes, out)
+    def forward(a, b, keys, amaxes, probe):
+        return role_conv(recipe, "forward", a, b, params, None, keys["forward"], amaxes, out, probe)
 
-    def gradients(a, b, g, keys, amaxes):
-        g = computed_once(g.astype(out))  # read by dgrad and by wgrad
-        return conv_transposes(backward, params, a, b, g, keys, amaxes)
+    def gradients(a, b, g, keys, amaxes, probe):
+        g = computed_once(g.astype(out), probe=probe)  # read by dgrad and by wgrad
+        return conv_transposes(backward, params, a, b, g, keys, amaxes, probe)
 
-    return _with_gradients(forward, gradients)(a, b, keys, amaxes)
+    return _with_gradients(forward, gradients)(a, b, keys, amaxes, probe)
 
 
 def conv_transposes(
-    recipe: TrainingRecipe, params: Mapping[str, Any], a: Any, b: Any, g: Any, keys: dict, amaxes: dict
+    recipe: TrainingRecipe,
+    params: Mapping[str, Any],
+    a: Any,
+    b: Any,
+    g: Any,
+    keys: dict,
+    amaxes: dict,
+    probe: Any = None,
 ) -> tuple[Any, Any]:
     """``(da, db)``: JAX's VJP of ``conv_general_dilated(a, b, **params)`` applied to ``g``, with each
     of its convolutions computed by `role_conv`. A convolution reading the cotangent is dgrad when
@@ -257,7 +276,8 @@ def conv_transposes(
             which = "dgrad" if inner.invars[1 - gradient] in kernel else "wgrad"
             x, y = (read(v) for v in inner.invars)
             dtype = inner.outvars[0].aval.dtype
-            outs = [role_conv(recipe, which, x, y, inner.params, gradient, keys[which], amaxes, dtype).astype(dtype)]
+            outs = [role_conv(recipe, which, x, y, inner.params, gradient, keys[which], amaxes, dtype, probe)]
+            outs = [outs[0].astype(dtype)]
         else:
             outs = bind(inner, [read(v) for v in inner.invars])
         for tainted in (cotangent, kernel):

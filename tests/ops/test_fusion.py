@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fpemu._ops.fusion import MATERIALIZE_MIN_SIZE, REORDERED_MIN_SIZE, computed_once, materialize
+from fpemu._ops.fusion import MATERIALIZE_MIN_SIZE, REORDERED_MIN_SIZE, computed_once, materialize, shared_probe
 from fpemu.testing import assert_bit_exact
 
 
@@ -78,3 +78,33 @@ def test_alike_materializations_share_one_traced_conditional():
     assert_bit_exact(c, x.reshape(-1))
     if jax.default_backend() == "cpu":
         assert "conditional" in jax.jit(f).lower(x, y).compile().as_text()
+
+
+def test_shared_probe_is_whether_the_first_usable_arrays_first_element_is_zero():
+    # the first non-empty numeric or boolean JAX array; NumPy constants (they would fold the predicate
+    # away), empty arrays and typed keys are passed over; None where nothing can give a probe
+    key, empty = jax.random.key(0), jnp.zeros((0, 3), jnp.float32)
+    host = np.zeros(3, np.float32)
+    for values, expected in [
+        ((host, key, empty, jnp.asarray([[0.0, 1.0]]), jnp.ones(2)), True),
+        ((jnp.asarray([-0.0, 1.0]),), True),
+        ((jnp.asarray([np.nan, 0.0]),), False),
+        ((jnp.asarray([3], jnp.int32),), False),
+        ((jnp.asarray([False, True]),), True),
+        ((jnp.asarray(2.5, jnp.bfloat16),), False),
+    ]:
+        probe = shared_probe(values)
+        assert probe.dtype == jnp.bool_ and probe.shape == (1,)
+        assert bool(probe[0]) is expected, values
+    assert shared_probe((host, key, empty, 1.0)) is None
+    assert shared_probe(()) is None
+
+
+def test_materialize_with_a_shared_probe_keeps_the_derivative():
+    # the probe is made from the differentiated input itself, and the gradient is still the identity's
+    x = jnp.asarray([0.0, 2.0, -3.0], jnp.float32)
+
+    def f(v):
+        return jnp.sum(materialize((v * v,), shared_probe((v,)))[0])
+
+    assert_bit_exact(jax.jit(jax.grad(f))(x), np.asarray([0.0, 4.0, -6.0], np.float32))

@@ -418,16 +418,48 @@ def test_small_quantized_operands_that_the_dot_transposes_are_materialized(monke
     assert_tree_bits(result, fused_result)
 
 
+@pytest.mark.parametrize("name", ["fp8_current", "fp8_blockwise", "mxfp8", "nvfp4"])
+@pytest.mark.parametrize("form", ["emulate(value_and_grad)", "value_and_grad(emulate)"])
+def test_under_emulate_every_gemm_materialization_reads_one_probe(name, form):
+    # emulate passes one probe, made from the first argument, to every materialization of its recipe GEMMs
+    # (the operands shared by two GEMMs, each operand's chain, the chunked sums, the backward pass of
+    # jax.grad(emulate(f))): XLA computes one predicate for all of them. Only the quantized operands' own
+    # materializations keep their own predicate (gemm_dot.py says why).
+    x = jnp.asarray(grid((256, 256), 256))  # 2**16 elements: every operand is materialized
+    ws = jnp.asarray(grid((2, 256, 256), 257)) / 64
+
+    def loss(ws, x):
+        return jnp.sum(jnp.sin(jnp.tanh(x @ ws[0]) @ ws[1]))
+
+    policy = fpemu.Policy(dot=name)
+    options = {"key": KEY} if policy.stochastic else {}
+    if form == "emulate(value_and_grad)":
+        step = fpemu.emulate(jax.value_and_grad(loss), policy, **options)
+    else:
+        step = jax.value_and_grad(fpemu.emulate(loss, policy, **options))
+    closed = jax.make_jaxpr(step)(ws, x)
+    barriers = _barrier_probes(closed)
+    own = [array for array, probe in barriers if probe is array]
+    shared = {id(probe): probe for array, probe in barriers if probe is not array}
+    assert len(shared) == 1, (name, form, len(shared))
+    (probe,) = shared.values()
+    assert len(barriers) - len(own) >= 12, (name, form, len(barriers), len(own))  # 6 GEMMs, two operands each
+    made = [e for e in closed.jaxpr.eqns if probe in e.outvars]
+    assert [e.primitive.name for e in made] == ["eq"], made  # the first argument's first element == 0
+    assert len(own) <= 12, (name, form, len(own))  # at most each quantized operand's own
+
+
 def _barrier_probes(closed) -> list:
-    """The outermost variables whose first element each `materialize` predicate reads: every
-    ``_barrier`` call's probe (its last argument), followed through the enclosing calls' arguments."""
+    """``(array, probe)`` of every ``_barrier`` call: its first array and the variable whose first
+    element its predicate reads (its last argument), both followed out through the enclosing calls'
+    arguments to the outermost variables."""
     found = []
 
     def walk(jaxpr, outer):
         for eqn in jaxpr.eqns:
             ins = [outer.get(v, v) if not isinstance(v, jax.extend.core.Literal) else None for v in eqn.invars]
             if eqn.primitive.name in ("jit", "pjit") and eqn.params["name"] == "_barrier":
-                found.append(ins[-1])
+                found.append((ins[0], ins[-1]))
                 continue
             for name in ("jaxpr", "call_jaxpr"):
                 inner = eqn.params.get(name)
@@ -448,7 +480,7 @@ def test_a_gemms_materializations_read_its_operands_for_their_predicates(name):
     lhs, rhs = jnp.ones((256, 256), jnp.float32), jnp.ones((256, 256), jnp.float32)
     dn = (((1,), (0,)), ((), ()))
     closed = jax.make_jaxpr(lambda a, b: quantized_dot_general(a, b, dn, gemm, key=KEY))(lhs, rhs)
-    probes = _barrier_probes(closed)
+    probes = [probe for _, probe in _barrier_probes(closed)]
     inputs = closed.jaxpr.invars
     assert set(inputs) <= set(probes), name  # both operands materialized, at least before their quantizers
     others = [p for p in probes if p not in inputs]
