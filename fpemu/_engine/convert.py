@@ -258,7 +258,7 @@ def round_narrow(
         k = random_bits
         wide = np.dtype(np.uint64) if width > 32 else np.dtype(np.uint32)
         wide_bits = wide.itemsize * 8
-        draw = (random.astype(jnp.uint32) >> jnp.uint32(32 - k)).astype(wide)
+        draw = (random.astype(jnp.uint32) >> np.uint32(32 - k)).astype(wide)
         if stochastic_variant == "floor":
             # k random bits added at the k leading discarded bits (below them when fewer are discarded)
             inc = _shift(draw, sh_c.astype(jnp.int32) - k, wide_bits).astype(uw)

@@ -9,7 +9,7 @@ same bits whatever the backend, block size or sharding, at a fraction of the cos
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -65,7 +65,8 @@ def seeds_from_key(key) -> jnp.ndarray:
                 f"key must be a JAX PRNG key (jax.random.key(...) or jax.random.PRNGKey(...)), got {type(key).__name__}"
             )
     words = words.reshape(-1).astype(jnp.uint32)
-    h0, h1 = jnp.uint32(0x6A09E667), jnp.uint32(0xBB67AE85)
+    h0: Any = np.uint32(0x6A09E667)
+    h1: Any = np.uint32(0xBB67AE85)
     for i in range(words.shape[0]):
         h0 = mix(h0 ^ words[i])
         h1 = mix(h1 + words[i] + h0)

@@ -22,6 +22,8 @@ tests/engine/test_engine_stochastic.py compares the two paths bit for bit on eve
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -34,7 +36,10 @@ from fpemu._jax.elementwise import clamp, select
 __all__ = ["applies", "round_stochastic"]
 
 _FP32 = get_format("fp32")
-_U32 = jnp.uint32
+# NumPy scalar types, typed Any (the constants they make are operands of JAX arrays): a constant made
+# with them costs a fraction of a JAX scalar's under a trace, and gives the same program
+# (bench/RESULTS_training.md, 2026-11-29, "eighth session")
+_U32: Any = np.uint32
 _MANTISSA = _FP32.mantissa_bits  # 23
 _SIGN = _FP32.sign_mask
 _INF = _FP32.inf_code

@@ -58,7 +58,7 @@ def stochastic_bits(key: Any, shape: Any, random_bits: int | None = None) -> jax
         shape = (shape,)
     shape = tuple(_args.int_arg(n, "shape", minimum=0) for n in _args.tuple_arg(shape))
     words = _random.random_uint32(_random.seeds_from_key(key), shape)
-    return words >> jnp.uint32(32 - k) if k < 32 else words
+    return words >> np.uint32(32 - k) if k < 32 else words
 
 
 def _round_array(

@@ -21,8 +21,11 @@ from jax import lax
 from fpemu._core.registry import get_format
 from fpemu._jax.elementwise import clamp, select
 
-U32 = jnp.uint32
-I32 = jnp.int32
+# NumPy scalar types, typed Any (the constants they make are operands of JAX arrays): a constant made
+# with them costs a fraction of a JAX scalar's under a trace, and gives the same program
+# (bench/RESULTS_training.md, 2026-11-29, "eighth session")
+U32: Any = np.uint32
+I32: Any = np.int32
 
 # float32's bit patterns, read from the registry's format
 _FP32 = get_format("fp32")
@@ -230,7 +233,7 @@ def reciprocal(p: jnp.ndarray) -> jnp.ndarray:
     # loop, and the operations after it into each consumer's): 1 / p, or 2**32 / (p * 2**32) for
     # subnormal p, the same as (1 / (p * 2**32)) * 2**32: scaling by a power of two commutes with
     # rounding where the result is normal or overflows (1 / p >= 2**126 here)
-    return select(sub, jnp.float32(2.0**32), jnp.float32(1)) / select(sub, scaled, from_bits(p))
+    return select(sub, np.float32(2.0**32), np.float32(1)) / select(sub, scaled, from_bits(p))
 
 
 def mul_flushing(x: jnp.ndarray, m: jnp.ndarray, *, nonnegative: bool = False) -> jnp.ndarray:
@@ -247,7 +250,7 @@ def mul_flushing(x: jnp.ndarray, m: jnp.ndarray, *, nonnegative: bool = False) -
     fa = to_bits(a.astype(jnp.float32))  # |x| * 2**149 where sub (exact, below 2**23); unused elsewhere
     scaled = fa - U32(125 << 23)  # |x| * 2**24, normal
     xs = from_bits(scaled if nonnegative else scaled | (x & U32(SIGN)))
-    small = (xs * m) * jnp.float32(2.0**-24)
+    small = (xs * m) * np.float32(2.0**-24)
     return select(sub, small, from_bits(x) * m)
 
 
@@ -275,5 +278,5 @@ def reciprocal_of_product(d: jnp.ndarray, g: jnp.ndarray, precision: int) -> jnp
     p = sig_d * ((g & U32(MANT)) | U32(IMPLICIT))  # exact: below 2**(precision + 24) <= 2**30
     # d * g = p * 2**(ed + eg - 276 - precision) = (p / 2**sh) * 2**-149, sh >= 0 where tiny
     r = rne_shift(p, clamp(127 + precision - ed - eg, 0, 31), max_shift=31)  # past 30 bits: 0 anyway
-    scaled = r.astype(jnp.float32) * jnp.float32(2.0**-23)  # exact: r < 2**24
-    return select(tiny, jnp.float32(2.0**126), jnp.float32(1)) / select(tiny, scaled, from_bits(fast))
+    scaled = r.astype(jnp.float32) * np.float32(2.0**-23)  # exact: r < 2**24
+    return select(tiny, np.float32(2.0**126), np.float32(1)) / select(tiny, scaled, from_bits(fast))

@@ -35,8 +35,11 @@ from fpemu._scaled.scale import (
     two_level_scales,
 )
 
-F32 = jnp.float32
-I32 = jnp.int32
+# NumPy scalar types, typed Any (the constants they make are operands of JAX arrays): a constant made
+# with them costs a fraction of a JAX scalar's under a trace, and gives the same program
+# (bench/RESULTS_training.md, 2026-11-29, "eighth session")
+F32: Any = np.float32
+I32: Any = np.int32
 _FP32 = get_format("fp32")
 
 

@@ -72,7 +72,7 @@ def _signs(key: jax.Array | None, size: int) -> jax.Array:
     if key is None:
         return jnp.asarray(np.array(TE_WGRAD_SIGNS, np.float32))
     bits = rng.random_uint32(rng.seeds_from_key(key), (size,))
-    return select((bits >> jnp.uint32(31)) == jnp.uint32(1), jnp.float32(-1), jnp.float32(1))
+    return select((bits >> np.uint32(31)) == np.uint32(1), np.float32(-1), np.float32(1))
 
 
 def _walsh_hadamard(v: jax.Array, n: int, lanes: int) -> jax.Array:
@@ -166,7 +166,7 @@ def _hadamard(x: jax.Array, key: jax.Array | None, probe: jax.Array | None, *, a
     # input's producers (a backward pass's elementwise chain) inside the butterfly loop for each of them
     v = computed_once(x.astype(jnp.float32).reshape(pre, n, post), probe=probe)
     head = (v[:, :full] if full != n else v).reshape(blocks, size, post) * d.reshape(1, size, 1)
-    norm = jnp.float32(1 / math.sqrt(size))
+    norm = np.float32(1 / math.sqrt(size))
     if post >= _LANES:  # in place: each block's elements are rows of `post` lanes
         out = _walsh_hadamard(head.reshape(blocks, size * post), size, post) * norm
     else:  # transposed: the blocks' elements leading, all blocks side by side as lanes
