@@ -73,7 +73,7 @@ class State:
     # the literals whose change of meaning was warned of in this trace (shared with the bodies it traces)
     warned: set[tuple] = dataclasses.field(default_factory=set)
     watch: Watch | None = None  # fpemu.find_nonfinite's watch of every equation (shared with the bodies)
-    # this body's arguments, the first that can of which gives the probe that every materialization of its
+    # this body's arguments; the first one that can gives the probe that every materialization of its
     # recipe GEMMs reads for its predicate (`Context.probe`, made on first use)
     arguments: tuple | None = None
     probe: Any = _UNMADE
