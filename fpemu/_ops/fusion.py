@@ -109,9 +109,26 @@ def _materialized(arrays: tuple[jnp.ndarray, ...], probe_of: jnp.ndarray) -> tup
 def _barrier(arrays: tuple[jnp.ndarray, ...], probe_of: jnp.ndarray) -> tuple[jnp.ndarray, ...]:
     """The conditional, jitted: traced and lowered once per combination of shapes and dtypes (a
     program materializes a hundred arrays, many alike), then inlined by XLA as any call is."""
+    return _conditional(arrays, probe_of)
+
+
+@jax.custom_batching.custom_vmap
+def _conditional(arrays: tuple[jnp.ndarray, ...], probe_of: jnp.ndarray) -> tuple[jnp.ndarray, ...]:
     probe = _xor_zero(probe_of.reshape(-1)[:1])
     pred = jnp.any(probe.astype(jnp.bool_) if probe.dtype == jnp.bool_ else probe == jnp.zeros((), probe.dtype))
     return lax.platform_dependent(pred, arrays, cpu=_on_cpu, default=_as_they_are)
+
+
+@_conditional.def_vmap
+def _conditional_vmap(axis_size: int, in_batched: Any, arrays: tuple[jnp.ndarray, ...], probe_of: jnp.ndarray):
+    """Under ``vmap``: one conditional for the whole batch, its predicate read from the first element of
+    the batched probe, and each array batched as it came. JAX's own rule turns a conditional whose
+    predicate is batched into a select of both branches, with every array broadcast to the batch: a
+    weight that the batch shares, materialized with a batched probe (`shared_probe` of a batched
+    argument), would be copied once per example, and its GEMM would become a batch of GEMMs."""
+    del axis_size
+    arrays_batched, _ = in_batched
+    return _conditional(arrays, probe_of), arrays_batched
 
 
 def _on_cpu(pred: jnp.ndarray, arrays: tuple[jnp.ndarray, ...]) -> tuple[jnp.ndarray, ...]:

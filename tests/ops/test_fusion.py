@@ -108,3 +108,19 @@ def test_materialize_with_a_shared_probe_keeps_the_derivative():
         return jnp.sum(materialize((v * v,), shared_probe((v,)))[0])
 
     assert_bit_exact(jax.jit(jax.grad(f))(x), np.asarray([0.0, 4.0, -6.0], np.float32))
+
+
+def test_a_batched_probe_leaves_a_shared_array_unbatched():
+    # under vmap, the probe batched (a shared probe made from a batched argument) and one of the arrays not:
+    # that array stays one array, not a copy per example (JAX's own rule would turn the conditional into a
+    # select of both branches, every array broadcast to the batch), and the batched one stays batched
+    w = jnp.asarray(np.linspace(-2.0, 2.0, 32, dtype=np.float32).reshape(4, 8))
+    xs = jnp.asarray(np.linspace(-1.0, 1.0, 96, dtype=np.float32).reshape(3, 4, 8))
+
+    def f(x):
+        return materialize((w, x), shared_probe((x,)))
+
+    mw, mx = jax.jit(jax.vmap(f, out_axes=(None, 0)))(xs)  # out_axes None: refused if the weight were batched
+    assert_bit_exact(mw, w)
+    assert_bit_exact(mx, xs)
+    assert "cond[" in str(jax.make_jaxpr(jax.vmap(f, out_axes=(None, 0)))(xs))  # still a conditional

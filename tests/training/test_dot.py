@@ -449,6 +449,20 @@ def test_under_emulate_every_gemm_materialization_reads_one_probe(name, form):
     assert len(own) <= 12, (name, form, len(own))  # at most each quantized operand's own
 
 
+def test_under_vmap_a_batched_first_argument_leaves_the_weights_materializations_alone():
+    # the shared probe comes from the first argument; batched by vmap, it must not batch the materializations
+    # of what the batch shares (the weight's chain, shape (512, 256)): JAX's own rule for a conditional with a
+    # batched predicate is a select of both branches with every array broadcast to the batch, (3, 512, 256)
+    xs = jnp.asarray(grid((3, 128, 512), 258))  # each example 2**16 elements: materialized
+    w = jnp.asarray(grid((512, 256), 259)) / 64
+    emulated = fpemu.emulate(lambda x, w: jnp.tanh(x @ w), fpemu.Policy(dot="mxfp8"))
+    batched = jax.vmap(emulated, in_axes=(0, None))
+    text = str(jax.make_jaxpr(batched)(xs, w))
+    assert "[3,512,256]" not in text and "[3,256,512]" not in text  # no copy of the weight per example
+    one_by_one = jnp.stack([jax.jit(emulated)(x, w) for x in xs])
+    assert_bit_exact(jax.jit(batched)(xs, w), one_by_one)
+
+
 def _barrier_probes(closed) -> list:
     """``(array, probe)`` of every ``_barrier`` call: its first array and the variable whose first
     element its predicate reads (its last argument), both followed out through the enclosing calls'
