@@ -73,9 +73,9 @@ class State:
     # the literals whose change of meaning was warned of in this trace (shared with the bodies it traces)
     warned: set[tuple] = dataclasses.field(default_factory=set)
     watch: Watch | None = None  # fpemu.find_nonfinite's watch of every equation (shared with the bodies)
-    # this body's arguments; the first one that can gives the probe that every materialization of its
-    # recipe GEMMs reads for its predicate (`Context.probe`, made on first use)
-    arguments: tuple | None = None
+    # the body's arguments as they came (emulate's function's, or a combinator body's); the first one that
+    # can gives the probe that every materialization of its recipe GEMMs reads (`Context.probe`, made on first use)
+    arguments: tuple = ()
     probe: Any = _UNMADE
 
 
@@ -210,7 +210,7 @@ class Context:
         that XLA computes one predicate for the body instead of a kernel per materialization."""
         state = self.state
         if state.probe is _UNMADE:
-            state.probe = shared_probe(state.arguments or ())
+            state.probe = shared_probe(state.arguments)
         return state.probe
 
     def is_rounded(self, x: Any, fmt: Format, rounding: str) -> bool:
@@ -253,7 +253,7 @@ class Context:
         def fn(key, consts, *args):
             sub = State(
                 policy, key, {} if with_stats else None, counting=counting, training=training, random=random,
-                warned=warned, watch=watch,
+                warned=warned, watch=watch, arguments=tuple(args),
             )  # fmt: skip
             outs = interpret(Context(sub, prefix, path=path), jaxpr, list(consts), list(args))
             return outs, dict(sub.stats or {})
@@ -376,6 +376,4 @@ def interpret(ctx: Context, jaxpr: Jaxpr, consts: list, args: list) -> list:
         return outvals
 
     consts = [ctx.constant(value, "constants") for _, value in zip(jaxpr.constvars, consts)]
-    if ctx.state.arguments is None:  # the body's own arguments, not an inlined sub-jaxpr's
-        ctx.state.arguments = tuple(args)
     return evaluate(jaxpr, consts, args, literal=literal, equation=equation)

@@ -36,9 +36,7 @@ from fpemu._jax.elementwise import clamp, select
 __all__ = ["applies", "round_stochastic"]
 
 _FP32 = get_format("fp32")
-# NumPy scalar types, typed Any (the constants they make are operands of JAX arrays): a constant made
-# with them costs a fraction of a JAX scalar's under a trace, and gives the same program
-# (bench/RESULTS_training.md, 2026-11-29, "eighth session")
+# a NumPy scalar type (typed Any), as `fpemu._scaled.bits.U32`: constants without a JAX array each at every trace
 _U32: Any = np.uint32
 _MANTISSA = _FP32.mantissa_bits  # 23
 _SIGN = _FP32.sign_mask

@@ -21,11 +21,12 @@ from jax import lax
 from fpemu._core.registry import get_format
 from fpemu._jax.elementwise import clamp, select
 
-# NumPy scalar types, typed Any (the constants they make are operands of JAX arrays): a constant made
-# with them costs a fraction of a JAX scalar's under a trace, and gives the same program
-# (bench/RESULTS_training.md, 2026-11-29, "eighth session")
+# The constructors of constants, NumPy scalar types (typed Any: the constants they make are operands of
+# JAX arrays): a constant made with them costs a fraction of a JAX scalar's under a trace, and gives the
+# same program (bench/RESULTS_training.md, 2026-11-29, "eighth session"). `_scaled`'s modules import them.
 U32: Any = np.uint32
 I32: Any = np.int32
+F32: Any = np.float32
 
 # float32's bit patterns, read from the registry's format
 _FP32 = get_format("fp32")

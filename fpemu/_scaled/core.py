@@ -24,7 +24,7 @@ from fpemu._ops.fusion import materialize
 from fpemu._scaled import bits as _bits
 from fpemu._scaled import rne as _rne
 from fpemu._scaled import table as _table
-from fpemu._scaled.bits import ABS, IMPLICIT, INF, NAN, SIGN, U32
+from fpemu._scaled.bits import ABS, F32, I32, IMPLICIT, INF, NAN, SIGN, U32
 from fpemu._scaled.block_format import BlockFormat
 from fpemu._scaled.layout import Layout, Work, group_max
 from fpemu._scaled.scale import (
@@ -35,11 +35,6 @@ from fpemu._scaled.scale import (
     two_level_scales,
 )
 
-# NumPy scalar types, typed Any (the constants they make are operands of JAX arrays): a constant made
-# with them costs a fraction of a JAX scalar's under a trace, and gives the same program
-# (bench/RESULTS_training.md, 2026-11-29, "eighth session")
-F32: Any = np.float32
-I32: Any = np.int32
 _FP32 = get_format("fp32")
 
 

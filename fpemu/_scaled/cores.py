@@ -25,7 +25,7 @@ from fpemu._jax.elementwise import select
 from fpemu._scaled import bits as _bits
 from fpemu._scaled import core as _core
 from fpemu._scaled import layout as _layout
-from fpemu._scaled.bits import ABS, INF, U32
+from fpemu._scaled.bits import ABS, F32, INF, U32
 from fpemu._scaled.block_format import BlockFormat, BlockFormatLike, block_format_arg
 from fpemu._scaled.scale import float_encode_scale, pow2_exponent
 
@@ -40,8 +40,6 @@ __all__ = [
     "split_core",
     "with_overrides",
 ]
-
-F32 = jnp.float32
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

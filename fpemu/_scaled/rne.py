@@ -22,7 +22,7 @@ limit (about 1.7-2.1x). bench/test_scaled.py's "scaled via engine" rows measure 
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax.numpy as jnp
 import numpy as np
@@ -31,12 +31,7 @@ from jax import lax
 from fpemu._core.format import Format
 from fpemu._jax.elementwise import clamp, select
 from fpemu._scaled import bits as _bits
-from fpemu._scaled.bits import ABS, IMPLICIT, INF, NAN, SIGN, U32
-
-# NumPy scalar types, typed Any (the constants they make are operands of JAX arrays): a constant made
-# with them costs a fraction of a JAX scalar's under a trace, and gives the same program
-# (bench/RESULTS_training.md, 2026-11-29, "eighth session")
-I32: Any = np.int32
+from fpemu._scaled.bits import ABS, I32, IMPLICIT, INF, NAN, SIGN, U32
 
 
 class Grid(NamedTuple):

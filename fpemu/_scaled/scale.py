@@ -7,7 +7,6 @@ float32 subnormals), so no logarithm and no flushed float arithmetic is involved
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
@@ -16,14 +15,9 @@ from fpemu._core.registry import get_format
 from fpemu._jax.elementwise import clamp, select
 from fpemu._scaled import bits as _bits
 from fpemu._scaled import rne as _rne
-from fpemu._scaled.bits import FLT_MAX, IMPLICIT, INF, U32
+from fpemu._scaled.bits import F32, FLT_MAX, I32, IMPLICIT, INF, U32
 from fpemu._scaled.block_format import BlockFormat, pow2_constants
 
-# NumPy scalar types, typed Any (the constants they make are operands of JAX arrays): a constant made
-# with them costs a fraction of a JAX scalar's under a trace, and gives the same program
-# (bench/RESULTS_training.md, 2026-11-29, "eighth session")
-I32: Any = np.int32
-F32: Any = np.float32
 _FP32 = get_format("fp32")
 ENCODE_CAP = 2.0**126  # float encode scales are capped here so that 1 / scale is a normal float32
 ENCODE_FLOOR = 2.0**-126

@@ -276,8 +276,8 @@ def conv_transposes(
             which = "dgrad" if inner.invars[1 - gradient] in kernel else "wgrad"
             x, y = (read(v) for v in inner.invars)
             dtype = inner.outvars[0].aval.dtype
-            outs = [role_conv(recipe, which, x, y, inner.params, gradient, keys[which], amaxes, dtype, probe)]
-            outs = [outs[0].astype(dtype)]
+            out = role_conv(recipe, which, x, y, inner.params, gradient, keys[which], amaxes, dtype, probe)
+            outs = [out.astype(dtype)]
         else:
             outs = bind(inner, [read(v) for v in inner.invars])
         for tainted in (cotangent, kernel):

@@ -449,6 +449,37 @@ def test_under_emulate_every_gemm_materialization_reads_one_probe(name, form):
     assert len(own) <= 12, (name, form, len(own))  # at most each quantized operand's own
 
 
+def test_a_scan_body_has_one_probe_of_its_own():
+    # a combinator's body is a traced function of its own (emulate's subfunction): its materializations read
+    # one probe made from the body's first argument, not one per operand, and not a tracer of the outer trace
+    x = jnp.asarray(grid((256, 256), 260))
+    ws = jnp.asarray(grid((2, 256, 256), 261)) / 64
+
+    def loss(ws, x):
+        h, _ = jax.lax.scan(lambda h, w: (jnp.tanh(h @ w), None), x, ws)
+        return jnp.sum(h)
+
+    closed = jax.make_jaxpr(fpemu.emulate(jax.value_and_grad(loss), fpemu.Policy(dot="mxfp8")))(ws, x)
+    barriers = _barrier_probes(closed)
+    shared = {id(probe): probe for array, probe in barriers if probe is not array}
+    made = {id(v): e.primitive.name for e in _all_equations(closed.jaxpr) for v in e.outvars}
+    assert len(barriers) >= 8 and 1 <= len(shared) <= 2, (len(barriers), len(shared))  # the forward and backward scans
+    assert all(made.get(key) == "eq" for key in shared), [made.get(key) for key in shared]
+
+
+def _all_equations(jaxpr) -> list:
+    """Every equation of ``jaxpr`` and of the jaxprs its equations hold."""
+    found = []
+    for eqn in jaxpr.eqns:
+        found.append(eqn)
+        for value in eqn.params.values():
+            for inner in value if isinstance(value, (tuple, list)) else [value]:
+                inner = getattr(inner, "jaxpr", inner)
+                if hasattr(inner, "eqns"):
+                    found += _all_equations(inner)
+    return found
+
+
 def test_under_vmap_a_batched_first_argument_leaves_the_weights_materializations_alone():
     # the shared probe comes from the first argument; batched by vmap, it must not batch the materializations
     # of what the batch shares (the weight's chain, shape (512, 256)): JAX's own rule for a conditional with a
