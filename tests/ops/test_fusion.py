@@ -100,16 +100,6 @@ def test_shared_probe_is_whether_the_first_usable_arrays_first_element_is_zero()
     assert shared_probe(()) is None
 
 
-def test_materialize_with_a_shared_probe_keeps_the_derivative():
-    # the probe is made from the differentiated input itself, and the gradient is still the identity's
-    x = jnp.asarray([0.0, 2.0, -3.0], jnp.float32)
-
-    def f(v):
-        return jnp.sum(materialize((v * v,), shared_probe((v,)))[0])
-
-    assert_bit_exact(jax.jit(jax.grad(f))(x), np.asarray([0.0, 4.0, -6.0], np.float32))
-
-
 def test_a_batched_probe_leaves_a_shared_array_unbatched():
     # under vmap, the probe batched (a shared probe made from a batched argument) and one of the arrays not:
     # that array stays one array, not a copy per example (JAX's own rule would turn the conditional into a
