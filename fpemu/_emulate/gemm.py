@@ -8,7 +8,10 @@ equation to its role and calls the core in `fpemu._training` (`fpemu._training.g
   pass computes dgrad and wgrad too, so ``jax.grad(emulate(loss))`` quantizes the backward GEMMs;
   a dgrad or wgrad dot that emulate sees is `role_dot` / `role_conv` (operands in role order);
 - keys: GEMM ``which`` of the forward dot number ``i`` draws from `gemm_key` ``(key, i, which)``,
-  whichever of ``emulate(jax.grad(f))`` or ``jax.grad(emulate(f))`` computes it;
+  whichever of ``emulate(jax.grad(f))`` or ``jax.grad(emulate(f))`` computes it, split in three as
+  `fpemu._training.gemm_dot.split_key` splits it; a traced body whose GEMMs draw random bits splits the
+  keys of all the program's GEMMs in one batch (`split_gemm_keys`): each GEMM splitting its own was a
+  Threefry loop per GEMM for XLA to compile on CPU (bench/RESULTS_training.md);
 - delayed scaling reads the amax histories of the state (one per tensor of the layer: ``x``, ``w``,
   ``g``, shared by the GEMMs that quantize it) and sends each quantized operand's amax out
   through the statistics channel (`fpemu._emulate.stats.STATE`, reduced by maximum over the
@@ -28,12 +31,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from fpemu._emulate import stats as _stats
-from fpemu._emulate.gemm_roles import Entry, kept
+from fpemu._emulate.gemm_roles import Entry, GemmRoles, kept
 from fpemu._emulate.interpreter import Context
 from fpemu._emulate.policy import gemm_needs_key
-from fpemu._emulate.rounding import fold_key
+from fpemu._emulate.rounding import fold_key, fold_keys
 from fpemu._training.elements import operand_elements
-from fpemu._training.gemm_dot import split_key
 from fpemu._training.gemm_vjp import SIDES, forward_conv_with_vjp, forward_with_vjp, role_conv, role_dot, swapped
 from fpemu._training.hadamard import hadamard_along
 from fpemu._training.operands import amax_of
@@ -44,7 +46,19 @@ GEMM_KEY_TAG = 0x47454D4D  # "GEMM": the keys of recipe GEMMs, apart from the ro
 _OPERAND_DTYPES = ("float16", "bfloat16", "float32")
 F32 = jnp.float32
 
-__all__ = ["GEMM_KEY_TAG", "gemm_key", "gemm_keys", "history_keys", "operand_counts", "quantized", "recipe_dot"]
+__all__ = [
+    "GEMM_KEY_TAG",
+    "NO_KEYS",
+    "gemm_key",
+    "gemm_keys",
+    "history_keys",
+    "operand_counts",
+    "quantized",
+    "recipe_dot",
+    "split_gemm_keys",
+]
+
+NO_KEYS = (None, None, None)  # a GEMM that draws no random bits
 
 
 def gemm_key(root: Any, ordinal: int, which: str) -> Any:
@@ -67,6 +81,54 @@ def gemm_keys(root: Any, ordinal: int, whiches: Sequence[str]) -> dict[str, Any]
         return dict.fromkeys(whiches)
     dot = fold_key(root, GEMM_KEY_TAG, ordinal)
     return {which: fold_key(dot, GEMMS.index(which)) for which in whiches}
+
+
+def split_gemm_keys(root: Any, pairs: Sequence[tuple[int, str]]) -> dict[tuple[int, str], tuple[Any, Any, Any]]:
+    """``split_key(gemm_key(root, ordinal, which))`` for each ``(ordinal, which)`` of ``pairs``, the same bits,
+    computed together: the folds as one vector of each, the splits as one ``jax.vmap`` of
+    ``jax.random.split`` (on CPU JAX lowers each split as a loop of its own, which XLA compiles apart).
+
+    Example:
+      >>> import jax, numpy as np
+      >>> from fpemu._engine.rng import seeds_from_key
+      >>> from fpemu._training.gemm_dot import split_key
+      >>> root = seeds_from_key(jax.random.key(0))
+      >>> lhs, rhs, signs = split_gemm_keys(root, [(0, "dgrad"), (0, "wgrad")])[(0, "wgrad")]
+      >>> bool(np.array_equal(signs, split_key(gemm_key(root, 0, "wgrad"))[2]))
+      True
+    """
+    if not pairs:
+        return {}
+    dots = fold_keys(fold_key(root, GEMM_KEY_TAG), [ordinal for ordinal, _ in pairs])
+    keys = fold_keys(dots, [GEMMS.index(which) for _, which in pairs])
+    split = jax.vmap(lambda key: jax.random.split(key, 3))(keys)
+    return {pair: (split[i, 0], split[i, 1], split[i, 2]) for i, pair in enumerate(pairs)}
+
+
+def _program_pairs(roles: GemmRoles) -> list[tuple[int, str]]:
+    """Every ``(ordinal, GEMM)`` of the program's classified dots: a forward dot's three GEMMs (its VJP
+    computes the backward ones), a dgrad or wgrad dot's own."""
+    pairs: set[tuple[int, str]] = set()
+    for entry in roles.entries:
+        if entry.role is not None:
+            whiches = GEMMS if entry.role.gemm == "forward" else (entry.role.gemm,)
+            pairs.update((entry.ordinal, w) for w in whiches)
+    return sorted(pairs)
+
+
+def _keys_of(ctx: Context, recipe: TrainingRecipe, entry: Entry) -> dict[str, tuple[Any, Any, Any]]:
+    """The split keys of the three GEMMs of ``entry``'s forward dot (`NO_KEYS` where a GEMM draws no random
+    bits under ``recipe``), from the body's batch: `split_gemm_keys` of every GEMM of the program (whatever
+    its recipe: ``Policy.dot`` and ``Policy.conv`` may differ), made on first use and kept in its `State`."""
+    state = ctx.state
+    keys = dict.fromkeys(GEMMS, NO_KEYS)
+    needed = [w for w in GEMMS if gemm_needs_key(recipe, w)]
+    if state.key is None or not needed:
+        return keys
+    if state.gemm_keys is None:
+        assert ctx.training is not None
+        state.gemm_keys = split_gemm_keys(state.key, _program_pairs(ctx.training.roles))
+    return keys | {which: state.gemm_keys[(entry.ordinal, which)] for which in needed}
 
 
 # -- statistics of a quantized operand -----------------------------------------------------------------
@@ -140,14 +202,20 @@ def _record(ctx: Context, entry: Entry, operand: str, x: Any) -> None:
 
 
 def _observe(
-    ctx: Context, recipe: TrainingRecipe, entry: Entry, which: str, operands: list, key: Any, amaxes: dict, probe: Any
+    ctx: Context,
+    recipe: TrainingRecipe,
+    entry: Entry,
+    which: str,
+    operands: list,
+    keys: tuple[Any, Any, Any],
+    amaxes: dict,
+    probe: Any,
 ) -> None:
     """Record each quantized operand's amax for its history (delayed scaling) and, with statistics,
     its counts and the amax its scale came from. Amax sites merge by maximum: inside ``scan`` over
     the iterations, inside ``shard_map`` over the devices (`fpemu._emulate.stats.reduce_stacked`,
     `fpemu._emulate.stats.all_reduce`), so a history records one amax per site and step."""
     gemm = recipe.gemm(which)
-    keys = split_key(key)
     if gemm.hadamard is not None:
         operands = [(hadamard_along(x.astype(F32), d, gemm.hadamard, keys[2], probe=probe), d) for x, d in operands]
     for i, (side, q) in enumerate(zip(SIDES, gemm.quantizers, strict=True)):
@@ -179,9 +247,7 @@ def recipe_dot(ctx: Context, eqn: Any, invals: list, recipe: TrainingRecipe, con
         forward = recipe.forward
         recipe = dataclasses.replace(recipe, forward=dataclasses.replace(forward, lhs=forward.rhs, rhs=forward.lhs))
     out = eqn.outvars[0].aval.dtype
-    keys = dict.fromkeys(GEMMS) | gemm_keys(
-        ctx.state.key, entry.ordinal, [w for w in GEMMS if gemm_needs_key(recipe, w)]
-    )
+    keys = _keys_of(ctx, recipe, entry)
     amaxes = _histories(ctx, recipe, history_keys(entry, recipe))
     if conv:
         spec = eqn.params["dimension_numbers"]

@@ -77,6 +77,9 @@ class State:
     # can gives the probe that every materialization of its recipe GEMMs reads (`Context.probe`, made on first use)
     arguments: tuple = ()
     probe: Any = _UNMADE
+    # (forward dot's ordinal, GEMM) -> that GEMM's key split in three, for every recipe GEMM of the program: split
+    # all at once from this body's key when one of them first draws random bits (`fpemu._emulate.gemm`)
+    gemm_keys: dict[tuple[int, str], tuple[Any, Any, Any]] | None = None
 
 
 def site_name(stack: tuple, primitive: str) -> str:

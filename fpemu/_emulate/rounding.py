@@ -11,7 +11,7 @@ derives the key of each rounding site.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -194,3 +194,13 @@ def fold_key(key: Any, *data: Any) -> Any:
         h1 = mix(key[1] + h0)
         key = jnp.stack([h0, h1])
     return key
+
+
+def fold_keys(key: Any, data: Sequence[int]) -> Any:
+    """`fold_key` of ``key`` with each integer of ``data``, all in one: a uint32[len(data), 2] array whose row
+    ``i`` is ``fold_key(key, data[i])`` (the same bits). ``key``: one uint32[2] key, or one per integer
+    (uint32[len(data), 2], row ``i`` folded with ``data[i]``)."""
+    hashed = np.array([mix_int(int(d) + _FOLD_TAG) for d in data], np.uint32)
+    h0 = mix(key[..., 0] ^ hashed)
+    h1 = mix(key[..., 1] + h0)
+    return jnp.stack([h0, h1], axis=-1)

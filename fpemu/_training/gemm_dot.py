@@ -175,7 +175,8 @@ def quantized_dot_general(
         raise TypeError(
             f"preferred_element_type must be a float dtype or None, got {preferred_element_type!r}"
         ) from None
-    return quantized_dot_core(a, b, key, *amaxes, dn=((lc, rc), (lb, rb)), gemm=gemm, result=dtype, margin=margin)
+    keys = split_key(key)
+    return quantized_dot_core(a, b, keys, *amaxes, dn=((lc, rc), (lb, rb)), gemm=gemm, result=dtype, margin=margin)
 
 
 def split_key(key: Any) -> tuple[Any, Any, Any]:
@@ -188,13 +189,13 @@ def split_key(key: Any) -> tuple[Any, Any, Any]:
 
 @functools.partial(jax.jit, static_argnames=("dn", "gemm", "result", "margin"))
 def quantized_dot_core(
-    a, b, key, lhs_amax, rhs_amax, probe=None, *, dn: DimensionNumbers, gemm: GemmRecipe, result: Any, margin: int
+    a, b, keys, lhs_amax, rhs_amax, probe=None, *, dn: DimensionNumbers, gemm: GemmRecipe, result: Any, margin: int
 ) -> jax.Array:
-    """`quantized_dot_general` on checked arguments (float32 amaxes of the delayed operands only, a
-    result dtype or None): the checked-once core internal callers use. ``probe``: what the
-    materializations of both operands' chains read for their predicate (None: each operand as it came)."""
+    """`quantized_dot_general` on checked arguments (the key already split, `split_key`'s three; float32
+    amaxes of the delayed operands only; a result dtype or None): the checked-once core internal callers
+    use. ``probe``: what the materializations of both operands' chains read for their predicate (None:
+    each operand as it came)."""
     (lc, rc), _ = dn
-    keys = split_key(key)
     f32 = jnp.float32
     if gemm.lhs is not None:
         a = a.astype(f32)

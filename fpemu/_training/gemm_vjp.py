@@ -14,7 +14,8 @@ The recipe's GEMMs are written ``forward = x . W``, ``dgrad = g . W^T``, ``wgrad
   convolutions JAX's own VJP emits, `conv_transposes`), so that ``jax.grad(emulate(loss))`` quantizes
   the backward GEMMs as ``emulate(jax.grad(loss))`` does, bit for bit when the cotangents agree.
 
-Keys: ``keys[which]`` is GEMM ``which``'s key (split as `split_key`); ``amaxes`` maps
+Keys: ``keys[which]`` is GEMM ``which``'s key split in three (`fpemu._training.gemm_dot.split_key`: the lhs's,
+the rhs's, the Hadamard transform's; three Nones without a key); ``amaxes`` maps
 ``"gemm.side"`` to the float32 amax of a delayed-scaling operand.
 """
 
@@ -34,7 +35,7 @@ from jax import lax
 from fpemu._jax.compat import Literal, bind
 from fpemu._ops.fusion import computed_once
 from fpemu._training.gemm_conv import quantized_conv_core
-from fpemu._training.gemm_dot import quantized_dot_core, split_key
+from fpemu._training.gemm_dot import quantized_dot_core
 from fpemu._training.quantizer import Quantizer
 from fpemu._training.recipes import TrainingRecipe
 
@@ -84,20 +85,21 @@ def role_dot(
     b: Any,
     dims: Any,
     gradient: int | None,
-    key: Any,
+    keys: tuple[Any, Any, Any],
     amaxes: Mapping[str, Any],
     out: Any,
     probe: Any = None,
 ) -> jax.Array:
     """``dot_general(a, b, dims)`` as GEMM ``which`` of ``recipe`` (``gradient``: the operand that
-    carries the cotangent), in the layout of ``dot_general(a, b, dims)``. ``probe``: what every
-    materialization of the GEMM reads for its predicate (`quantized_dot_core`'s)."""
+    carries the cotangent), in the layout of ``dot_general(a, b, dims)``. ``keys``: the GEMM's key split
+    in three (`fpemu._training.gemm_dot.split_key`). ``probe``: what every materialization of the GEMM reads
+    for its predicate (`quantized_dot_core`'s)."""
     options = dict(gemm=recipe.gemm(which), result=None if out is None else np.dtype(out), margin=int(recipe.margin))
     lhs_amax, rhs_amax = _amaxes(recipe, which, amaxes)
     if not swapped(which, gradient):
-        return quantized_dot_core(a, b, key, lhs_amax, rhs_amax, probe, dn=_dn(dims), **options)
+        return quantized_dot_core(a, b, keys, lhs_amax, rhs_amax, probe, dn=_dn(dims), **options)
     (lc, rc), (lb, rb) = dims
-    y = quantized_dot_core(b, a, key, lhs_amax, rhs_amax, probe, dn=_dn(((rc, lc), (rb, lb))), **options)
+    y = quantized_dot_core(b, a, keys, lhs_amax, rhs_amax, probe, dn=_dn(((rc, lc), (rb, lb))), **options)
     nb, na, nr = len(lb), a.ndim - len(lc) - len(lb), b.ndim - len(rc) - len(rb)
     return lax.transpose(y, (*range(nb), *range(nb + nr, nb + nr + na), *range(nb, nb + nr)))
 
@@ -109,16 +111,16 @@ def role_conv(
     b: Any,
     params: Mapping[str, Any],
     gradient: int | None,
-    key: Any,
+    keys: tuple[Any, Any, Any],
     amaxes: Mapping[str, Any],
     out: Any,
     probe: Any = None,
 ) -> jax.Array:
     """``conv_general_dilated(a, b, **params)`` as GEMM ``which``: each operand quantized by its role's
     quantizer along the dimension the convolution contracts as its input feature (with the Hadamard
-    transform there), then the emulated convolution with the GEMM's accumulator. ``probe``: as `role_dot`'s."""
+    transform there), then the emulated convolution with the GEMM's accumulator. ``keys``, ``probe``: as `role_dot`'s."""
     gemm = recipe.gemm(which)
-    quantizers, k, amax = gemm.quantizers, split_key(key), _amaxes(recipe, which, amaxes)
+    quantizers, k, amax = gemm.quantizers, keys, _amaxes(recipe, which, amaxes)
     if swapped(which, gradient):
         quantizers, k, amax = quantizers[::-1], (k[1], k[0], k[2]), amax[::-1]
     return quantized_conv_core(a, b, params, gemm, quantizers, k, amax, out, recipe.margin, probe)
