@@ -35,6 +35,7 @@ from fpemu._emulate.gemm_roles import Entry, GemmRoles, kept
 from fpemu._emulate.interpreter import Context
 from fpemu._emulate.policy import gemm_needs_key
 from fpemu._emulate.rounding import fold_key, fold_keys
+from fpemu._engine import rng
 from fpemu._training.elements import operand_elements
 from fpemu._training.gemm_vjp import SIDES, forward_conv_with_vjp, forward_with_vjp, role_conv, role_dot, swapped
 from fpemu._training.hadamard import hadamard_along
@@ -101,7 +102,7 @@ def split_gemm_keys(root: Any, pairs: Sequence[tuple[int, str]]) -> dict[tuple[i
         return {}
     dots = fold_keys(fold_key(root, GEMM_KEY_TAG), [ordinal for ordinal, _ in pairs])
     keys = fold_keys(dots, [GEMMS.index(which) for _, which in pairs])
-    split = jax.vmap(lambda key: jax.random.split(key, 3))(keys)
+    split = jax.vmap(lambda key: rng.split(key, 3))(keys)
     return {pair: (split[i, 0], split[i, 1], split[i, 2]) for i, pair in enumerate(pairs)}
 
 

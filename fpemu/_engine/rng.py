@@ -73,6 +73,28 @@ def seeds_from_key(key) -> jnp.ndarray:
     return jnp.stack([h0, h1])
 
 
+def split(key: Any, n: int) -> Any:
+    """``jax.random.split(key, n)``, except that a raw key of two uint32 words splits as a Threefry key whatever
+    ``jax_default_prng_impl`` says.
+
+    fpemu derives such keys itself (`fpemu._emulate.rounding.fold_key`: the keys of a GEMM or a rounding
+    site), and JAX reads a raw key with the default implementation, which rejects two words under
+    ``"rbg"``. Typed keys split with their own implementation, other raw keys as JAX reads them: the same
+    keys as ``jax.random.split`` under JAX's default implementation (Threefry).
+
+    Example:
+      >>> import jax, numpy as np
+      >>> raw = np.array([0, 42], np.uint32)
+      >>> with jax.default_prng_impl("rbg"):
+      ...     rbg = split(raw, 3)
+      >>> bool(np.array_equal(rbg, jax.random.split(raw, 3)))
+      True
+    """
+    if not jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key) and np.shape(key)[-1:] == (2,):
+        return jax.random.key_data(jax.random.split(jax.random.wrap_key_data(key, impl="threefry2x32"), n))
+    return jax.random.split(key, n)
+
+
 def random_uint32(seeds: jnp.ndarray, shape: tuple[int, ...], offset=0) -> jnp.ndarray:
     """Uniform uint32 bits for every element of an array of ``shape``, from the element index.
 

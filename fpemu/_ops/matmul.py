@@ -202,7 +202,8 @@ def dot_general(
     The gradient is straight-through: the operand, accumulator and output roundings count as the
     identity, so the backward pass is the plain W dot of the cotangents with the rounded operands.
     Stochastic rounding needs ``key``, split as ``jax.random.split(key, 4)`` into the lhs, rhs,
-    accumulator and output streams (docs/matmul.md), or the random bits themselves, ``random``.
+    accumulator and output streams (a raw key of two uint32 words as a Threefry key, whatever
+    ``jax_default_prng_impl`` says: docs/matmul.md), or the random bits themselves, ``random``.
 
     Args:
       a, b: float16, bfloat16, float32 or float64 arrays.

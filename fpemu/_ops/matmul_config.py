@@ -30,6 +30,7 @@ from fpemu import _args
 from fpemu._core.format import Format, fits
 from fpemu._core.modes import ExponentTies, Rounding, Saturation, StochasticVariant
 from fpemu._core.registry import FormatLike, UnknownFormatError, get_format
+from fpemu._engine import rng
 from fpemu._ops.dot_policy import DOT_POLICY_FIELDS, DotPolicy
 from fpemu._ops.geometry import Geometry
 from fpemu._ops.tensor_core import ACCUMULATOR_MODELS, TensorCore, tensor_core
@@ -370,10 +371,10 @@ def key_streams(key: Any) -> tuple[Any, Any, Any, Any]:
     """The four streams of ``key`` (index them with `KEY_LHS` ... `KEY_OUT`); four Nones for None."""
     if key is None:
         return (None, None, None, None)
-    keys = jax.random.split(key, 4)
+    keys = rng.split(key, 4)
     return (keys[KEY_LHS], keys[KEY_RHS], keys[KEY_ACC], keys[KEY_OUT])
 
 
 def chunk_key_words(key: Any, chunks: int) -> jax.Array:
     """The raw uint32 words of ``jax.random.split(key, chunks)``: one row per chunk of the running sum."""
-    return _args.key_words(jax.random.split(key, chunks)).astype(jnp.uint32)
+    return _args.key_words(rng.split(key, chunks)).astype(jnp.uint32)

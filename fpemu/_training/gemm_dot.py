@@ -20,6 +20,7 @@ from jax.typing import DTypeLike
 from fpemu._args import int_arg, key_arg
 from fpemu._core.format import fits
 from fpemu._core.registry import get_format
+from fpemu._engine import rng
 from fpemu._ops.fusion import computed_once
 from fpemu._ops.geometry import dot_geometry
 from fpemu._ops.matmul import tensor_scaled_dot
@@ -115,7 +116,8 @@ def quantized_dot_general(
        cuBLAS applies them (docs/training.md), then it is rounded to ``preferred_element_type``.
 
     Keys: ``key`` is split as ``jax.random.split(key, 3)`` into the lhs's, the rhs's and the
-    Hadamard transform's keys; each is used only where needed (stochastic rounding, the signs).
+    Hadamard transform's keys (a raw key of two uint32 words as a Threefry key, whatever
+    ``jax_default_prng_impl`` says); each is used only where needed (stochastic rounding, the signs).
     Without a key, stochastic rounding is an error and the Hadamard transform takes Transformer
     Engine's fixed signs (size 16).
 
@@ -180,10 +182,11 @@ def quantized_dot_general(
 
 
 def split_key(key: Any) -> tuple[Any, Any, Any]:
-    """(lhs key, rhs key, Hadamard key): ``jax.random.split(key, 3)``, or three Nones without a key."""
+    """(lhs key, rhs key, Hadamard key): ``jax.random.split(key, 3)`` (a raw key of two words as a Threefry key,
+    `fpemu._engine.rng.split`), or three Nones without a key."""
     if key is None:
         return None, None, None
-    split = jax.random.split(key, 3)
+    split = rng.split(key, 3)
     return split[0], split[1], split[2]
 
 

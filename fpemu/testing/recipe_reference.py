@@ -32,11 +32,11 @@ from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any, cast
 
-import jax
 import ml_dtypes
 import numpy as np
 
 from fpemu._core.format import Format
+from fpemu._engine import rng
 from fpemu._ops.quantize import stochastic_bits
 from fpemu._training.quantizer import Quantizer
 from fpemu._training.recipes import GemmRecipe
@@ -299,7 +299,7 @@ def quantized_dot_general_reference(
     (lc, rc), (lb, rb) = dimension_numbers
     dn = ((_dims(lc, a.ndim), _dims(rc, b.ndim)), (_dims(lb, a.ndim), _dims(rb, b.ndim)))
     (lc, rc), _ = dn
-    keys = [None, None, None] if key is None else list(jax.random.split(key, 3))
+    keys = [None, None, None] if key is None else list(rng.split(key, 3))
     if gemm.lhs is not None:
         a = a.astype(np.float32)
     if gemm.rhs is not None:

@@ -1,4 +1,5 @@
-"""The counter hash's mixing function (`fpemu._engine.rng.mix`) on JAX and NumPy arrays, and `mix_int`.
+"""The counter hash's mixing function (`fpemu._engine.rng.mix`) on JAX and NumPy arrays, and `mix_int`;
+`split`, JAX's split with fpemu's own two-word keys read as Threefry keys.
 
 The reference is lowbias32 (Chris Wellons' published constants) written on Python integers here,
 independently of the module's code.
@@ -11,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fpemu._engine.rng import mix, mix_int
+from fpemu._engine.rng import mix, mix_int, split
 
 MASK = 0xFFFFFFFF
 SAMPLES = [0, 1, 2, 0x9E3779B9, 0x7FFFFFFF, 0x80000000, 0xDEADBEEF, MASK]
@@ -45,3 +46,27 @@ def test_mix_int_takes_the_integer_modulo_2_to_the_32(n):
     out = mix_int(n)
     assert isinstance(out, np.uint32)
     assert int(out) == lowbias32(n & MASK)
+
+
+def test_split_reads_a_raw_two_word_key_as_threefry_whatever_the_default_implementation():
+    raw = jnp.asarray(np.array([7, 0xDEADBEEF], np.uint32))
+    threefry = np.asarray(jax.random.split(raw, 3))  # JAX's default implementation: Threefry
+    with jax.default_prng_impl("rbg"):
+        with pytest.raises(TypeError):  # what JAX does with such a key under "rbg"
+            jax.random.split(raw, 3)
+        under_rbg = np.asarray(split(raw, 3))
+        batched = np.asarray(jax.vmap(lambda k: split(k, 3))(jnp.stack([raw, raw ^ np.uint32(1)])))
+    np.testing.assert_array_equal(under_rbg, threefry)
+    np.testing.assert_array_equal(batched[0], threefry)
+    np.testing.assert_array_equal(batched[1], np.asarray(jax.random.split(raw ^ np.uint32(1), 3)))
+
+
+def test_split_leaves_typed_keys_and_other_raw_keys_to_jax():
+    typed = jax.random.key(3, impl="rbg")
+    np.testing.assert_array_equal(
+        np.asarray(jax.random.key_data(split(typed, 2))), np.asarray(jax.random.key_data(jax.random.split(typed, 2)))
+    )
+    with jax.default_prng_impl("rbg"):
+        four = jax.random.PRNGKey(3)  # a raw key of the default implementation's four words
+        assert four.shape == (4,)
+        np.testing.assert_array_equal(np.asarray(split(four, 2)), np.asarray(jax.random.split(four, 2)))

@@ -590,3 +590,23 @@ def test_a_key_passed_through_jit_compiles_once_for_every_seed():
     assert len(traces) == 1
     grads = [np.asarray(r[1]["w0"]) for r in results]
     assert not np.array_equal(grads[0], grads[1])  # the key is used: another seed, other stochastic bits
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [
+        Policy(dot="nvfp4"),
+        Policy(dot=fpemu.DotPolicy(lhs="e4m3fn", rhs="e4m3fn", accumulate="bf16", accumulate_rounding="stochastic")),
+    ],
+)
+def test_the_default_prng_implementation_does_not_change_the_keys_fpemu_derives(policy):
+    # the user's key is an "rbg" key either way; fpemu's keys derived from it (a GEMM's, split in three) are
+    # Threefry keys, so the bits do not depend on jax_default_prng_impl (JAX reads a raw key of two words as a
+    # key of the default implementation, and refused it under "rbg")
+    key, loss = jax.random.key(5, impl="rbg"), jax.value_and_grad(mlp)
+    jax.clear_caches()  # fpemu's jitted cores traced afresh under each implementation
+    with jax.default_prng_impl("rbg"):
+        rbg = jax.jit(emulate(loss, policy, key=key))(MLP_PARAMS, MLP_X)
+    jax.clear_caches()
+    threefry = jax.jit(emulate(loss, policy, key=key))(MLP_PARAMS, MLP_X)
+    assert_tree_bits(rbg, threefry)
