@@ -28,9 +28,11 @@ from fpemu._scaled.bits import ABS, F32, I32, IMPLICIT, INF, NAN, SIGN, U32
 from fpemu._scaled.block_format import BlockFormat
 from fpemu._scaled.layout import Layout, Work, group_max
 from fpemu._scaled.scale import (
+    exponent_field_applies,
     float_encode_scale,
     global_scale_is_normal,
     pow2_exponent,
+    pow2_exponent_of_field,
     smallest_exponent,
     two_level_scales,
 )
@@ -250,7 +252,10 @@ def quantize_dequantize_split(
 def _pow2_scales(
     bits: jnp.ndarray, block_format: BlockFormat, layout: Layout, scale
 ) -> tuple[jnp.ndarray, jnp.ndarray]:
-    """(k, NaN mask) per group: from the amax (current scaling) or from given power-of-two scales."""
+    """(k, NaN mask) per group: from the amax (current scaling; the largest exponent field where
+    `exponent_field_applies`) or from given power-of-two scales."""
+    if scale is None and exponent_field_applies(block_format):
+        return pow2_exponent_of_field(group_max((bits & U32(ABS)) >> U32(23), layout), block_format)
     if scale is None:
         return pow2_exponent(group_max(bits & U32(ABS), layout), block_format)
     sb = _bits.to_bits(scale)
@@ -308,7 +313,8 @@ def quantize_dequantize(
     bits = _bits.to_bits(x)
     w = Work(x.shape, layout, probe)
     k, nan = _pow2_scales(bits, block_format, layout, scale)
-    (k,) = w.materialized(k)  # the exponent's chain once; the grid's limits and the NaN mask in the elements' loop
+    if not (scale is None and exponent_field_applies(block_format)):  # else a few operations from the maxima
+        (k,) = w.materialized(k)  # the exponent's chain once; the grid's limits and the NaN mask in the elements' loop
     out = _rne_on_grid(bits, k, block_format, w)
     out = select(w.broadcast(nan), U32(NAN), out)
     return _bits.from_bits(out)

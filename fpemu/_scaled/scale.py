@@ -67,6 +67,32 @@ def pow2_exponent(amax: jnp.ndarray, block_format: BlockFormat) -> tuple[jnp.nda
     return select(zero, I32(zero_exponent(block_format)), k), nonfinite
 
 
+def exponent_field_applies(block_format: BlockFormat) -> bool:
+    """Whether `pow2_exponent` depends on the amax's exponent field alone, so that a group's maximum of the
+    fields can stand for its amax (`pow2_exponent_of_field`): the ``"ocp"`` rule (``k`` is the amax's binade
+    less the element's ``emax``), E8M0-like scales (an all-zero group gets the smallest exponent), and a
+    margin small enough that every float32 subnormal amax is clamped to that smallest exponent too."""
+    lo, _ = pow2_range(block_format)
+    emax = pow2_constants(block_format)[0]
+    return (
+        block_format.scale_rule == "ocp"
+        and block_format.scale_kind == "pow2"
+        and zero_exponent(block_format) == lo
+        and -127 - emax + block_format.margin <= lo
+    )
+
+
+def pow2_exponent_of_field(field: jnp.ndarray, block_format: BlockFormat) -> tuple[jnp.ndarray, jnp.ndarray]:
+    """`pow2_exponent` from the group's largest exponent field (uint32, ``(amax bits >> 23)``), the same
+    ``(k, nonfinite)`` where `exponent_field_applies`: a field of 0 (zero or subnormal amax) gives the
+    smallest exponent, 255 (NaN or inf) is non-finite. A few integer operations, which the elements' loop
+    recomputes more cheaply than XLA compiles a loop of their own."""
+    emax = pow2_constants(block_format)[0]
+    lo, hi = pow2_range(block_format)
+    k = clamp(field.astype(I32) - (127 + emax - block_format.margin), lo, hi)
+    return k, field == U32(0xFF)
+
+
 def _const_over(numerator: float, amax: jnp.ndarray) -> jnp.ndarray:
     """float32 ``numerator / amax`` for amax bits (finite, nonzero), rounded once, subnormal amax included."""
     sub = (amax < U32(IMPLICIT)) & (amax != U32(0))

@@ -2,7 +2,8 @@
 quantizers materialize (`fpemu._ops.fusion`).
 
 Each materialization costs XLA compile time (bench/RESULTS_training.md, "fewer materializations"), so
-only the long chains are materialized: a power-of-two block format's exponent, NVFP4's block scale
+only the long chains are materialized: a power-of-two block format's exponent where it needs the whole
+amax (not under the OCP rule: a few operations from the largest exponent field), NVFP4's block scale
 ``d`` (and, not split, its table), never a per-tensor value, and nothing below `MATERIALIZE_MIN_SIZE`.
 The bits do not depend on it: tests/scaled's other tests compare these paths with the references.
 """
@@ -21,6 +22,9 @@ from fpemu._scaled import layout as _layout
 
 LARGE = (256, 256)  # MATERIALIZE_MIN_SIZE elements
 assert LARGE[0] * LARGE[1] == fusion.MATERIALIZE_MIN_SIZE
+CEIL_BLOCKS = Quantizer(
+    format="e4m3fn", scaling="block", block_size=128, scale_rule="ceil"
+).block_format  # fp8_blockwise's
 
 
 @pytest.fixture
@@ -44,11 +48,17 @@ def _trace(f, shape=LARGE):
     jax.make_jaxpr(f)(jnp.ones(shape, jnp.float32))
 
 
+@pytest.mark.parametrize("axis", [0, -1])
+def test_a_power_of_two_block_format_materializes_its_exponent_only(materialized, axis):
+    _trace(lambda x: scaled.quantize_dequantize(x, CEIL_BLOCKS, axis=axis))
+    assert materialized == [1]  # k; the grid's limits and the NaN mask are recomputed per element
+
+
 @pytest.mark.parametrize("name", ["mxfp8_e4m3", "mxfp4", "mxint8"])
 @pytest.mark.parametrize("axis", [0, -1])
-def test_a_power_of_two_block_format_materializes_its_exponent_only(materialized, name, axis):
+def test_an_ocp_block_format_materializes_nothing(materialized, name, axis):
     _trace(lambda x: scaled.quantize_dequantize(x, name, axis=axis))
-    assert materialized == [1]  # k; the grid's limits and the NaN mask are recomputed per element
+    assert materialized == []  # k is a few operations from the blocks' largest exponent field
 
 
 @pytest.mark.parametrize("axis", [0, -1])
@@ -68,8 +78,8 @@ def test_per_tensor_values_and_small_arrays_are_not_materialized(materialized):
     _trace(lambda x: scaled.quantize_dequantize(x, per_tensor, axis=None))
     _trace(lambda x: scaled.quantize_dequantize_split(x, per_tensor, axis=None))
     assert materialized == []
-    _trace(lambda x: scaled.quantize_dequantize(x, "mxfp8_e4m3", axis=-1), shape=(LARGE[0] - 1, LARGE[1]))
-    _trace(lambda x: scaled.quantize_dequantize(x, "mxfp8_e4m3", axis=-1), shape=LARGE)
+    _trace(lambda x: scaled.quantize_dequantize(x, CEIL_BLOCKS, axis=-1), shape=(LARGE[0] - 1, LARGE[1]))
+    _trace(lambda x: scaled.quantize_dequantize(x, CEIL_BLOCKS, axis=-1), shape=LARGE)
     assert materialized == [1]  # only at MATERIALIZE_MIN_SIZE elements and above
 
 
