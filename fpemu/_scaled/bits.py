@@ -36,6 +36,9 @@ INF = _FP32.inf_code  # 0x7F800000
 NAN = _FP32.nan_code  # 0x7FC00000: the quiet NaN the scaled formats return
 IMPLICIT = 1 << _FP32.mantissa_bits  # 0x00800000: the implicit bit, and the smallest normal
 MANT = IMPLICIT - 1  # 0x007FFFFF
+FIELD_SHIFT = _FP32.mantissa_bits  # 23: ``bits >> FIELD_SHIFT`` is a magnitude's biased exponent field
+BIAS = _FP32.bias  # 127
+FIELD_MAX = ABS >> FIELD_SHIFT  # 255: the exponent field of inf and NaN
 FLT_MAX = _FP32.max_code  # 0x7F7FFFFF
 
 

@@ -24,7 +24,7 @@ from fpemu._ops.fusion import materialize
 from fpemu._scaled import bits as _bits
 from fpemu._scaled import rne as _rne
 from fpemu._scaled import table as _table
-from fpemu._scaled.bits import ABS, F32, I32, IMPLICIT, INF, NAN, SIGN, U32
+from fpemu._scaled.bits import ABS, F32, FIELD_SHIFT, I32, IMPLICIT, INF, NAN, SIGN, U32
 from fpemu._scaled.block_format import BlockFormat
 from fpemu._scaled.layout import Layout, Work, group_max
 from fpemu._scaled.scale import (
@@ -249,13 +249,19 @@ def quantize_dequantize_split(
     return select(jnp.isnan(t), F32(jnp.nan), values), t
 
 
+def _from_field(block_format: BlockFormat, scale) -> bool:
+    """Whether `_pow2_scales` computes ``k`` from the groups' largest exponent fields: a few operations,
+    recomputed in the elements' loop rather than materialized."""
+    return scale is None and exponent_field_applies(block_format)
+
+
 def _pow2_scales(
     bits: jnp.ndarray, block_format: BlockFormat, layout: Layout, scale
 ) -> tuple[jnp.ndarray, jnp.ndarray]:
     """(k, NaN mask) per group: from the amax (current scaling; the largest exponent field where
-    `exponent_field_applies`) or from given power-of-two scales."""
-    if scale is None and exponent_field_applies(block_format):
-        return pow2_exponent_of_field(group_max((bits & U32(ABS)) >> U32(23), layout), block_format)
+    `_from_field`) or from given power-of-two scales."""
+    if _from_field(block_format, scale):
+        return pow2_exponent_of_field(group_max((bits & U32(ABS)) >> U32(FIELD_SHIFT), layout), block_format)
     if scale is None:
         return pow2_exponent(group_max(bits & U32(ABS), layout), block_format)
     sb = _bits.to_bits(scale)
@@ -313,7 +319,7 @@ def quantize_dequantize(
     bits = _bits.to_bits(x)
     w = Work(x.shape, layout, probe)
     k, nan = _pow2_scales(bits, block_format, layout, scale)
-    if not (scale is None and exponent_field_applies(block_format)):  # else a few operations from the maxima
+    if not _from_field(block_format, scale):
         (k,) = w.materialized(k)  # the exponent's chain once; the grid's limits and the NaN mask in the elements' loop
     out = _rne_on_grid(bits, k, block_format, w)
     out = select(w.broadcast(nan), U32(NAN), out)

@@ -15,7 +15,7 @@ from fpemu._core.registry import get_format
 from fpemu._jax.elementwise import clamp, select
 from fpemu._scaled import bits as _bits
 from fpemu._scaled import rne as _rne
-from fpemu._scaled.bits import F32, FLT_MAX, I32, IMPLICIT, INF, U32
+from fpemu._scaled.bits import BIAS, F32, FIELD_MAX, FLT_MAX, I32, IMPLICIT, INF, U32
 from fpemu._scaled.block_format import BlockFormat, pow2_constants
 
 _FP32 = get_format("fp32")
@@ -78,19 +78,19 @@ def exponent_field_applies(block_format: BlockFormat) -> bool:
         block_format.scale_rule == "ocp"
         and block_format.scale_kind == "pow2"
         and zero_exponent(block_format) == lo
-        and -127 - emax + block_format.margin <= lo
+        and -BIAS - emax + block_format.margin <= lo  # a field of 0 read as the binade -127
     )
 
 
 def pow2_exponent_of_field(field: jnp.ndarray, block_format: BlockFormat) -> tuple[jnp.ndarray, jnp.ndarray]:
-    """`pow2_exponent` from the group's largest exponent field (uint32, ``(amax bits >> 23)``), the same
+    """`pow2_exponent` from the group's largest exponent field (uint32, ``amax bits >> FIELD_SHIFT``), the same
     ``(k, nonfinite)`` where `exponent_field_applies`: a field of 0 (zero or subnormal amax) gives the
     smallest exponent, 255 (NaN or inf) is non-finite. A few integer operations, which the elements' loop
     recomputes more cheaply than XLA compiles a loop of their own."""
     emax = pow2_constants(block_format)[0]
     lo, hi = pow2_range(block_format)
-    k = clamp(field.astype(I32) - (127 + emax - block_format.margin), lo, hi)
-    return k, field == U32(0xFF)
+    k = clamp(field.astype(I32) - (BIAS + emax - block_format.margin), lo, hi)
+    return k, field == U32(FIELD_MAX)
 
 
 def _const_over(numerator: float, amax: jnp.ndarray) -> jnp.ndarray:
