@@ -6,10 +6,14 @@ Usage (bench/gpu.sh runs it)::
     PYTHONPATH=. python3 bench/gpu_training_step.py [--batch 16 --seq 512 --d 1024] [--rounds 20]
 
 Rows: ``native bf16`` (parameters and input in bfloat16, not emulated), ``fp32`` (not emulated),
-``emulated bf16`` (`fpemu.emulate(step, "bf16")`), and ``fp8_current``, ``mxfp8``, ``nvfp4``
-(`fpemu.emulate(step, Policy(dot=...))`, float32 elsewhere). Each row's step time is the median over
-rounds, each round calling every row once in a shuffled order (a fixed seed), of the row's time
-over native bf16's in the same round; the first call (compile) is timed once per row.
+``emulated bf16`` (`fpemu.emulate(step, "bf16")`), a recipe name such as ``fp8_current``, ``mxfp8``,
+``nvfp4`` (`fpemu.emulate(step, Policy(dot=...))`, float32 elsewhere), ``bf16+RECIPE``
+(`Policy(default="bf16", dot=RECIPE)`), ``fp16`` (float16 parameters and input, not emulated) and
+``scalify-fp16`` (`fpemu.scalify.scalify(step)` on `ScaledArray`s of float16 data and float32 scales, as in
+bench/test_scalify.py). The first row is the base: each row's step time is the median over rounds,
+each round calling every row once in a shuffled order (a fixed seed), of the row's time over the
+base's in the same round; the first call (trace and compile) is timed once per row, and shown
+against the base's and, where the ``fp32`` row runs, against fp32's (issue 31's compile measure).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import transformer_block as tb
 
 import fpemu
+import fpemu.scalify as jsa
 
 
 def main() -> None:
@@ -46,7 +51,8 @@ def main() -> None:
     key = jax.random.key(0)
 
     def recipe(name):
-        policy = fpemu.Policy(dot=name)
+        default, _, dot = name.rpartition("+")
+        policy = fpemu.Policy(default=default, dot=dot) if default else fpemu.Policy(dot=dot)
         fn = fpemu.emulate(tb.step, policy, key=key) if policy.stochastic else fpemu.emulate(tb.step, policy)
         return jax.jit(fn), (params32, x32)
 
@@ -54,6 +60,11 @@ def main() -> None:
         "native bf16": lambda: (jax.jit(tb.step), (params16, x32.astype(jnp.bfloat16))),
         "fp32": lambda: (jax.jit(tb.step), (params32, x32)),
         "emulated bf16": lambda: (jax.jit(fpemu.emulate(tb.step, "bf16")), (params32, x32)),
+        "fp16": lambda: (jax.jit(tb.step), jax.tree_util.tree_map(lambda v: v.astype(jnp.float16), (params32, x32))),
+        "scalify-fp16": lambda: (
+            jax.jit(jsa.scalify(tb.step)),
+            jsa.tree.astype(jsa.as_scaled_array((params32, x32), scale=np.float32(1)), jnp.float16),
+        ),
     }
     rows = {}
     for name in args.rows.split(","):
@@ -62,7 +73,8 @@ def main() -> None:
         value, _ = jax.block_until_ready(fn(*call_args))
         compile_s = time.perf_counter() - start
         rows[name] = (fn, call_args, compile_s)
-        print(f"training: {name}: first call {compile_s:.2f} s, loss {float(value):.4g}", flush=True)
+        loss = float(jsa.asarray(value, jnp.float32)) if name == "scalify-fp16" else float(value)
+        print(f"training: {name}: first call {compile_s:.2f} s, loss {loss:.4g}", flush=True)
     base = next(iter(rows))
     order = list(rows)
     shuffle = random.Random(0)
@@ -83,8 +95,9 @@ def main() -> None:
     print(f"training: {device.device_kind}, jax {jax.__version__}, B{args.batch} S{args.seq} D{args.d}, "
           f"{args.rounds} interleaved rounds")  # fmt: skip
     for name, (_, _, compile_s) in rows.items():
+        vs_fp32 = f", {compile_s / rows['fp32'][2]:.2f}x fp32" if "fp32" in rows else ""
         print(f"training: {name}: step {np.median(times[name]) * 1e3:.2f} ms, {np.median(ratios[name]):.2f}x "
-              f"{base}; first call {compile_s:.1f} s ({compile_s / rows[base][2]:.2f}x)")  # fmt: skip
+              f"{base}; first call {compile_s:.1f} s ({compile_s / rows[base][2]:.2f}x {base}{vs_fp32})")  # fmt: skip
 
 
 if __name__ == "__main__":
