@@ -44,12 +44,6 @@ export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 python=${PYTHON:-python3}
 cpu=${FPEMU_GPU_SH_ALLOW_CPU:-0}
 wants() { [[ $steps == *" $1 "* ]]; }
-# A checkout on PYTHONPATH has no fpemu.kernels (pip's install maps kernels/ to it: pyproject.toml),
-# so kernels/ is linked in as fpemu/kernels for the run (git ignores the link) and taken away at the
-# end. Under an editable install the link leads to the same files.
-if [ ! -e fpemu/kernels ]; then
-  ln -s ../kernels fpemu/kernels && trap 'rm -f fpemu/kernels' EXIT
-fi
 status=0
 start=$(date +%s)
 summary() {  # step name, exit status, log: one line per step

@@ -34,7 +34,8 @@ def install() -> None:
     """Add the finder when fpemu runs from a checkout whose ``kernels/`` is not installed."""
     package = Path(__file__).resolve().parent
     folder = package.parent / "kernels"
-    if (package / "kernels").is_dir() or not (folder / "_pallas.py").is_file():
+    checkout = (package.parent / "pyproject.toml").is_file() and (folder / "__init__.py").is_file()
+    if (package / "kernels").is_dir() or not checkout:
         return  # installed (the kernels sit inside the package), or not a checkout of fpemu
     if importlib.machinery.PathFinder.find_spec(_NAME, [str(package)]) is not None:
         return

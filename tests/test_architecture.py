@@ -425,7 +425,8 @@ def test_kernels_import_from_a_plain_checkout(tmp_path):
 
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     code = (
-        "import sys; sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in type(f).__module__]; "
+        # setuptools' editable install puts its finder class (not an instance) on sys.meta_path
+        "import sys; sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in getattr(f, '__module__', '')]; "
         "import fpemu.kernels, fpemu.kernels.quantize as q; print(fpemu.kernels.__file__, q.__name__)"
     )
     out = subprocess.run(
