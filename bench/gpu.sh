@@ -20,6 +20,7 @@
 #   5. training (150) bench/gpu_training_step.py: training-step ratios against native bf16, and
 #                     first-call times against fp32, for the recipes with float32 and with bf16 elsewhere
 #   6. scalify  (70)  the same script's fp16 and scalify-fp16 rows (issue 31: step <= 1.2x, compile <= 2x)
+#                     Steps 5 and 6 leave each row's optimized HLO in OUTDIR/hlo.tar.gz.
 # FPEMU_GPU_SH_STEPS (default "tests kernels training scalify") picks the steps after `device`. The
 # FP8 probe (step 3) is recorded (tests/data/hopper_fp8.npz) and the sweeps are long: both are left
 # out by default, so that the default steps fit one device call with room for a machine's start; run
@@ -44,6 +45,7 @@ export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 python=${PYTHON:-python3}
 cpu=${FPEMU_GPU_SH_ALLOW_CPU:-0}
 wants() { [[ $steps == *" $1 "* ]]; }
+hlo="$out/hlo"
 status=0
 start=$(date +%s)
 summary() {  # step name, exit status, log: one line per step
@@ -105,13 +107,16 @@ if wants kernels; then
 fi
 
 if wants training; then
-  timeout 150 "$python" bench/gpu_training_step.py "${training[@]}" > "$out/training.log" 2>&1
+  timeout 150 "$python" bench/gpu_training_step.py "${training[@]}" --hlo "$hlo" > "$out/training.log" 2>&1
   summary training $? "$out/training.log"
 fi
 
 if wants scalify; then
-  timeout 70 "$python" bench/gpu_training_step.py "${scalify[@]}" --rows "fp16,scalify-fp16" > "$out/scalify.log" 2>&1
+  timeout 70 "$python" bench/gpu_training_step.py "${scalify[@]}" --rows "fp16,scalify-fp16" --hlo "$hlo" \
+    > "$out/scalify.log" 2>&1
   summary scalify $? "$out/scalify.log"
 fi
+# each row's optimized HLO in one file (the device tool brings back at most 8 files)
+[ -d "$hlo" ] && tar -czf "$out/hlo.tar.gz" -C "$hlo" . && rm -r "$hlo"
 
 exit $status

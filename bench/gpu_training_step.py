@@ -14,12 +14,17 @@ bench/test_scalify.py). The first row is the base: each row's step time is the m
 each round calling every row once in a shuffled order (a fixed seed), of the row's time over the
 base's in the same round; the first call (trace and compile) is timed once per row, and shown
 against the base's and, where the ``fp32`` row runs, against fp32's (issue 31's compile measure).
+Each row also shows its compiled program's size: the top-level instructions that launch work
+(``kernels``: fusions, library calls, loops and the like, on a GPU about one launch each; not
+parameters, constants, tuples or bitcasts) and all its instructions. ``--hlo DIR`` writes each
+row's optimized HLO there, to read what a row launches.
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import re
 import sys
 import time
 from pathlib import Path
@@ -42,6 +47,7 @@ def main() -> None:
     parser.add_argument("--d", type=int, default=1024)
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--rows", default="native bf16,fp32,emulated bf16,fp8_current,mxfp8,nvfp4")
+    parser.add_argument("--hlo", type=Path, default=None, help="a folder for each row's optimized HLO")
     args = parser.parse_args()
     tb.BATCH, tb.SEQ, tb.D = args.batch, args.seq, args.d  # read by the block at trace time
     params, x = tb.make_inputs()
@@ -67,12 +73,19 @@ def main() -> None:
         ),
     }
     rows = {}
+    sizes = {}
     for name in args.rows.split(","):
-        fn, call_args = builders[name]() if name in builders else recipe(name)
-        start = time.perf_counter()
+        jitted, call_args = builders[name]() if name in builders else recipe(name)
+        start = time.perf_counter()  # the first call, as jitted(*call_args) makes it: trace, lower, compile, run
+        fn = jitted.lower(*call_args).compile()
         value, _ = jax.block_until_ready(fn(*call_args))
         compile_s = time.perf_counter() - start
         rows[name] = (fn, call_args, compile_s)
+        text = fn.as_text()
+        sizes[name] = program_size(text)
+        if args.hlo is not None:
+            args.hlo.mkdir(parents=True, exist_ok=True)
+            (args.hlo / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', name)}.txt").write_text(text)
         loss = float(jsa.asarray(value, jnp.float32)) if name == "scalify-fp16" else float(value)
         print(f"training: {name}: first call {compile_s:.2f} s, loss {loss:.4g}", flush=True)
     base = next(iter(rows))
@@ -96,8 +109,32 @@ def main() -> None:
           f"{args.rounds} interleaved rounds")  # fmt: skip
     for name, (_, _, compile_s) in rows.items():
         vs_fp32 = f", {compile_s / rows['fp32'][2]:.2f}x fp32" if "fp32" in rows else ""
+        kernels, instructions = sizes[name]
         print(f"training: {name}: step {np.median(times[name]) * 1e3:.2f} ms, {np.median(ratios[name]):.2f}x "
-              f"{base}; first call {compile_s:.1f} s ({compile_s / rows[base][2]:.2f}x {base}{vs_fp32})")  # fmt: skip
+              f"{base}; first call {compile_s:.1f} s ({compile_s / rows[base][2]:.2f}x {base}{vs_fp32}); "
+              f"{kernels} kernels, {instructions} instructions")  # fmt: skip
+
+
+#: Top-level HLO instructions that launch no work.
+_NOT_KERNELS = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "bitcast"})
+
+
+def program_size(hlo: str) -> tuple[int, int]:
+    """(kernels, instructions) of an optimized HLO module's text: the instructions of its entry
+    computation that launch work, and the instructions of all its computations."""
+    instructions = kernels = 0
+    in_entry = False
+    for line in hlo.splitlines():
+        if line.startswith("ENTRY "):
+            in_entry = True
+        elif in_entry and line.startswith("}"):
+            in_entry = False
+        opcode = re.search(r" = (?:\([^=]*\)|\S+) ([a-z][a-z0-9-]*)\(", line)
+        if opcode is None:
+            continue
+        instructions += 1
+        kernels += in_entry and opcode.group(1) not in _NOT_KERNELS
+    return kernels, instructions
 
 
 if __name__ == "__main__":

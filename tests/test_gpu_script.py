@@ -58,3 +58,35 @@ def test_pytest_runs_without_pytest_benchmark():
     assert len(runs) == 3
     for run in runs:
         assert "-p no:benchmark" in run or '"${pytest[@]}"' in run, run
+
+
+def test_program_size_counts_the_entry_kernels_and_every_instruction():
+    """bench/gpu_training_step.py's ``kernels`` column: the entry computation's instructions that
+    launch work (not parameters, constants, tuples, tuple elements or bitcasts), and all instructions."""
+    import importlib.util
+
+    path = SCRIPT.parent / "gpu_training_step.py"
+    spec = importlib.util.spec_from_file_location("gpu_training_step", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    hlo = """HloModule jit_step, entry_computation_layout={(f32[4]{0})->f32[4]{0}}
+
+%fused_computation (param_0: f32[4]) -> f32[4] {
+  %param_0 = f32[4]{0} parameter(0)
+  %constant.1 = f32[] constant(2)
+  %broadcast.1 = f32[4]{0} broadcast(%constant.1), dimensions={}
+  ROOT %multiply.1 = f32[4]{0} multiply(%param_0, %broadcast.1)
+}
+
+ENTRY %main (x: f32[4]) -> (f32[4], f32[4]) {
+  %x = f32[4]{0} parameter(0)
+  %constant.2 = f32[] constant(0)
+  %fusion = f32[4]{0} fusion(%x), kind=kLoop, calls=%fused_computation
+  %bitcast.1 = f32[2,2]{1,0} bitcast(%fusion)
+  %custom-call.1 = (f32[4]{0}, s8[16]{0}) custom-call(%fusion, %x), custom_call_target="__cublas$gemm"
+  %get-tuple-element.1 = f32[4]{0} get-tuple-element(%custom-call.1), index=0
+  ROOT %tuple.1 = (f32[4]{0}, f32[4]{0}) tuple(%get-tuple-element.1, %fusion)
+}
+"""
+    assert module.program_size(hlo) == (2, 11)
