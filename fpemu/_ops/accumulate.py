@@ -57,6 +57,12 @@ __all__ = [
 ]
 
 _HIGHEST = lax.Precision.HIGHEST
+#: A chunked sum's loop over its later chunks is unrolled up to this many steps (FP8 blockwise's
+#: 128-product chunks of a contraction of up to 1152): XLA:CPU runs a rolled loop's slices, dots and
+#: roundings one step at a time through its loop machinery, which made the bench transformer
+#: block's fp8_blockwise step slower (bench/RESULTS_training.md). Longer loops (an fpemu.matmul
+#: running sum every 32 products over thousands) stay rolled: unrolled, they would be long to compile.
+_UNROLLED_MAX_STEPS = 8
 _BATCHED = (((2,), (1,)), ((0,), (0,)))  # (B, M, k) @ (B, k, N)
 
 
@@ -134,8 +140,9 @@ def _accumulate_impl(
     key words, or with explicit random bits (``cfg.explicit_random``) the chunk's bits in the (B, M,
     N) layout.
 
-    With chunks, the first chunk's sum starts the running sum and a loop adds the others, each
-    chunk's operands sliced where the loop reads them: along the operands' contracting dimension as
+    With chunks, the first chunk's sum starts the running sum and a loop adds the others, unrolled
+    where it has at most `_UNROLLED_MAX_STEPS` steps, each chunk's operands sliced where the loop
+    reads them: along the operands' contracting dimension as
     they are stored where the contraction is one run of dimensions (`Geometry.chunked`), so that
     only a chunk is transposed at a time. These choices keep XLA:CPU's buffer of intermediate values
     small (bench/RESULTS_training.md, "chunked accumulation"), with the same bits: no stack of
@@ -190,7 +197,8 @@ def _accumulate_impl(
     if chunks == 1:
         return first.reshape(batch, m, n)
     rest = (jnp.arange(1, chunks, dtype=jnp.int32), key_words[1:])
-    acc, _ = lax.scan(lambda acc, xs: (chunk_sum(acc, *xs), None), first, rest)
+    unroll = chunks - 1 <= _UNROLLED_MAX_STEPS  # a short loop as straight-line code, in the same order
+    acc, _ = lax.scan(lambda acc, xs: (chunk_sum(acc, *xs), None), first, rest, unroll=unroll)
     return computed_once(acc, probe=probe).reshape(batch, m, n)
 
 

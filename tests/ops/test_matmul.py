@@ -73,6 +73,23 @@ def test_accumulator_matches_reference(rng, operands, accumulate, every):
     assert_same_bits(fpemu.dot_general(a, b, MM, **options), dot_general_reference(a, b, MM, **options))
 
 
+@pytest.mark.parametrize("mode", ["nearest_even", "stochastic"])
+def test_a_short_chunk_loop_is_unrolled_with_the_same_bits(rng, mode):
+    """The loop over a chunked sum's later chunks is straight-line code up to 8 steps (9 chunks) and a
+    loop from 9 (10 chunks): one loop more in the program, and both give the sequential reference's
+    bits, stochastic rounding's per-chunk keys included."""
+    k = 4
+    key = jax.random.key(11) if mode == "stochastic" else None
+    options = dict(lhs="e4m3fn", rhs="e4m3fn", accumulate="bf16", accumulate_every=k, accumulate_rounding=mode, key=key)
+    dot = jax.jit(functools.partial(fpemu.dot_general, dimension_numbers=MM, **options))
+    loops = {}
+    for chunks in (9, 10):
+        a, b = exact_friendly(rng, (3, chunks * k)), exact_friendly(rng, (chunks * k, 5))
+        loops[chunks] = dot.lower(a, b).as_text().count("stablehlo.while")  # the key splits' loops too
+        assert_same_bits(dot(a, b), dot_general_reference(a, b, MM, **options))
+    assert loops[10] == loops[9] + 1, loops
+
+
 @pytest.mark.long
 @pytest.mark.parametrize("saturate", [False, True], ids=["wrap", "saturate"])
 @pytest.mark.parametrize("mode", ROUNDING_MODES)
