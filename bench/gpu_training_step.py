@@ -108,7 +108,7 @@ def main() -> None:
     print(f"training: {device.device_kind}, jax {jax.__version__}, B{args.batch} S{args.seq} D{args.d}, "
           f"{args.rounds} interleaved rounds")  # fmt: skip
     for name, (_, _, compile_s) in rows.items():
-        vs_fp32 = f", {compile_s / rows['fp32'][2]:.2f}x fp32" if "fp32" in rows else ""
+        vs_fp32 = f", {compile_s / rows['fp32'][2]:.2f}x fp32" if "fp32" in rows and base != "fp32" else ""
         kernels, instructions = sizes[name]
         print(f"training: {name}: step {np.median(times[name]) * 1e3:.2f} ms, {np.median(ratios[name]):.2f}x "
               f"{base}; first call {compile_s:.1f} s ({compile_s / rows[base][2]:.2f}x {base}{vs_fp32}); "
