@@ -20,7 +20,8 @@
 #   5. training (150) bench/gpu_training_step.py: training-step ratios against native bf16, and
 #                     first-call times against fp32, for the recipes with float32 and with bf16 elsewhere
 #   6. scalify  (70)  the same script's fp16 and scalify-fp16 rows (issue 31: step <= 1.2x, compile <= 2x)
-#                     Steps 5 and 6 leave each row's optimized HLO in OUTDIR/hlo.tar.gz.
+#                     Steps 5 and 6 leave each row's optimized HLO in OUTDIR/hlo.tar.gz, and break
+#                     some rows' device time down by kernel (--profile).
 # FPEMU_GPU_SH_STEPS (default "tests kernels training scalify") picks the steps after `device`. The
 # FP8 probe (step 3) is recorded (tests/data/hopper_fp8.npz) and the sweeps are long: both are left
 # out by default, so that the default steps fit one device call with room for a machine's start; run
@@ -70,13 +71,15 @@ if [ "$cpu" = 1 ]; then  # the script's own check: a handful of tests, small siz
   sweeps=("tests/kernels/test_quantize_kernel.py::TestQuantizeKernelInterpret::test_exhaustive_16_bit_inputs[e4m3fn-nearest_even-False-True]")
   probe=(--quick)
   sizes=(--quantize-size 65536 --matmul-size 128 --repeats 2)
-  training=(--batch 2 --seq 16 --d 64 --rounds 2 --rows "native bf16,fp32,emulated bf16,fp8_current,bf16+mxfp8")
-  scalify=(--batch 2 --seq 16 --d 64 --rounds 2)
+  training=(--batch 2 --seq 16 --d 64 --rounds 2 --rows "native bf16,fp32,emulated bf16,fp8_current,bf16+mxfp8"
+            --profile "emulated bf16")
+  scalify=(--batch 2 --seq 16 --d 64 --rounds 2 --profile scalify-fp16)
 else
   tests=(tests/kernels tests/ops/test_quantize_backend.py -k "(Gpu or gpu) and not 16_bit")
   sweeps=(tests/kernels tests/ops/test_quantize_backend.py -k "(Gpu or gpu) and 16_bit")
-  probe=() sizes=() scalify=()
-  training=(--rows "native bf16,fp32,emulated bf16,fp8_current,mxfp8,nvfp4,bf16+mxfp8,bf16+nvfp4")
+  probe=() sizes=() scalify=(--profile "fp16,scalify-fp16")
+  training=(--rows "native bf16,fp32,emulated bf16,fp8_current,mxfp8,nvfp4,bf16+mxfp8,bf16+nvfp4"
+            --profile "native bf16,emulated bf16,mxfp8,nvfp4")
 fi
 pytest=(-p no:benchmark -p no:cacheprovider -n 4 -v -rfE --tb=short)
 if wants tests; then

@@ -17,15 +17,23 @@ against the base's and, where the ``fp32`` row runs, against fp32's (issue 31's 
 Each row also shows its compiled program's size: the top-level instructions that launch work
 (``kernels``: fusions, library calls, loops and the like, on a GPU about one launch each; not
 parameters, constants, tuples or bitcasts) and all its instructions. ``--hlo DIR`` writes each
-row's optimized HLO there, to read what a row launches.
+row's optimized HLO there, to read what a row launches. ``--profile ROW,...`` traces ten steps of
+each of those rows with `jax.profiler` after the timing and prints where the device's time went:
+the 15 largest entries of each timeline of the device (the GPU's "XLA Ops" and its streams'
+kernels), in microseconds per step. XLA:CPU records no such timeline, so on a CPU the profile says
+so and shows nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import glob
 import random
 import re
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -48,7 +56,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--rows", default="native bf16,fp32,emulated bf16,fp8_current,mxfp8,nvfp4")
     parser.add_argument("--hlo", type=Path, default=None, help="a folder for each row's optimized HLO")
+    parser.add_argument("--profile", default="", help="rows whose steps to trace and break down")
     args = parser.parse_args()
+    profiled = [name for name in args.profile.split(",") if name]
+    for name in profiled:
+        if name not in args.rows.split(","):
+            parser.error(f"--profile names {name!r}, which is not one of --rows: {args.rows}")
     tb.BATCH, tb.SEQ, tb.D = args.batch, args.seq, args.d  # read by the block at trace time
     params, x = tb.make_inputs()
     params32 = jax.tree_util.tree_map(jnp.asarray, params)
@@ -113,6 +126,49 @@ def main() -> None:
         print(f"training: {name}: step {np.median(times[name]) * 1e3:.2f} ms, {np.median(ratios[name]):.2f}x "
               f"{base}; first call {compile_s:.1f} s ({compile_s / rows[base][2]:.2f}x {base}{vs_fp32}); "
               f"{kernels} kernels, {instructions} instructions")  # fmt: skip
+    for name in profiled:
+        fn, call_args, _ = rows[name]
+        profile(name, lambda fn=fn, call_args=call_args: fn(*call_args))
+
+
+def profile(name: str, call, steps: int = 10) -> None:
+    """Trace ``steps`` calls and print the largest entries of each device timeline, per step."""
+    jax.block_until_ready(call())
+    folder = Path(tempfile.mkdtemp(prefix="gpu_training_step_"))
+    try:
+        with jax.profiler.trace(str(folder)):
+            for _ in range(steps):
+                jax.block_until_ready(call())
+        (trace,) = glob.glob(str(folder / "**" / "*.xplane.pb"), recursive=True)
+        data = jax.profiler.ProfileData.from_file(trace)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    timelines, counts = device_time(data, steps)
+    if not timelines:
+        print(f"profile: {name}: the trace has no device timeline (XLA:CPU records none)")
+    for kind, totals in sorted(timelines.items()):
+        print(f"profile: {name}: {kind}: {sum(totals.values()):.0f} us per step in {len(totals)} names")
+        for event, us in totals.most_common(15):
+            print(f"profile: {name}: {kind}: {us:9.1f} us  x{counts[kind, event] / steps:g}  {event[:100]}")
+
+
+def device_time(data, steps: int) -> tuple[dict[str, collections.Counter], collections.Counter]:
+    """A profile's device timelines (``jax.profiler.ProfileData``): per kind ("XLA Ops", or "streams"
+    for the GPU streams' kernels and copies), each event name's microseconds per step; and each
+    (kind, name)'s number of events. Host planes and other lines are left out."""
+    timelines: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    counts: collections.Counter = collections.Counter()
+    for plane in data.planes:
+        if not plane.name.startswith("/device:"):
+            continue
+        for line in plane.lines:
+            kind = "XLA Ops" if line.name == "XLA Ops" else "streams" if line.name.startswith("Stream") else None
+            if kind is None:
+                continue
+            for event in line.events:
+                timelines[kind][event.name] += event.duration_ns / 1e3 / steps
+                counts[kind, event.name] += 1
+    return dict(timelines), counts
 
 
 #: Top-level HLO instructions that launch no work.

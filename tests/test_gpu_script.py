@@ -60,9 +60,7 @@ def test_pytest_runs_without_pytest_benchmark():
         assert "-p no:benchmark" in run or '"${pytest[@]}"' in run, run
 
 
-def test_program_size_counts_the_entry_kernels_and_every_instruction():
-    """bench/gpu_training_step.py's ``kernels`` column: the entry computation's instructions that
-    launch work (not parameters, constants, tuples, tuple elements or bitcasts), and all instructions."""
+def _training_step_script():
     import importlib.util
 
     path = SCRIPT.parent / "gpu_training_step.py"
@@ -70,6 +68,13 @@ def test_program_size_counts_the_entry_kernels_and_every_instruction():
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def test_program_size_counts_the_entry_kernels_and_every_instruction():
+    """bench/gpu_training_step.py's ``kernels`` column: the entry computation's instructions that
+    launch work (not parameters, constants, tuples, tuple elements or bitcasts), and all instructions."""
+    module = _training_step_script()
     hlo = """HloModule jit_step, entry_computation_layout={(f32[4]{0})->f32[4]{0}}
 
 %fused_computation (param_0: f32[4]) -> f32[4] {
@@ -90,3 +95,29 @@ ENTRY %main (x: f32[4]) -> (f32[4], f32[4]) {
 }
 """
     assert module.program_size(hlo) == (2, 11)
+
+
+def test_device_time_sums_the_device_timelines_per_step():
+    """``--profile``'s breakdown (bench/gpu_training_step.py), on a stand-in for
+    ``jax.profiler.ProfileData`` laid out as a GPU trace is: the device plane's "XLA Ops" line and
+    its streams, per step; host planes and other device lines (modules) left out."""
+    from types import SimpleNamespace as NS
+
+    def line(name, *events):
+        return NS(name=name, events=[NS(name=n, duration_ns=d) for n, d in events])
+
+    data = NS(planes=[
+        NS(name="/host:CPU", lines=[line("python", ("PjitFunction(step)", 9_000_000))]),
+        NS(name="/device:GPU:0", lines=[
+            line("XLA Modules", ("jit_step", 4_000_000)),
+            line("XLA Ops", ("fusion.1", 300_000), ("fusion.1", 100_000), ("custom-call.2", 1_000_000)),
+            line("Stream #13(Compute)", ("loop_fusion_1", 250_000), ("cutlass_gemm", 900_000)),
+            line("Stream #14(MemcpyD2H)", ("MemcpyD2H", 2_000)),
+        ]),
+    ])  # fmt: skip
+    timelines, counts = _training_step_script().device_time(data, steps=2)
+    assert timelines == {
+        "XLA Ops": {"fusion.1": 200.0, "custom-call.2": 500.0},
+        "streams": {"loop_fusion_1": 125.0, "cutlass_gemm": 450.0, "MemcpyD2H": 1.0},
+    }
+    assert counts["XLA Ops", "fusion.1"] == 2 and counts["streams", "MemcpyD2H"] == 1
