@@ -217,12 +217,12 @@ def _observe(
     the iterations, inside ``shard_map`` over the devices (`fpemu._emulate.stats.reduce_stacked`,
     `fpemu._emulate.stats.all_reduce`), so a history records one amax per site and step."""
     gemm = recipe.gemm(which)
-    if gemm.hadamard is not None:
-        operands = [(hadamard_along(x.astype(F32), d, gemm.hadamard, keys[2], probe=probe), d) for x, d in operands]
     for i, (side, q) in enumerate(zip(SIDES, gemm.quantizers, strict=True)):
-        if q is None:
-            continue
+        if q is None or not (q.scaling == "delayed" or ctx.counting):
+            continue  # nothing to observe: no transform traced for it either (the program would drop it)
         x, dims = operands[i]
+        if gemm.hadamard is not None:
+            x = hadamard_along(x.astype(F32), dims, gemm.hadamard, keys[2], probe=probe)
         if q.scaling == "delayed":
             _record(ctx, entry, f"{which}.{side}", x)
         if ctx.counting:

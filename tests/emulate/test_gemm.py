@@ -1,6 +1,8 @@
 """`gemm_keys`: the keys of a dot's GEMMs derived together are the root folded with the tag, the dot's
 ordinal and the GEMM's index in one `fold_key` (docs/training.md, "Keys"), as `gemm_key` gives them;
-`split_gemm_keys`: every GEMM's key split in three, all in one batch, as each GEMM's own split."""
+`split_gemm_keys`: every GEMM's key split in three, all in one batch, as each GEMM's own split; and
+the observation of quantized operands (statistics, delayed histories) traces NVFP4's Hadamard
+transform only for the operands it observes."""
 
 from __future__ import annotations
 
@@ -91,3 +93,21 @@ def test_a_traced_body_splits_the_keys_of_all_its_gemms_at_once():
         np.asarray(jax.jit(inside)(w1, w2, x)[0]).view(np.uint32),
         np.asarray(jax.jit(outside)(w1, w2, x)[0]).view(np.uint32),
     )
+
+
+def test_only_observed_operands_have_their_hadamard_transform_traced_for_observation(monkeypatch):
+    # NVFP4's wgrad operands are observed (for statistics or a delayed history) through the same
+    # Hadamard transform their quantizers use; with nothing to observe, no transform is traced for it
+    import fpemu._emulate.gemm as gemm
+
+    calls = []
+    transform = gemm.hadamard_along
+    monkeypatch.setattr(gemm, "hadamard_along", lambda *a, **k: calls.append(a[1]) or transform(*a, **k))
+    loss = lambda w, x: jnp.sum(jnp.tanh(x @ w))
+    w, x = jnp.ones((32, 16)), jnp.ones((16, 32))
+    policy, key = fpemu.Policy(dot="nvfp4"), jax.random.key(1)
+    plain = jax.make_jaxpr(fpemu.emulate(jax.grad(loss), policy, key=key))(w, x)
+    assert calls == []
+    counted = jax.make_jaxpr(fpemu.emulate(jax.grad(loss), policy, key=key, with_stats=True))(w, x)
+    assert len(calls) == 2  # wgrad's two operands
+    assert len(plain.eqns) < len(counted.eqns)
