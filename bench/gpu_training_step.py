@@ -18,7 +18,8 @@ Each row also shows its compiled program's size: the top-level instructions that
 (``kernels``: fusions, library calls, loops and the like, on a GPU about one launch each; not
 parameters, constants, tuples or bitcasts) and all its instructions. ``--hlo DIR`` writes each
 row's optimized HLO there, to read what a row launches. ``--profile ROW,...`` traces ten steps of
-each of those rows with `jax.profiler` after the timing and prints where the device's time went:
+each of those rows with `jax.profiler` after the timing and prints where the device's time went
+(before the summary, which comes last):
 the 15 largest entries of each timeline of the device (the GPU's "XLA Ops" and its streams'
 kernels), in microseconds per step. XLA:CPU records no such timeline, so on a CPU the profile says
 so and shows nothing.
@@ -117,6 +118,9 @@ def main() -> None:
         for name in rows:
             ratios[name].append(this[name] / this[base])
             times[name].append(this[name])
+    for name in profiled:
+        fn, call_args, _ = rows[name]
+        profile(name, lambda fn=fn, call_args=call_args: fn(*call_args))
     device = jax.devices()[0]
     print(f"training: {device.device_kind}, jax {jax.__version__}, B{args.batch} S{args.seq} D{args.d}, "
           f"{args.rounds} interleaved rounds")  # fmt: skip
@@ -126,9 +130,6 @@ def main() -> None:
         print(f"training: {name}: step {np.median(times[name]) * 1e3:.2f} ms, {np.median(ratios[name]):.2f}x "
               f"{base}; first call {compile_s:.1f} s ({compile_s / rows[base][2]:.2f}x {base}{vs_fp32}); "
               f"{kernels} kernels, {instructions} instructions")  # fmt: skip
-    for name in profiled:
-        fn, call_args, _ = rows[name]
-        profile(name, lambda fn=fn, call_args=call_args: fn(*call_args))
 
 
 def profile(name: str, call, steps: int = 10) -> None:
