@@ -160,16 +160,33 @@ def round_literal_on_host(
 ) -> tuple:
     """A literal's rounded value (None if unchanged) and, ``with_counts``, its counts (else None),
     computed once on the host (nearest even when the policy is stochastic: a literal has no site key).
-    The counts are asked for only when they are kept: computing them eagerly compiles a handful of
-    small XLA programs, which was most of the first trace of an emulated function (0.6 s)."""
+
+    The literal takes the value JAX gives it (a float64 literal is float32 while x64 is off), and is
+    rounded by `_literal_program`, one compiled program per dtype, shape, format and policy. The counts
+    are asked for only when they are kept: computing them eagerly compiles a handful of small XLA
+    programs, which was most of the first trace of an emulated function (0.6 s)."""
     value = np.frombuffer(data, dtype=jnp.dtype(dtype)).reshape(shape)
+    x = np.asarray(value, jax.dtypes.canonicalize_dtype(value.dtype))
+    rounded, vector = _literal_program(x.dtype.name, shape, fmt, policy, with_counts)(x)
+    out = np.asarray(rounded)
+    return (None if out.tobytes() == value.tobytes() else out), (None if vector is None else np.asarray(vector))
+
+
+@functools.lru_cache(maxsize=64)
+def _literal_program(dtype: str, shape: tuple, fmt: Format, policy: Policy, with_counts: bool) -> Callable:
+    """The compiled program that rounds a literal of ``dtype`` and ``shape`` (and counts, ``with_counts``).
+
+    Compiled ahead of time, once per process: computed eagerly instead, under the trace that reads the
+    literal, the rounding compiled again for each tracing context that JAX's caches tell apart (a
+    program's top level, a nested `jit`, an abstract mesh), about 30 ms each time, on a first trace
+    that took 0.13-0.18 s (bench/RESULTS_training.md, 2026-11-30, eleventh session)."""
     rounding = "nearest_even" if policy.rounding == "stochastic" else policy.rounding
-    with jax.ensure_compile_time_eval():
-        x = jnp.asarray(value)
+
+    def program(x: jax.Array) -> tuple[jax.Array, jax.Array | None]:
         rounded = round_to_format(x, fmt, policy, rounding, None, "a literal")
-        out = np.asarray(rounded)
-        vector = np.asarray(counts(x, rounded, fmt)) if with_counts else None
-    return (None if out.tobytes() == value.tobytes() else out), vector
+        return rounded, (counts(x, rounded, fmt) if with_counts else None)
+
+    return jax.jit(program).lower(jax.ShapeDtypeStruct(shape, np.dtype(dtype))).compile()
 
 
 _FOLD_TAG = 0x9E3779B9
