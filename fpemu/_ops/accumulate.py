@@ -162,6 +162,8 @@ def _accumulate_impl(
     batch, m, n = _result3d_shape(geometry)
     if chunks == 0:  # an empty contraction: the sum of no products
         return jnp.zeros((batch, m, n), cfg.work)
+    if chunks == 1:  # one chunk: the whole contraction, not padded to the chunk's length with zero products
+        k = geometry.contraction
     dtypes = a.dtype, b.dtype
     chunked = geometry.chunked
     if chunked is None:  # slices of the (B, M, K) and (B, K, N) forms

@@ -90,6 +90,25 @@ def test_a_short_chunk_loop_is_unrolled_with_the_same_bits(rng, mode):
     assert loops[10] == loops[9] + 1, loops
 
 
+@pytest.mark.parametrize(
+    ("accumulate", "mode"), [("bf16", "nearest_even"), ("bf16", "stochastic"), ("hopper_fp8", None)]
+)  # the Hopper FP8 sum truncates: it has no rounding mode
+def test_a_contraction_shorter_than_a_chunk_is_summed_unpadded(rng, accumulate, mode):
+    """A contraction of at most ``accumulate_every`` products is one chunk of its own length: no zero
+    products padded in (K = 10 of a chunk of 128 was a dot of 128), the reference's bits; a longer
+    contraction's last chunk is still padded."""
+    key = jax.random.key(5) if mode == "stochastic" else None
+    rounding = {} if accumulate == "hopper_fp8" else dict(accumulate_rounding=mode, key=key)
+    options = dict(lhs="e4m3fn", rhs="e4m3fn", accumulate=accumulate, accumulate_every=128, **rounding)
+    dot = jax.jit(functools.partial(fpemu.dot_general, dimension_numbers=MM, **options))
+    pads = {}
+    for k in (10, 128, 138):
+        a, b = exact_friendly(rng, (3, k)), exact_friendly(rng, (k, 5))
+        pads[k] = dot.lower(a, b).as_text().count("stablehlo.pad")
+        assert_same_bits(dot(a, b), dot_general_reference(a, b, MM, **options))
+    assert pads[10] == pads[128] and pads[138] > pads[128], pads
+
+
 @pytest.mark.long
 @pytest.mark.parametrize("saturate", [False, True], ids=["wrap", "saturate"])
 @pytest.mark.parametrize("mode", ROUNDING_MODES)
