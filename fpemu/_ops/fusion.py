@@ -28,6 +28,9 @@ fewer again, "eighth session"). Only the long chains are materialized; values a 
 operations away from them (a block's grid limits from its scale exponent, NaN masks, NVFP4's encode
 scale) are recomputed in the elements' loop
 (bench/RESULTS_training.md, "fewer materializations"; tests/scaled/test_layout.py).
+
+The opposite case is `computed_together`: a quantizer's per-tensor scalars (a scale and its
+reciprocal) that XLA would compute in a kernel each are stacked, so that they are one kernel.
 """
 
 from __future__ import annotations
@@ -39,7 +42,14 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-__all__ = ["MATERIALIZE_MIN_SIZE", "REORDERED_MIN_SIZE", "computed_once", "materialize", "shared_probe"]
+__all__ = [
+    "MATERIALIZE_MIN_SIZE",
+    "REORDERED_MIN_SIZE",
+    "computed_once",
+    "computed_together",
+    "materialize",
+    "shared_probe",
+]
 
 #: Arrays computed for this many elements or more are materialized (smaller ones: not worth the compile time).
 MATERIALIZE_MIN_SIZE = 1 << 16
@@ -177,3 +187,24 @@ def computed_once(x: jnp.ndarray, *, reordered: bool = False, probe: jnp.ndarray
     `materialize`'s.
     """
     return materialize((x,), probe)[0] if x.size >= (REORDERED_MIN_SIZE if reordered else MATERIALIZE_MIN_SIZE) else x
+
+
+def computed_together(*arrays: jnp.ndarray) -> tuple[jnp.ndarray, ...]:
+    """The same values, computed in one XLA kernel: one-element arrays of one shape and dtype (a
+    quantizer's per-tensor scales) stacked behind an optimization barrier, which keeps XLA's
+    simplifier from taking the stack apart again, then read back.
+
+    XLA:CPU computes a value that several loops read, and that is too costly to recompute in each (a
+    division), in a kernel of its own, however small: a per-tensor scale from the amax, its
+    reciprocal, and the decode scale with its NaN were two or three scalar kernels per quantized
+    operand. Stacked, they are one (fp8_current: 9 kernels fewer on the digits MLP's step; NVFP4's
+    tensor scales: 14 fewer on the digits MLP, 32 on the transformer block; bench/RESULTS_training.md,
+    "eleventh session"). Anything else (fewer than two arrays, larger arrays, or several shapes or
+    dtypes) is returned as it is. The derivative is the identity's.
+    """
+    if len(arrays) < 2 or any(a.size != 1 for a in arrays) or len({(a.shape, a.dtype) for a in arrays}) != 1:
+        return arrays
+    shape = arrays[0].shape
+    rows = [lax.reshape(a, (1, *shape)) for a in arrays]  # lax, not jnp.stack and indexing: no nested jit to lower
+    stacked = lax.optimization_barrier(lax.concatenate(rows, 0))
+    return tuple(lax.reshape(lax.slice_in_dim(stacked, i, i + 1), shape) for i in range(len(arrays)))

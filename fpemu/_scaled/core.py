@@ -20,7 +20,7 @@ from fpemu._jax.reduce import magnitude_max
 from fpemu._ops import codec
 from fpemu._ops import quantize as element_quantize
 from fpemu._ops import rounding_spec as element_spec
-from fpemu._ops.fusion import materialize
+from fpemu._ops.fusion import computed_together, materialize
 from fpemu._scaled import bits as _bits
 from fpemu._scaled import rne as _rne
 from fpemu._scaled import table as _table
@@ -84,12 +84,11 @@ def encode(
     elif block_format.scale_kind == "fp32":
         if scale is None:
             enc, nan = float_encode_scale(group_max(bits & U32(ABS), layout), block_format)
-            s = F32(1) / enc
+            # the encode scale and the decode scale (NaN for a non-finite group) in one kernel, not three
+            enc, scale_leaf = computed_together(enc, select(nan, F32(jnp.nan), F32(1) / enc))
         else:
-            s = scale
-            enc = _bits.reciprocal(_bits.to_bits(scale) & U32(ABS))
+            scale_leaf, enc = computed_together(scale, _bits.reciprocal(_bits.to_bits(scale) & U32(ABS)))
         y = _bits.mul_flushing(xb, w.per_element(enc))
-        scale_leaf = s if nan is None else select(nan, F32(jnp.nan), s)
     else:
         d, g, enc_b, nan = _narrow_scales(bits, block_format, layout, probe)
         y = _bits.mul_flushing(xb, w.per_element(enc_b))

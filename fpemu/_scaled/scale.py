@@ -13,6 +13,7 @@ import numpy as np
 
 from fpemu._core.registry import get_format
 from fpemu._jax.elementwise import clamp, select
+from fpemu._ops.fusion import computed_together
 from fpemu._scaled import bits as _bits
 from fpemu._scaled import rne as _rne
 from fpemu._scaled.bits import BIAS, F32, FIELD_MAX, FLT_MAX, I32, IMPLICIT, INF, U32
@@ -163,7 +164,7 @@ def two_level_scales(
         m_prod = float(np.float32(s_fmt.max) * np.float32(e_fmt.max))
         cap = F32(ENCODE_CAP)
         s = select(amax_tensor == U32(0), cap, jnp.minimum(_const_over(m_prod, amax_tensor), cap))
-        g = F32(1) / s
+        s, g = computed_together(s, F32(1) / s)  # one kernel for the two scalars, not two
     else:
         s = jnp.ones(amax_tensor.shape, F32)
         g = s

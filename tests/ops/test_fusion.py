@@ -1,4 +1,5 @@
-"""fpemu._ops.fusion: materialized arrays are the same arrays, with the identity's derivative."""
+"""fpemu._ops.fusion: materialized arrays, and scalars computed together, are the same values, with the
+identity's derivative."""
 
 from __future__ import annotations
 
@@ -7,7 +8,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fpemu._ops.fusion import MATERIALIZE_MIN_SIZE, REORDERED_MIN_SIZE, computed_once, materialize, shared_probe
+from fpemu._ops.fusion import (
+    MATERIALIZE_MIN_SIZE,
+    REORDERED_MIN_SIZE,
+    computed_once,
+    computed_together,
+    materialize,
+    shared_probe,
+)
 from fpemu.testing import assert_bit_exact
 
 
@@ -114,3 +122,29 @@ def test_a_batched_probe_leaves_a_shared_array_unbatched():
     assert_bit_exact(mw, w)
     assert_bit_exact(mx, xs)
     assert "cond[" in str(jax.make_jaxpr(jax.vmap(f, out_axes=(None, 0)))(xs))  # still a conditional
+
+
+@pytest.mark.parametrize("value", [0.0, -0.0, 3e-45, np.inf, np.nan, -np.nan])
+def test_computed_together_keeps_the_bits_and_the_derivative(value):
+    """Scalars stacked behind one optimization barrier: the same bits (NaN payload and -0 included),
+    the identity's derivative, under jit, grad and vmap."""
+    raw = np.array([value, 1.5], np.float32).reshape(2, 1, 1)
+    raw.view(np.uint32)[0] |= np.uint32(5) if np.isnan(value) else np.uint32(0)  # a NaN payload kept too
+    a, b = jnp.asarray(raw[0]), jnp.asarray(raw[1])
+    jaxpr = str(jax.make_jaxpr(computed_together)(a, b))
+    assert jaxpr.count("optimization_barrier") == 1 and "f32[2,1,1]" in jaxpr
+    x, y = jax.jit(computed_together)(a, b)
+    assert_bit_exact(x, raw[0])
+    assert_bit_exact(y, raw[1])
+    grad = jax.grad(lambda u, v: jnp.sum(computed_together(u, v * jnp.float32(3))[1]), argnums=1)(a, b)
+    assert_bit_exact(grad, np.full((1, 1), 3.0, np.float32))
+    batched = jax.vmap(lambda u, v: computed_together(u, v))(jnp.arange(3.0), jnp.arange(3.0) + 1)
+    assert_bit_exact(batched[1], np.arange(3.0, dtype=np.float32) + 1)
+
+
+def test_computed_together_leaves_other_arrays_as_they_are():
+    """Only one-element arrays of one shape and dtype are stacked: anything else comes back as it is."""
+    one, two = jnp.ones((1, 1)), jnp.ones(2)
+    for arrays in [(one,), (two, two), (one, jnp.ones(1)), (one, jnp.ones((1, 1), jnp.int32))]:
+        out = computed_together(*arrays)
+        assert all(o is a for o, a in zip(out, arrays, strict=True))
