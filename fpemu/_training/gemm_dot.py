@@ -210,9 +210,12 @@ def quantized_dot_core(
     # for all of them instead of one each, a kernel fewer per materialization (bench/RESULTS_training.md,
     # "seventh session" and "eighth session"). Each probe is an input of the body or depends on its
     # operand only, so that an operand's quantization in two GEMMs (a weight in the forward GEMM and
-    # in dgrad) stays one computation, which XLA computes once. The quantized operand keeps its own
-    # predicate: shared, it let XLA schedule the transformer block's MX wgrad quantizer beside the
-    # forward one, and the buffer of intermediate values grew 30 -> 32 MiB, over glibc's mmap threshold.
+    # in dgrad) stays one computation, which XLA computes once. The quantized rhs's materialization
+    # reads the rhs's probe too (18 kernels fewer on the transformer block's mxfp8, nvfp4 and
+    # fp8_rowwise steps, the same buffers: bench/RESULTS_training.md, "eleventh session"); the quantized
+    # lhs keeps its own predicate: shared, it let XLA schedule the transformer block's MX wgrad
+    # quantizer (whose lhs is the forward's activation) beside the forward one, and the buffer of
+    # intermediate values grew 30 -> 32 MiB, over glibc's mmap threshold.
     probes = (a, b) if probe is None else (probe, probe)
     if gemm.hadamard is not None:
         a = hadamard_along(a.astype(f32), lc, gemm.hadamard, keys[2], probe=probes[0])
@@ -251,9 +254,9 @@ def _quantized_product(
         a, b = a.astype(jnp.bfloat16), b.astype(jnp.bfloat16)
     plain = dot_geometry(a.shape, b.shape, dn).plain
     if gemm.lhs is not None:
-        a = computed_once(a, reordered=not plain[0])
+        a = computed_once(a, reordered=not plain[0])  # its own predicate: see quantized_dot_core
     if gemm.rhs is not None:
-        b = computed_once(b, reordered=not plain[1])
+        b = computed_once(b, reordered=not plain[1], probe=probe_b)
     y = tensor_scaled_dot(
         a, b, ta, tb, dn, accumulate=gemm.accumulate, accumulate_every=gemm.accumulate_every, result=result,
         probe=probe_a,
