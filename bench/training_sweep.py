@@ -17,8 +17,11 @@ step under ``Policy(dot=recipe)`` (form ``dot``) and ``Policy(default="bf16", do
 
 **Compile time** is measured per row on a fresh function with every JAX cache cleared, in three
 phases: ``trace`` (JAX's trace, which includes emulate's interpreter), ``lower`` (to StableHLO) and
-``compile`` (XLA), and given as a multiple of fp32's total; beside it, the number of instructions
-in the optimized HLO (a measure of XLA's work that does not depend on the machine's load). **Step time** is the median over
+``compile`` (XLA), and given as a multiple of fp32's total; with ``--compiles N``, each phase is the
+minimum over N fresh builds (a single compile varies by 10% or more with the machine's load). Beside
+it, two measures of XLA's work that do not depend on the load: the optimized HLO's kernels (the
+top-level instructions that launch work: XLA:CPU compiles each apart, a few milliseconds each) and
+its instructions. **Step time** is the median over
 ``--rounds`` rounds; each round calls every row once, in an order shuffled per round (a fixed
 seed), and a row's ratio is the median of its time over emulated bf16's in the same round. The
 allocator settings (``GLIBC_TUNABLES``) and ``XLA_FLAGS`` are printed with the machine: on CPU a
@@ -46,6 +49,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import transformer_block
+from gpu_training_step import program_size
 
 import fpemu
 from fpemu.tools.bench import machine_line
@@ -116,10 +120,10 @@ def rows_for(
     return rows
 
 
-def compile_phases(build: Callable[[], Callable], args: tuple) -> tuple[float, float, float, int, float]:
+def compile_phases(build: Callable[[], Callable], args: tuple) -> tuple[float, float, float, int, int, float]:
     """(trace, lower, XLA compile) seconds of a fresh function, every JAX cache cleared first, the
-    instructions of its optimized HLO (the lines of ``compile().as_text()`` that assign a value) and
-    its buffer of intermediate values in MiB."""
+    kernels of its optimized HLO (`gpu_training_step.program_size`), its instructions (the lines of
+    ``compile().as_text()`` that assign a value) and its buffer of intermediate values in MiB."""
     jax.clear_caches()
     fn = jax.jit(build())
     start = time.perf_counter()
@@ -129,10 +133,18 @@ def compile_phases(build: Callable[[], Callable], args: tuple) -> tuple[float, f
     lowered_at = time.perf_counter()
     compiled = lowered.compile()
     done = time.perf_counter()
-    instructions = sum(" = " in line for line in compiled.as_text().splitlines())
+    text = compiled.as_text()
+    kernels, _ = program_size(text)
+    instructions = sum(" = " in line for line in text.splitlines())  # as recorded since the first sweeps
     memory = compiled.memory_analysis()
     temp = memory.temp_size_in_bytes / 2**20 if memory is not None else float("nan")
-    return traced_at - start, lowered_at - traced_at, done - lowered_at, instructions, temp
+    return traced_at - start, lowered_at - traced_at, done - lowered_at, kernels, instructions, temp
+
+
+def fastest_phases(build: Callable[[], Callable], args: tuple, builds: int) -> tuple:
+    """`compile_phases` of ``builds`` fresh builds, each phase's time the minimum over them."""
+    runs = [compile_phases(build, args) for _ in range(builds)]
+    return (*(min(run[i] for run in runs) for i in range(3)), *runs[0][3:])
 
 
 def minor_faults() -> int:
@@ -150,7 +162,10 @@ def main() -> None:
     parser.add_argument("--recipes", default=",".join(fpemu.TRAINING_RECIPES))
     parser.add_argument("--forms", default="dot,bf16+dot", help="dot, bf16+dot, or both (comma-separated)")
     parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--compiles", type=int, default=1, help="fresh builds per row; each phase's minimum")
     args = parser.parse_args()
+    if args.compiles < 1:
+        parser.error(f"--compiles must be at least 1, got {args.compiles}")
     recipes = [r for r in args.recipes.split(",") if r]
     unknown = [r for r in recipes if r not in fpemu.TRAINING_RECIPES]
     if unknown:
@@ -158,8 +173,9 @@ def main() -> None:
     step, call_args = MODELS[args.model]()
     rows = rows_for(step, call_args, recipes, args.forms.split(","))
     print(machine_line())
-    print(f"model {args.model}; compile: fresh function, caches cleared; step: {args.rounds} interleaved rounds")
-    phases = {name: compile_phases(build, row_args) for name, (build, row_args) in rows.items()}
+    print(f"model {args.model}; compile: fresh function, caches cleared, minimum of {args.compiles}; "
+          f"step: {args.rounds} interleaved rounds")  # fmt: skip
+    phases = {name: fastest_phases(build, row_args, args.compiles) for name, (build, row_args) in rows.items()}
     jitted = {name: jax.jit(build()) for name, (build, _) in rows.items()}
     for name, fn in jitted.items():
         jax.block_until_ready(fn(*rows[name][1]))
@@ -182,14 +198,14 @@ def main() -> None:
             ratios[name].append(this[name] / this["emulated bf16"])
     fp32_compile = sum(phases["fp32"][:3])
     header = (
-        "| row | trace s | lower s | XLA s | compile vs fp32 | HLO instructions | temp MiB | faults | step ms "
-        "| step vs emulated bf16 |"
+        "| row | trace s | lower s | XLA s | compile vs fp32 | HLO kernels | HLO instructions | temp MiB | faults "
+        "| step ms | step vs emulated bf16 |"
     )
     print(header)
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name in jitted:
-        t, lo, c, n, temp = phases[name]
-        print(f"| {name} | {t:.2f} | {lo:.2f} | {c:.2f} | {(t + lo + c) / fp32_compile:.2f}x | {n} | {temp:.1f} | "
+        t, lo, c, k, n, temp = phases[name]
+        print(f"| {name} | {t:.2f} | {lo:.2f} | {c:.2f} | {(t + lo + c) / fp32_compile:.2f}x | {k} | {n} | {temp:.1f} | "
               f"{faults[name] / args.rounds:.0f} | {statistics.median(times[name]) * 1e3:.2f} | "
               f"{statistics.median(ratios[name]):.2f}x |")  # fmt: skip
 
