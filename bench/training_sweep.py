@@ -20,8 +20,8 @@ phases: ``trace`` (JAX's trace, which includes emulate's interpreter), ``lower``
 ``compile`` (XLA), and given as a multiple of fp32's total; with ``--compiles N``, each phase is the
 minimum over N fresh builds (a single compile varies by 10% or more with the machine's load). Beside
 it, two measures of XLA's work that do not depend on the load: the optimized HLO's kernels (the
-top-level instructions that launch work: XLA:CPU compiles each apart, a few milliseconds each) and
-its instructions. **Step time** is the median over
+top-level instructions that launch work: XLA:CPU compiles each distinct one once, a few
+milliseconds each) and its instructions. **Step time** is the median over
 ``--rounds`` rounds; each round calls every row once, in an order shuffled per round (a fixed
 seed), and a row's ratio is the median of its time over emulated bf16's in the same round. The
 allocator settings (``GLIBC_TUNABLES``) and ``XLA_FLAGS`` are printed with the machine: on CPU a

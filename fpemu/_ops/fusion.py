@@ -21,13 +21,13 @@ and lowered once per combination of shapes and dtypes and inlined by XLA: the co
 every site was 40% of the lowering of the transformer block's nvfp4 step (0.56 -> 0.33 s), and the
 custom derivative traced at every site about 0.3 ms more per materialization. The predicate is a
 kernel of its own, reading the first element of ``probe``: materializations that pass the same probe
-share one (XLA computes identical predicates once). So a training GEMM passes each operand as it came to every materialization of that
-operand's chain (16-17 kernels fewer on the transformer block's fp8_blockwise, mxfp8 and nvfp4 steps,
-bench/RESULTS_training.md, "seventh session"), and under `fpemu.emulate` every materialization of the
-recipe GEMMs of one traced body reads one probe, `shared_probe` of the body's arguments (18-19 kernels
-fewer again, "eighth session"). Only the long chains are materialized; values a few
-operations away from them (a block's grid limits from its scale exponent, NaN masks, NVFP4's encode
-scale) are recomputed in the elements' loop
+share one (XLA computes identical predicates once). So a training GEMM passes each operand as it
+came to every materialization of that operand's chain (16-17 kernels fewer on the transformer
+block's fp8_blockwise, mxfp8 and nvfp4 steps, bench/RESULTS_training.md, "seventh session"), and
+under `fpemu.emulate` every materialization of the recipe GEMMs of one traced body reads one probe,
+`shared_probe` of the body's arguments (18-19 kernels fewer again, "eighth session"). Only the long
+chains are materialized; values a few operations away from them (a block's grid limits from its
+scale exponent, NaN masks, NVFP4's encode scale) are recomputed in the elements' loop
 (bench/RESULTS_training.md, "fewer materializations"; tests/scaled/test_layout.py).
 
 The opposite case is `computed_together`: a quantizer's per-tensor scalars (a scale and its
