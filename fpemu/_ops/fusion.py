@@ -159,11 +159,6 @@ def _no_op(arrays: tuple[jnp.ndarray, ...]) -> tuple[jnp.ndarray, ...]:
     return tuple(_xor_zero(a) for a in arrays)
 
 
-#: `_materialized` jitted: its custom derivative traced once per combination of shapes and dtypes, not at
-#: every call (about 0.3 ms of tracing and lowering per materialization; XLA inlines the call).
-_materialized_jit = jax.jit(_materialized)
-
-
 @_materialized.defjvp
 def _materialized_jvp(primals, tangents):
     """The tangents as they are: the identity's derivative. Differentiated as written, the branch that
@@ -171,6 +166,11 @@ def _materialized_jvp(primals, tangents):
     zero, and every gradient through a materialized array would be zero."""
     (arrays, probe), (tangent, _) = primals, tangents
     return _materialized(arrays, probe), tangent
+
+
+#: `_materialized` jitted: its custom derivative traced once per combination of shapes and dtypes, not at
+#: every call (about 0.3 ms of tracing and lowering per materialization; XLA inlines the call).
+_materialized_jit = jax.jit(_materialized)
 
 
 def _xor_zero(a: jnp.ndarray) -> jnp.ndarray:
