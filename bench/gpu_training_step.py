@@ -47,6 +47,7 @@ import transformer_block as tb
 
 import fpemu
 import fpemu.scalify as jsa
+from fpemu.tools.sweep import program_size
 
 
 def main() -> None:
@@ -170,28 +171,6 @@ def device_time(data, steps: int) -> tuple[dict[str, collections.Counter], colle
                 timelines[kind][event.name] += event.duration_ns / 1e3 / steps
                 counts[kind, event.name] += 1
     return dict(timelines), counts
-
-
-#: Top-level HLO instructions that launch no work.
-_NOT_KERNELS = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "bitcast"})
-
-
-def program_size(hlo: str) -> tuple[int, int]:
-    """(kernels, instructions) of an optimized HLO module's text: the instructions of its entry
-    computation that launch work, and the instructions of all its computations."""
-    instructions = kernels = 0
-    in_entry = False
-    for line in hlo.splitlines():
-        if line.startswith("ENTRY "):
-            in_entry = True
-        elif in_entry and line.startswith("}"):
-            in_entry = False
-        opcode = re.search(r" = (?:\([^=]*\)|\S+) ([a-z][a-z0-9-]*)\(", line)
-        if opcode is None:
-            continue
-        instructions += 1
-        kernels += in_entry and opcode.group(1) not in _NOT_KERNELS
-    return kernels, instructions
 
 
 if __name__ == "__main__":

@@ -71,32 +71,6 @@ def _training_step_script():
     return module
 
 
-def test_program_size_counts_the_entry_kernels_and_every_instruction():
-    """bench/gpu_training_step.py's ``kernels`` column: the entry computation's instructions that
-    launch work (not parameters, constants, tuples, tuple elements or bitcasts), and all instructions."""
-    module = _training_step_script()
-    hlo = """HloModule jit_step, entry_computation_layout={(f32[4]{0})->f32[4]{0}}
-
-%fused_computation (param_0: f32[4]) -> f32[4] {
-  %param_0 = f32[4]{0} parameter(0)
-  %constant.1 = f32[] constant(2)
-  %broadcast.1 = f32[4]{0} broadcast(%constant.1), dimensions={}
-  ROOT %multiply.1 = f32[4]{0} multiply(%param_0, %broadcast.1)
-}
-
-ENTRY %main (x: f32[4]) -> (f32[4], f32[4]) {
-  %x = f32[4]{0} parameter(0)
-  %constant.2 = f32[] constant(0)
-  %fusion = f32[4]{0} fusion(%x), kind=kLoop, calls=%fused_computation
-  %bitcast.1 = f32[2,2]{1,0} bitcast(%fusion)
-  %custom-call.1 = (f32[4]{0}, s8[16]{0}) custom-call(%fusion, %x), custom_call_target="__cublas$gemm"
-  %get-tuple-element.1 = f32[4]{0} get-tuple-element(%custom-call.1), index=0
-  ROOT %tuple.1 = (f32[4]{0}, f32[4]{0}) tuple(%get-tuple-element.1, %fusion)
-}
-"""
-    assert module.program_size(hlo) == (2, 11)
-
-
 def test_device_time_sums_the_device_timelines_per_step():
     """``--profile``'s breakdown (bench/gpu_training_step.py), on a stand-in for
     ``jax.profiler.ProfileData`` laid out as a GPU trace is: the device plane's "XLA Ops" line and

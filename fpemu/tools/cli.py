@@ -11,12 +11,15 @@ Usage::
     fpemu plot {values,rounding-error,qsnr,matmul-error,all} [--formats A,B,...] [--modes M,N,...]
                [--block-formats R,S,...] [--distributions D,E,...] [--data A.npy,B.npy] [--sizes K,L,...]
                [--outer M] [--seed S] [--out DIR]
+    fpemu sweep [--model mlp|transformer] [--recipes R,S,...] [--forms dot,bf16+dot] [--rounds N] [--compiles N]
+                [--json FILE]
 
 This module is the parser and `main`; the commands are `fpemu.tools.commands`, the exact rendering of
 numbers and codes `fpemu.tools.numbers`. ``bench`` times a representative subset beside its peers
 (`fpemu.tools.bench`); ``plot`` writes PNG files and the CSV of their numbers (`fpemu.tools.plot`, needs
 matplotlib: ``pip install 'fpemu[plot]'``). Their options and handlers are `fpemu.tools.measure`;
-docs/benchmarks.md describes both.
+``sweep`` times every training recipe's step on a small model (`fpemu.tools.sweep`). docs/benchmarks.md
+describes the three.
 
 Every number is printed exactly: as a decimal when that is exact and short, as ``2^k`` for powers of two,
 as ``odd*2^k`` or ``(2-2^-n)*2^k`` otherwise, and as a hex float (``0x1.cp+8``) beside it where space allows.
@@ -39,7 +42,7 @@ from typing import Any
 import jax
 
 import fpemu
-from fpemu.tools import commands, measure, numbers
+from fpemu.tools import commands, measure, numbers, sweep
 
 # -- argument types --------------------------------------------------------------------------------
 
@@ -114,7 +117,7 @@ def _protect_negative_numbers(argv: list[str]) -> list[str]:
 
 _COMMANDS = {
     "formats": commands.cmd_formats, "info": commands.cmd_info, "cast": commands.cmd_cast,
-    "demo": commands.cmd_demo, "bench": measure.cmd_bench, "plot": measure.cmd_plot,
+    "demo": commands.cmd_demo, "bench": measure.cmd_bench, "plot": measure.cmd_plot, "sweep": sweep.cmd_sweep,
 }  # fmt: skip
 
 
@@ -190,6 +193,7 @@ def _parser() -> argparse.ArgumentParser:
 
     measure.add_bench_parser(subcommands)  # fpemu.tools.measure: the options of bench and plot
     measure.add_plot_parser(subcommands)
+    sweep.add_sweep_parser(subcommands)  # fpemu.tools.sweep: the training recipes' compile and step times
     return parser
 
 

@@ -1,0 +1,317 @@
+"""``fpemu sweep``: every training recipe's step on a small model, compile time by phase and step time,
+beside fp32 and emulated bf16 (docs/benchmarks.md, "fpemu sweep").
+
+The models are `fpemu.tools.models`' digits MLP (``mlp``: 64-128-128-10, batch 64, one Adam step) and
+transformer block (``transformer``: batch 8, sequence 128, d 256, one SGD step). The rows: ``fp32``
+(not emulated), ``emulated bf16`` (``emulate(step, "bf16")``) and, per recipe, the step under
+``Policy(dot=recipe)`` (form ``dot``, row ``RECIPE``) and ``Policy(default="bf16", dot=recipe)`` (form
+``bf16+dot``, row ``bf16+RECIPE``). A stochastic recipe gets ``jax.random.key(0)``; a recipe with delayed
+scaling runs as ``emulate(step, policy, state=True)`` from `fpemu.init_training_state`.
+
+**Compile time** is measured per row on a fresh function with every JAX cache cleared, in three
+phases: ``trace`` (JAX's trace, emulate's interpreter included), ``lower`` (to StableHLO) and ``XLA``
+(``compile()``), and given as a multiple of fp32's total; with ``compiles=N`` each phase is the minimum
+over N fresh builds. Beside it, two measures that do not depend on the machine's load: the optimized
+HLO's kernels (`program_size`) and its instructions. **Step time** is the median over ``rounds`` rounds;
+each round calls every row once, in an order shuffled per round (a fixed seed), and a row's ratio is
+the median of its time over emulated bf16's in the same round. The allocator settings
+(``GLIBC_TUNABLES``) and ``XLA_FLAGS`` are printed with the machine: on CPU a step whose buffer of
+intermediate values (``temp MiB``, XLA's ``memory_analysis().temp_size_in_bytes``) exceeds glibc's largest
+mmap threshold (32 MiB) pays a page fault per 4 KiB of it at every call, so each row also shows the
+process's minor page faults per call (``faults``, from ``getrusage`` where the platform has it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import random
+import re
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jax
+
+import fpemu
+from fpemu.testing import text_table
+from fpemu.tools import choices, models
+from fpemu.tools.bench import environment, machine_line
+
+__all__ = ["FORMS", "MODELS", "SweepRow", "add_sweep_parser", "cmd_sweep", "program_size", "rows_for", "run"]
+
+#: The models, by the name ``--model`` takes.
+MODELS: dict[str, Callable[[], tuple[Callable[..., Any], tuple]]] = {
+    "mlp": models.mlp_model,
+    "transformer": models.transformer_model,
+}
+#: The policy forms of a recipe's rows: ``Policy(dot=recipe)`` and ``Policy(default="bf16", dot=recipe)``.
+FORMS = ("dot", "bf16+dot")
+JSON_SCHEMA = "fpemu.sweep/1"
+
+#: Top-level HLO instructions that launch no work.
+_NOT_KERNELS = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "bitcast"})
+
+
+def program_size(hlo: str) -> tuple[int, int]:
+    """(kernels, instructions) of an optimized HLO module's text: the instructions of its entry
+    computation that launch work, and the instructions of all its computations."""
+    instructions = kernels = 0
+    in_entry = False
+    for line in hlo.splitlines():
+        if line.startswith("ENTRY "):
+            in_entry = True
+        elif in_entry and line.startswith("}"):
+            in_entry = False
+        opcode = re.search(r" = (?:\([^=]*\)|\S+) ([a-z][a-z0-9-]*)\(", line)
+        if opcode is None:
+            continue
+        instructions += 1
+        kernels += in_entry and opcode.group(1) not in _NOT_KERNELS
+    return kernels, instructions
+
+
+def rows_for(
+    step: Callable[..., Any], args: tuple, recipes: list[str], forms: list[str]
+) -> dict[str, tuple[Callable[[], Callable[..., Any]], tuple]]:
+    """Row name -> (a builder of a fresh unjitted function for that row, its arguments)."""
+    key = jax.random.key(0)
+
+    def emulated(policy: Any) -> tuple[Callable[[], Callable[..., Any]], tuple]:
+        recipe = policy.dot if isinstance(policy, fpemu.Policy) else None
+        row_key = key if isinstance(policy, fpemu.Policy) and policy.stochastic else None
+        if isinstance(recipe, fpemu.TrainingRecipe) and recipe.stateful:  # delayed scaling: amax histories
+            state = fpemu.init_training_state(step, policy, *args)
+            return (lambda: fpemu.emulate(step, policy, key=row_key, state=True)), (state, *args)
+        return (lambda: fpemu.emulate(step, policy, key=row_key)), args
+
+    rows = {"fp32": ((lambda: lambda *a: step(*a)), args), "emulated bf16": emulated("bf16")}
+    for recipe in recipes:
+        if "dot" in forms:
+            rows[recipe] = emulated(fpemu.Policy(dot=recipe))
+        if "bf16+dot" in forms:
+            rows[f"bf16+{recipe}"] = emulated(fpemu.Policy(default="bf16", dot=recipe))
+    return rows
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SweepRow:
+    """One row's measurements: compile phases in seconds, the optimized program's size and buffer, and
+    its step (median milliseconds, the median ratio to emulated bf16's step, page faults per call)."""
+
+    name: str
+    trace_s: float
+    lower_s: float
+    xla_s: float
+    compile_vs_fp32: float
+    kernels: int
+    instructions: int
+    temp_mib: float
+    faults: float
+    step_ms: float
+    step_vs_emulated_bf16: float
+
+
+def _compile_phases(
+    build: Callable[[], Callable[..., Any]], args: tuple
+) -> tuple[float, float, float, int, int, float]:
+    """(trace, lower, XLA) seconds of a fresh function, every JAX cache cleared first; its kernels and
+    instructions (`program_size`) and its buffer of intermediate values in MiB."""
+    jax.clear_caches()
+    fn = jax.jit(build())
+    start = time.perf_counter()
+    traced = fn.trace(*args)
+    traced_at = time.perf_counter()
+    lowered = traced.lower()
+    lowered_at = time.perf_counter()
+    compiled = lowered.compile()
+    done = time.perf_counter()
+    kernels, instructions = program_size(compiled.as_text())
+    memory = compiled.memory_analysis()
+    temp = memory.temp_size_in_bytes / 2**20 if memory is not None else float("nan")
+    return traced_at - start, lowered_at - traced_at, done - lowered_at, kernels, instructions, temp
+
+
+def _minor_faults() -> int:
+    """The process's minor page faults so far (0 where ``resource`` is missing: Windows)."""
+    try:
+        import resource
+    except ImportError:
+        return 0
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def run(
+    model: str, recipes: list[str], forms: list[str], *, rounds: int, compiles: int,
+    progress: Callable[[str], None] | None = None,
+) -> list[SweepRow]:  # fmt: skip
+    """Measure every row (see the module docstring) and return them in row order. Arguments as checked
+    by ``fpemu sweep``'s options: a name of `MODELS`, training recipe names, forms of `FORMS`, at
+    least one round and one compile. ``progress(name)`` is called before each row's compiles."""
+    step, call_args = MODELS[model]()
+    rows = rows_for(step, call_args, recipes, forms)
+    phases: dict[str, tuple[float, float, float, int, int, float]] = {}
+    for name, (build, row_args) in rows.items():
+        if progress is not None:
+            progress(name)
+        builds = [_compile_phases(build, row_args) for _ in range(compiles)]
+        trace, lower, xla = (min(b[i] for b in builds) for i in range(3))
+        phases[name] = (trace, lower, xla, *builds[0][3:])
+    jitted = {name: jax.jit(build()) for name, (build, _) in rows.items()}
+    for name, fn in jitted.items():
+        jax.block_until_ready(fn(*rows[name][1]))
+    order = list(jitted)
+    shuffle = random.Random(0)
+    times: dict[str, list[float]] = {name: [] for name in jitted}
+    ratios: dict[str, list[float]] = {name: [] for name in jitted}
+    faults = dict.fromkeys(jitted, 0)
+    for _ in range(rounds):
+        shuffle.shuffle(order)
+        this = {}
+        for name in order:
+            before = _minor_faults()
+            start = time.perf_counter()
+            jax.block_until_ready(jitted[name](*rows[name][1]))
+            this[name] = time.perf_counter() - start
+            faults[name] += _minor_faults() - before
+        for name in jitted:
+            times[name].append(this[name])
+            ratios[name].append(this[name] / this["emulated bf16"])
+    fp32_compile = sum(phases["fp32"][:3])
+    return [
+        SweepRow(
+            name=name,
+            trace_s=t,
+            lower_s=lo,
+            xla_s=c,
+            compile_vs_fp32=(t + lo + c) / fp32_compile,
+            kernels=k,
+            instructions=n,
+            temp_mib=temp,
+            faults=faults[name] / rounds,
+            step_ms=statistics.median(times[name]) * 1e3,
+            step_vs_emulated_bf16=statistics.median(ratios[name]),
+        )
+        for name, (t, lo, c, k, n, temp) in phases.items()
+    ]
+
+
+def table(rows: list[SweepRow]) -> str:
+    """The rows as the Markdown table ``fpemu sweep`` prints."""
+    header = (
+        "row", "trace s", "lower s", "XLA s", "compile vs fp32", "HLO kernels", "HLO instructions", "temp MiB",
+        "faults", "step ms", "step vs emulated bf16",
+    )  # fmt: skip
+    body = [
+        (
+            r.name,
+            f"{r.trace_s:.2f}",
+            f"{r.lower_s:.2f}",
+            f"{r.xla_s:.2f}",
+            f"{r.compile_vs_fp32:.2f}x",
+            str(r.kernels),
+            str(r.instructions),
+            f"{r.temp_mib:.1f}",
+            f"{r.faults:.0f}",
+            f"{r.step_ms:.2f}",
+            f"{r.step_vs_emulated_bf16:.2f}x",
+        )
+        for r in rows
+    ]
+    return text_table(body, header, align="l" + "r" * (len(header) - 1), markdown=True)
+
+
+# -- the command -----------------------------------------------------------------------------------
+
+
+def _recipes(text: str) -> list[str]:
+    return choices.names("training recipe", fpemu.TRAINING_RECIPES)(text)
+
+
+def _forms(text: str) -> list[str]:
+    return choices.names("form", FORMS)(text)
+
+
+def _at_least_one(what: str) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise ValueError(f"must be a positive integer ({what}), got {text.strip()!r}")
+        return value
+
+    return parse
+
+
+def add_sweep_parser(subcommands: Any) -> argparse.ArgumentParser:
+    """The ``sweep`` subcommand and its options."""
+    sweep = subcommands.add_parser(
+        "sweep",
+        help="time every training recipe's step on a small model: compile and step beside fp32 and emulated bf16",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Time the training step of a small model (mlp: the digits MLP with Adam; transformer: a\n"
+        "pre-LayerNorm block with SGD) unemulated in fp32, emulated in bf16, and under each training recipe.\n"
+        "Prints each row's compile time by phase (trace, lower, XLA; a fresh function, every JAX cache\n"
+        "cleared) as a multiple of fp32's, its optimized program's kernels, instructions and buffer, and its\n"
+        "step time as a multiple of emulated bf16's (medians of interleaved calls), with the machine and the\n"
+        "allocator settings (docs/benchmarks.md).",
+        epilog="examples:\n  fpemu sweep --model mlp\n"
+        "  fpemu sweep --model transformer --recipes fp8_current,mxfp8,nvfp4 --forms dot --rounds 7\n"
+        "  fpemu sweep --model mlp --compiles 3 --json sweep.json",
+    )
+    sweep.add_argument(
+        "--model", choices=list(MODELS), default="mlp", metavar="MODEL",
+        help=f"the model: {', '.join(MODELS)} (default mlp)",
+    )  # fmt: skip
+    sweep.add_argument(
+        "--recipes", type=choices.option(_recipes), default=None, metavar="R,S,...",
+        help=f"training recipes, from {', '.join(fpemu.TRAINING_RECIPES)} (default all)",
+    )  # fmt: skip
+    sweep.add_argument(
+        "--forms", type=choices.option(_forms), default=None, metavar="F,G",
+        help="the recipe rows' policies: dot (Policy(dot=R)), bf16+dot (Policy(default='bf16', dot=R)); "
+        "default both",
+    )  # fmt: skip
+    sweep.add_argument(
+        "--rounds", type=choices.option(_at_least_one("interleaved rounds of step calls")), default=15,
+        metavar="N", help="interleaved rounds of step calls (default 15)",
+    )  # fmt: skip
+    sweep.add_argument(
+        "--compiles", type=choices.option(_at_least_one("fresh builds per row")), default=1, metavar="N",
+        help="fresh builds per row, each compile phase the minimum over them (default 1)",
+    )  # fmt: skip
+    sweep.add_argument(
+        "--json", type=Path, default=None, metavar="FILE",
+        help=f"also write the results as JSON (schema {JSON_SCHEMA}, in docs/benchmarks.md)",
+    )  # fmt: skip
+    return sweep
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    """Run ``fpemu sweep``: print the machine line, the settings and the table; write the JSON if asked."""
+    recipes = list(fpemu.TRAINING_RECIPES) if args.recipes is None else args.recipes
+    forms = list(FORMS) if args.forms is None else args.forms
+    print(machine_line(), flush=True)
+    print(
+        f"model {args.model}; compile: a fresh function, caches cleared, minimum of {args.compiles}; "
+        f"step: {args.rounds} interleaved rounds",
+        flush=True,
+    )
+    rows = run(args.model, recipes, forms, rounds=args.rounds, compiles=args.compiles)
+    print(table(rows))
+    if args.json is not None:
+        document = {
+            "schema": JSON_SCHEMA,
+            "meta": {
+                **{k: v for k, v in environment().items() if k != "schema"}, "model": args.model, "recipes": recipes, "forms": forms, "rounds": args.rounds,
+                "compiles": args.compiles,
+            },
+            "rows": [dataclasses.asdict(row) for row in rows],
+        }  # fmt: skip
+        args.json.write_text(json.dumps(document, indent=1) + "\n")
+    return 0

@@ -1,0 +1,80 @@
+"""`fpemu.tools.models`: the steps ``fpemu sweep`` times, checked against the libraries they stand for."""
+
+from __future__ import annotations
+
+import contextlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import fpemu
+from fpemu.tools import models
+
+
+def _bits(tree) -> list[bytes]:
+    return [np.asarray(leaf).tobytes() for leaf in jax.tree_util.tree_leaves(tree)]
+
+
+@pytest.mark.parametrize("policy", [None, "bf16"], ids=["fp32", "emulated bf16"])
+def test_the_mlp_step_is_optax_adam_bit_for_bit(policy):
+    """The MLP's hand-written Adam step and cross-entropy take optax's operations in optax's order: the
+    loss, the parameters and the Adam state have optax's bits, unemulated and under emulate (which
+    rounds each operation to bf16, so that any other order or operation would show)."""
+    optax = pytest.importorskip("optax")
+    step, (params, state, x, labels) = models.mlp_model()
+    opt = optax.adam(1e-3)
+
+    def optax_step(p, s, x, labels):
+        def loss(p):
+            h = x
+            for layer in p[:-1]:
+                h = jax.nn.relu(h @ layer["w"] + jnp.expand_dims(layer["b"], 0))
+            logits = h @ p[-1]["w"] + jnp.expand_dims(p[-1]["b"], 0)
+            return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
+
+        value, grads = jax.value_and_grad(loss)(p)
+        updates, s = opt.update(grads, s, p)
+        return value, optax.apply_updates(p, updates), s
+
+    def run(fn, s, promotion):
+        fn = fn if policy is None else fpemu.emulate(fn, policy)
+        with jax.numpy_dtype_promotion(promotion):
+            with pytest.warns(fpemu.PrecisionWarning, match="0.999") if policy else contextlib.nullcontext():
+                out = jax.jit(fn)(params, s, x, labels)
+        return jax.tree_util.tree_map(np.asarray, out)
+
+    # optax's bias correction raises a float to an int32 power, which strict promotion refuses
+    ours, theirs = run(step, state, "strict"), run(optax_step, opt.init(params), "standard")
+    value, new_params, new_state = ours
+    assert _bits((value, new_params)) == _bits(theirs[:2])
+    adam_state = theirs[2][0]  # (ScaleByAdamState, EmptyState)
+    assert _bits((new_state["count"], new_state["mu"], new_state["nu"])) == _bits(
+        (adam_state.count, adam_state.mu, adam_state.nu)
+    )
+    assert int(new_state["count"]) == 1
+    assert not np.array_equal(new_params[0]["w"], params[0]["w"])  # the step moved the weights
+
+
+def test_adam_count_stops_at_the_int32_maximum():
+    """optax's ``safe_increment``: the step count saturates instead of wrapping to a negative count."""
+    params = {"w": np.ones(3, np.float32)}
+    state = models.adam_init(params)
+    state["count"] = np.int32(np.iinfo(np.int32).max)
+    _, new_state = models.adam_update({"w": np.ones(3, np.float32)}, state, params)
+    assert int(new_state["count"]) == np.iinfo(np.int32).max
+
+
+def test_transformer_block_sizes_shape_its_inputs_and_step():
+    """A `TransformerBlock` of other sizes draws its inputs and runs its step at those sizes."""
+    model = models.TransformerBlock(batch=2, seq=8, d=16, heads=2)
+    params, x = model.make_inputs()
+    assert x.shape == (2, 8, 16) and params["w_1"].shape == (16, 64) and params["w_qkv"].shape == (16, 48)
+    value, new_params = jax.jit(model.step)(params, x)
+    assert value.shape == () and np.isfinite(value)
+    assert jax.tree_util.tree_structure(new_params) == jax.tree_util.tree_structure(params)
+    # SGD: the same gradient from another program (XLA may fuse it otherwise: not the same bits)
+    expected = params["w_o"] - model.lr * jax.jit(jax.grad(model.loss))(params, x)["w_o"]
+    np.testing.assert_allclose(new_params["w_o"], expected, rtol=1e-6, atol=1e-7)
+    assert not np.array_equal(new_params["w_o"], params["w_o"])

@@ -1,0 +1,96 @@
+"""``fpemu sweep``: its options and their errors, and one run on the digits MLP (`fpemu.tools.sweep`)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+import fpemu
+from fpemu.tools.cli import main
+from fpemu.tools.sweep import program_size
+from tests.tools.test_cli import run_error
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--recipes", "mxfp8_e4m3"], r"--recipes: unknown training recipe 'mxfp8_e4m3'.*fp8_current.*nvfp4"),
+        (["--recipes", "fp8_current,,mxfp8"], r"--recipes: .*empty items"),
+        (["--forms", "bf16"], r"--forms: unknown form 'bf16'.*dot, bf16\+dot"),
+        (["--rounds", "0"], r"--rounds: must be a positive integer \(interleaved rounds of step calls\), got '0'"),
+        (["--compiles", "two"], r"--compiles: must be a positive integer \(fresh builds per row\), got 'two'"),
+        (["--model", "cnn"], r"--model: invalid choice: 'cnn' \(choose from '?mlp'?, '?transformer'?\)"),
+    ],
+)
+def test_a_bad_option_is_a_usage_error_naming_it_and_the_choices(capsys, argv, expected):
+    err = run_error(capsys, "sweep", *argv)
+    assert re.search(expected, err, re.S), err
+
+
+def test_the_training_recipes_are_the_choices():
+    """``--recipes`` takes exactly `fpemu.TRAINING_RECIPES` (one word, one thing: not block formats)."""
+    from fpemu.tools.sweep import _recipes
+
+    assert _recipes(",".join(fpemu.TRAINING_RECIPES)) == list(fpemu.TRAINING_RECIPES)
+    with pytest.raises(ValueError, match="unknown training recipe 'mxfp4_e2m1'"):
+        _recipes("mxfp4_e2m1")
+
+
+def test_program_size_counts_the_entry_kernels_and_every_instruction():
+    """The ``HLO kernels`` column (also bench/gpu_training_step.py's): the entry computation's instructions
+    that launch work (not parameters, constants, tuples, tuple elements or bitcasts), and all instructions."""
+    hlo = """HloModule jit_step, entry_computation_layout={(f32[4]{0})->f32[4]{0}}
+
+%fused_computation (param_0: f32[4]) -> f32[4] {
+  %param_0 = f32[4]{0} parameter(0)
+  %constant.1 = f32[] constant(2)
+  %broadcast.1 = f32[4]{0} broadcast(%constant.1), dimensions={}
+  ROOT %multiply.1 = f32[4]{0} multiply(%param_0, %broadcast.1)
+}
+
+ENTRY %main (x: f32[4]) -> (f32[4], f32[4]) {
+  %x = f32[4]{0} parameter(0)
+  %constant.2 = f32[] constant(0)
+  %fusion = f32[4]{0} fusion(%x), kind=kLoop, calls=%fused_computation
+  %bitcast.1 = f32[2,2]{1,0} bitcast(%fusion)
+  %custom-call.1 = (f32[4]{0}, s8[16]{0}) custom-call(%fusion, %x), custom_call_target="__cublas$gemm"
+  %get-tuple-element.1 = f32[4]{0} get-tuple-element(%custom-call.1), index=0
+  ROOT %tuple.1 = (f32[4]{0}, f32[4]{0}) tuple(%get-tuple-element.1, %fusion)
+}
+"""
+    assert program_size(hlo) == (2, 11)
+
+
+@pytest.mark.long
+def test_a_run_prints_the_machine_the_table_and_writes_the_json(capsys, tmp_path):
+    """The MLP with two recipes (one of them with delayed scaling's state), one form, two rounds: the
+    machine and allocator line, a row per policy in order, fp32's compile and emulated bf16's step as
+    the units of their columns, and the JSON file with the same rows."""
+    path = tmp_path / "sweep.json"
+    argv = ["sweep", "--model", "mlp", "--recipes", "fp8_current,fp8_delayed", "--forms", "dot", "--rounds", "2"]
+    with pytest.warns(fpemu.PrecisionWarning, match="0.999"):  # the emulated bf16 row's Adam literal
+        assert main([*argv, "--json", str(path)]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0].startswith("machine: ") and "GLIBC_TUNABLES=" in lines[0] and "XLA_FLAGS=" in lines[0]
+    assert lines[1] == "model mlp; compile: a fresh function, caches cleared, minimum of 1; step: 2 interleaved rounds"
+    assert lines[2].startswith("| row | trace s | lower s | XLA s | compile vs fp32 |")
+    rows = [line.split(" | ") for line in lines[4:]]
+    assert [r[0].lstrip("| ") for r in rows] == ["fp32", "emulated bf16", "fp8_current", "fp8_delayed"]
+    assert rows[0][4] == "1.00x"  # fp32's compile is the unit
+    assert rows[1][-1] == "1.00x |"  # emulated bf16's step is the unit
+
+    document = json.loads(path.read_text())
+    assert document["schema"] == "fpemu.sweep/1"
+    assert document["meta"]["model"] == "mlp" and document["meta"]["rounds"] == 2
+    assert document["meta"]["recipes"] == ["fp8_current", "fp8_delayed"] and document["meta"]["forms"] == ["dot"]
+    assert "schema" not in document["meta"] and "GLIBC_TUNABLES" in document["meta"]["env"]
+    by_name = {row["name"]: row for row in document["rows"]}
+    assert list(by_name) == ["fp32", "emulated bf16", "fp8_current", "fp8_delayed"]
+    assert by_name["fp32"]["compile_vs_fp32"] == 1.0 and by_name["emulated bf16"]["step_vs_emulated_bf16"] == 1.0
+    for row, cells in zip(document["rows"], rows, strict=True):
+        assert cells[5] == str(row["kernels"]) and cells[6] == str(row["instructions"])
+        assert 0 < row["kernels"] <= row["instructions"]
+        assert min(row["trace_s"], row["lower_s"], row["xla_s"], row["step_ms"], row["temp_mib"]) >= 0
