@@ -2,7 +2,7 @@
 
 - `mlp_model`: the digits MLP 64-128-128-10 (ReLU), batch 64, softmax cross-entropy and one Adam step
   (`adam_update`: optax's ``adam(1e-3)``, operation for operation, so that no optional dependency is
-  needed; tests/tools/test_sweep.py compares the bits with optax's).
+  needed; tests/tools/test_models.py compares the bits with optax's).
 - `TransformerBlock`: a pre-LayerNorm block (4-head attention, GELU MLP of width 4d; batch 8, sequence
   128, d 256 by default), ``jax.value_and_grad`` of a scalar loss and an SGD update.
 
@@ -62,7 +62,16 @@ def _bias_correction(moment: Any, decay: float, count: jax.Array) -> Any:
 
 def mlp_model() -> tuple[Callable[..., Any], tuple]:
     """The digits MLP's Adam step and its arguments (params, Adam state, x, labels): ``step(params, state,
-    x, labels)`` returns (loss, new params, new state)."""
+    x, labels)`` returns (loss, new params, new state).
+
+    Example:
+      >>> step, (params, state, x, labels) = mlp_model()
+      >>> [layer["w"].shape for layer in params], x.shape, labels.shape
+      ([(64, 128), (128, 128), (128, 10)], (64, 64), (64,))
+      >>> loss, params, state = jax.jit(step)(params, state, x, labels)
+      >>> int(state["count"])
+      1
+    """
     rng = np.random.default_rng(0)
     params = [
         {"w": (rng.standard_normal((i, o)) / np.sqrt(i)).astype(np.float32), "b": np.zeros(o, np.float32)}
@@ -95,13 +104,35 @@ def _cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TransformerBlock:
-    """A pre-LayerNorm transformer block and its training step, at the given sizes."""
+    """A pre-LayerNorm transformer block and its training step, at the given sizes.
+
+    Raises:
+      ValueError: naming the field, for a size that is not a positive integer or ``d`` not a multiple of
+        ``heads``.
+
+    Example:
+      >>> model = TransformerBlock(batch=2, seq=4, d=8, heads=2)
+      >>> params, x = model.make_inputs()
+      >>> x.shape, params["w_qkv"].shape
+      ((2, 4, 8), (8, 24))
+      >>> loss, params = jax.jit(model.step)(params, x)
+      >>> loss.shape
+      ()
+    """
 
     batch: int = 8
     seq: int = 128
     d: int = 256
     heads: int = 4
     lr: float = 0.01
+
+    def __post_init__(self) -> None:
+        for name in ("batch", "seq", "d", "heads"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"TransformerBlock {name} must be a positive integer, got {value!r}")
+        if self.d % self.heads:
+            raise ValueError(f"TransformerBlock d must be a multiple of heads, got d={self.d}, heads={self.heads}")
 
     def block(self, params: dict[str, Any], x: jax.Array, attention_scope: str | None = None) -> jax.Array:
         """The block; ``attention_scope``: a ``jax.named_scope`` around the attention score and value

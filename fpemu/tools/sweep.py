@@ -12,13 +12,14 @@ scaling runs as ``emulate(step, policy, state=True)`` from `fpemu.init_training_
 phases: ``trace`` (JAX's trace, emulate's interpreter included), ``lower`` (to StableHLO) and ``XLA``
 (``compile()``), and given as a multiple of fp32's total; with ``compiles=N`` each phase is the minimum
 over N fresh builds. Beside it, two measures that do not depend on the machine's load: the optimized
-HLO's kernels (`program_size`) and its instructions. **Step time** is the median over ``rounds`` rounds;
-each round calls every row once, in an order shuffled per round (a fixed seed), and a row's ratio is
-the median of its time over emulated bf16's in the same round. The allocator settings
-(``GLIBC_TUNABLES``) and ``XLA_FLAGS`` are printed with the machine: on CPU a step whose buffer of
-intermediate values (``temp MiB``, XLA's ``memory_analysis().temp_size_in_bytes``) exceeds glibc's largest
-mmap threshold (32 MiB) pays a page fault per 4 KiB of it at every call, so each row also shows the
-process's minor page faults per call (``faults``, from ``getrusage`` where the platform has it).
+HLO's kernels (`program_size`) and its instructions (the lines of its text that assign a value).
+**Step time** is the median over ``rounds`` rounds; each round calls every row once, in an order
+shuffled per round (a fixed seed), and a row's ratio is the median of its time over emulated bf16's in
+the same round. The allocator settings (``GLIBC_TUNABLES``) and ``XLA_FLAGS`` are printed with the
+machine: on CPU a step whose buffer of intermediate values (``temp MiB``, XLA's
+``memory_analysis().temp_size_in_bytes``) exceeds glibc's largest mmap threshold (32 MiB) pays a page
+fault per 4 KiB of it at every call, so each row also shows the process's minor page faults per call
+(``faults``, from ``getrusage`` where the platform has it).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import json
 import random
 import re
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -58,7 +60,14 @@ _NOT_KERNELS = frozenset({"parameter", "constant", "tuple", "get-tuple-element",
 
 def program_size(hlo: str) -> tuple[int, int]:
     """(kernels, instructions) of an optimized HLO module's text: the instructions of its entry
-    computation that launch work, and the instructions of all its computations."""
+    computation that launch work, and the instructions of all its computations.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> kernels, instructions = program_size(jax.jit(lambda x: jnp.sin(x) * 2).lower(jnp.ones(8)).compile().as_text())
+      >>> 1 <= kernels <= instructions
+      True
+    """
     instructions = kernels = 0
     in_entry = False
     for line in hlo.splitlines():
@@ -118,8 +127,9 @@ class SweepRow:
 def _compile_phases(
     build: Callable[[], Callable[..., Any]], args: tuple
 ) -> tuple[float, float, float, int, int, float]:
-    """(trace, lower, XLA) seconds of a fresh function, every JAX cache cleared first; its kernels and
-    instructions (`program_size`) and its buffer of intermediate values in MiB."""
+    """(trace, lower, XLA) seconds of a fresh function, every JAX cache cleared first; its kernels
+    (`program_size`), its instructions (the lines of ``compile().as_text()`` that assign a value) and its
+    buffer of intermediate values in MiB."""
     jax.clear_caches()
     fn = jax.jit(build())
     start = time.perf_counter()
@@ -129,7 +139,9 @@ def _compile_phases(
     lowered_at = time.perf_counter()
     compiled = lowered.compile()
     done = time.perf_counter()
-    kernels, instructions = program_size(compiled.as_text())
+    text = compiled.as_text()
+    kernels, _ = program_size(text)
+    instructions = sum(" = " in line for line in text.splitlines())  # as bench/RESULTS_training.md records them
     memory = compiled.memory_analysis()
     temp = memory.temp_size_in_bytes / 2**20 if memory is not None else float("nan")
     return traced_at - start, lowered_at - traced_at, done - lowered_at, kernels, instructions, temp
@@ -302,7 +314,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         f"step: {args.rounds} interleaved rounds",
         flush=True,
     )
-    rows = run(args.model, recipes, forms, rounds=args.rounds, compiles=args.compiles)
+    progress = None
+    if sys.stderr.isatty():  # which row XLA is compiling (the whole sweep takes a minute or more)
+        progress = lambda name: print(f"compiling: {name}", file=sys.stderr, flush=True)
+    rows = run(args.model, recipes, forms, rounds=args.rounds, compiles=args.compiles, progress=progress)
     print(table(rows))
     if args.json is not None:
         document = {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 
 import jax
 import jax.numpy as jnp
@@ -78,3 +79,17 @@ def test_transformer_block_sizes_shape_its_inputs_and_step():
     expected = params["w_o"] - model.lr * jax.jit(jax.grad(model.loss))(params, x)["w_o"]
     np.testing.assert_allclose(new_params["w_o"], expected, rtol=1e-6, atol=1e-7)
     assert not np.array_equal(new_params["w_o"], params["w_o"])
+
+
+@pytest.mark.parametrize(
+    ("sizes", "message"),
+    [
+        ({"d": 0}, "TransformerBlock d must be a positive integer, got 0"),
+        ({"heads": 2.0}, "TransformerBlock heads must be a positive integer, got 2.0"),
+        ({"batch": True}, "TransformerBlock batch must be a positive integer, got True"),
+        ({"d": 10, "heads": 4}, "TransformerBlock d must be a multiple of heads, got d=10, heads=4"),
+    ],
+)
+def test_transformer_block_refuses_bad_sizes(sizes, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        models.TransformerBlock(**sizes)
