@@ -43,6 +43,9 @@ from fpemu.testing import text_table
 from fpemu.tools import choices, models
 from fpemu.tools.bench import environment, machine_line
 
+if sys.platform != "win32":
+    import resource
+
 __all__ = ["FORMS", "MODELS", "SweepRow", "add_sweep_parser", "cmd_sweep", "program_size", "rows_for", "run"]
 
 #: The models, by the name ``--model`` takes.
@@ -148,10 +151,8 @@ def _compile_phases(
 
 
 def _minor_faults() -> int:
-    """The process's minor page faults so far (0 where ``resource`` is missing: Windows)."""
-    try:
-        import resource
-    except ImportError:
+    """The process's minor page faults so far (0 on Windows, which has no ``getrusage``)."""
+    if sys.platform == "win32":
         return 0
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
@@ -315,7 +316,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         flush=True,
     )
     progress = None
-    if sys.stderr.isatty():  # which row XLA is compiling (the whole sweep takes a minute or more)
+    if sys.stderr.isatty():  # which row XLA is compiling (the whole sweep takes minutes)
         progress = lambda name: print(f"compiling: {name}", file=sys.stderr, flush=True)
     rows = run(args.model, recipes, forms, rounds=args.rounds, compiles=args.compiles, progress=progress)
     print(table(rows))
