@@ -11,8 +11,13 @@ XLA's float32 sums may change between JAX releases and between machines (a dot's
 is XLA's, and XLA:CPU picks its dot kernels by the CPU's instruction set: two AMD EPYC guests with
 AVX512-BF16 gave different bits for the same bfloat16 dots), so the arrays are keyed on the JAX
 version, the backend and a fingerprint of the backend's summation order (`_sums`: the bits of dots
-and a convolution of this test's shapes): elsewhere the test skips, naming both. Regenerate with
-``python -m tests.training.test_gemm_bits_pinned`` (and say why in the commit).
+and a convolution of this test's shapes). Another machine's sums can have an overlay of their own:
+`tests/data/gemm_bits.SUMS.npz` holds the arrays that differ there from `gemm_bits.npz` (on an Intel
+Xeon with AMX-BF16, the `fpemu.scaled.matmul` products of bf16, fp8_e4m3 and the MX FP8 formats; every
+training recipe's arrays are the same), with the version it was made with and the base's. Where
+neither matches, the test skips, naming both. Regenerate with ``python -m
+tests.training.test_gemm_bits_pinned`` (the base) or ``... --overlay`` (this machine's overlay on the
+base), and say why in the commit.
 """
 
 from __future__ import annotations
@@ -107,15 +112,31 @@ def _version() -> str:
     return f"jax {jax.__version__} on {jax.default_backend()}, sums {_sums()}"
 
 
+def _overlay_path(version: str) -> pathlib.Path:
+    """The overlay of the machine whose `_version` is ``version``: ``gemm_bits.<sums>.npz`` beside `DATA`."""
+    return DATA.with_name(f"gemm_bits.{version.rsplit(' ', 1)[-1]}.npz")
+
+
+def _load(path: pathlib.Path) -> dict[str, np.ndarray]:
+    with np.load(path) as data:
+        return dict(data)
+
+
 def _pinned() -> dict[str, np.ndarray]:
+    """The pinned arrays for this JAX and machine: the base, or the base with this machine's overlay."""
     if not DATA.exists():
         pytest.fail(f"{DATA} is missing: run python -m tests.training.test_gemm_bits_pinned")
-    with np.load(DATA) as data:
-        arrays = dict(data)
+    arrays = _load(DATA)
     made = str(arrays.pop("__version__"))
-    if made != _version():
-        pytest.skip(f"the pinned bits were made with {made}; this is {_version()} (XLA's sums may differ)")
-    return arrays
+    here = _version()
+    if made == here:
+        return arrays
+    overlay_path = _overlay_path(here)
+    overlay = _load(overlay_path) if overlay_path.exists() else {}
+    if str(overlay.pop("__version__", "")) != here or str(overlay.pop("__base__", "")) != made:
+        pytest.skip(f"the pinned bits were made with {made}; this is {here} (XLA's sums may differ)")
+    assert set(overlay) <= set(arrays), sorted(set(overlay) - set(arrays))
+    return arrays | overlay
 
 
 def _assert_same_bits(actual: dict[str, np.ndarray], pinned: dict[str, np.ndarray], prefix: str) -> None:
@@ -148,15 +169,33 @@ def test_scaled_matmul_bits_are_pinned(recipe):
     _assert_same_bits(matmul_arrays(recipe), _pinned(), f"scaled.matmul/{recipe}")
 
 
-def _write() -> None:
-    arrays: dict[str, np.ndarray] = {"__version__": np.asarray(_version())}
+def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    bits = f"u{a.dtype.itemsize}" if a.dtype.kind == "f" else a.dtype
+    return bool(np.array_equal(a.view(bits), b.view(bits)))
+
+
+def _write(overlay: bool) -> None:
+    """Write the base (every array, this machine's version), or this machine's overlay: the arrays whose
+    bits differ from the base's, with this machine's version and the base's."""
+    arrays: dict[str, np.ndarray] = {}
     for name in TRAINING_RECIPES:
         arrays |= recipe_arrays(name)
     for recipe in scaled.MATMUL_FORMATS:
         arrays |= matmul_arrays(recipe)
-    np.savez_compressed(DATA, **arrays)
-    print(f"{DATA}: {len(arrays) - 1} arrays, {_version()}, fpemu {fpemu.__version__}")
+    path = DATA
+    if overlay:
+        base = _load(DATA)
+        base_version = base.pop("__version__")
+        assert set(arrays) == set(base), sorted(set(arrays) ^ set(base))
+        arrays = {k: v for k, v in arrays.items() if not _same_bits(v, base[k])} | {"__base__": base_version}
+        path = _overlay_path(_version())
+    np.savez_compressed(path, __version__=np.asarray(_version()), **arrays)
+    print(f"{path}: {len(arrays)} arrays, {_version()}, fpemu {fpemu.__version__}")
 
 
 if __name__ == "__main__":
-    _write()
+    import sys
+
+    _write(overlay=sys.argv[1:] == ["--overlay"])
