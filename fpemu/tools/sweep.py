@@ -321,13 +321,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     rows = run(args.model, recipes, forms, rounds=args.rounds, compiles=args.compiles, progress=progress)
     print(table(rows))
     if args.json is not None:
-        document = {
-            "schema": JSON_SCHEMA,
-            "meta": {
-                **{k: v for k, v in environment().items() if k != "schema"}, "model": args.model, "recipes": recipes, "forms": forms, "rounds": args.rounds,
-                "compiles": args.compiles,
-            },
-            "rows": [dataclasses.asdict(row) for row in rows],
-        }  # fmt: skip
-        args.json.write_text(json.dumps(document, indent=1) + "\n")
+        meta = {k: v for k, v in environment().items() if k != "schema"}  # the machine, as fpemu bench's JSON
+        meta |= {"model": args.model, "recipes": recipes, "forms": forms, "rounds": args.rounds}
+        meta["compiles"] = args.compiles
+        document = {"schema": JSON_SCHEMA, "meta": meta, "rows": [dataclasses.asdict(row) for row in rows]}
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+        print(f"wrote {args.json}")
     return 0

@@ -68,7 +68,7 @@ def test_a_run_prints_the_machine_the_table_and_writes_the_json(capsys, tmp_path
     """The MLP with two recipes (one of them with delayed scaling's state), one form, two rounds: the
     machine and allocator line, a row per policy in order, fp32's compile and emulated bf16's step as
     the units of their columns, and the JSON file with the same rows."""
-    path = tmp_path / "sweep.json"
+    path = tmp_path / "results" / "sweep.json"  # its folder is made
     argv = ["sweep", "--model", "mlp", "--recipes", "fp8_current,fp8_delayed", "--forms", "dot", "--rounds", "2"]
     with pytest.warns(fpemu.PrecisionWarning, match="0.999"):  # the emulated bf16 row's Adam literal
         assert main([*argv, "--json", str(path)]) == 0
@@ -77,7 +77,8 @@ def test_a_run_prints_the_machine_the_table_and_writes_the_json(capsys, tmp_path
     assert lines[0].startswith("machine: ") and "GLIBC_TUNABLES=" in lines[0] and "XLA_FLAGS=" in lines[0]
     assert lines[1] == "model mlp; compile: a fresh function, caches cleared, minimum of 1; step: 2 interleaved rounds"
     assert lines[2].startswith("| row | trace s | lower s | XLA s | compile vs fp32 |")
-    rows = [line.split(" | ") for line in lines[4:]]
+    assert lines[-1] == f"wrote {path}"
+    rows = [line.split(" | ") for line in lines[4:-1]]
     assert [r[0].lstrip("| ") for r in rows] == ["fp32", "emulated bf16", "fp8_current", "fp8_delayed"]
     assert rows[0][4] == "1.00x"  # fp32's compile is the unit
     assert rows[1][-1] == "1.00x |"  # emulated bf16's step is the unit
