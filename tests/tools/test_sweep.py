@@ -9,7 +9,7 @@ import pytest
 
 import fpemu
 from fpemu.tools.cli import main
-from fpemu.tools.sweep import program_size
+from fpemu.tools.sweep import _recipes, program_size
 from tests.tools.test_cli import run_error
 
 
@@ -31,8 +31,6 @@ def test_a_bad_option_is_a_usage_error_naming_it_and_the_choices(capsys, argv, e
 
 def test_the_training_recipes_are_the_choices():
     """``--recipes`` takes exactly `fpemu.TRAINING_RECIPES` (one word, one thing: not block formats)."""
-    from fpemu.tools.sweep import _recipes
-
     assert _recipes(",".join(fpemu.TRAINING_RECIPES)) == list(fpemu.TRAINING_RECIPES)
     with pytest.raises(ValueError, match="unknown training recipe 'mxfp4_e2m1'"):
         _recipes("mxfp4_e2m1")
