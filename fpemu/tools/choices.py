@@ -1,4 +1,4 @@
-"""Names and numbers chosen on the command line: the checks and hints of ``fpemu bench`` and ``fpemu plot``.
+"""Names and numbers chosen on the command line: the checks and hints of ``fpemu bench``, ``plot`` and ``sweep``.
 
 Every check raises `ValueError` with a message that names what was wrong, suggests the closest valid
 names and lists every valid one; `option` turns such a check into an argparse ``type=``, so that the
@@ -110,6 +110,33 @@ def split_list(text: str) -> list[str]:
     if not all(items):
         raise ValueError(f"expected a comma-separated list without empty items, got {text!r}")
     return items
+
+
+def integer(minimum: int, what: str = "") -> Callable[[str], int]:
+    """A parser, for `option`, of one integer at least ``minimum`` (0 or more); its message names the
+    kind of integer and ``what`` it counts, where given.
+
+    Example:
+      >>> integer(1, "rounds")("15")
+      15
+      >>> integer(1, "rounds")("0")
+      Traceback (most recent call last):
+      ...
+      ValueError: must be a positive integer (rounds), got '0'
+    """
+    kind = {0: "a non-negative integer", 1: "a positive integer"}.get(minimum, f"an integer of at least {minimum}")
+    counted = f" ({what})" if what else ""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < minimum:
+            raise ValueError(f"must be {kind}{counted}, got {text.strip()!r}")
+        return value
+
+    return parse
 
 
 _POWER = re.compile(r"^2\s*(?:\^|\*\*)\s*(\d+)$")

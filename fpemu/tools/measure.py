@@ -87,16 +87,6 @@ def _distributions(text: str) -> list[str]:
     return choices.names("distribution", data.DISTRIBUTIONS)(text)
 
 
-def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise ValueError(f"must be a non-negative integer, got {text.strip()!r}")
-    return value
-
-
 def add_bench_parser(subcommands: Any) -> argparse.ArgumentParser:
     """The ``bench`` subcommand and its options."""
     timer = subcommands.add_parser(
@@ -215,7 +205,7 @@ def add_plot_parser(subcommands: Any) -> argparse.ArgumentParser:
         help=f"matmul-error: M = N of the drawn operands (default {plot.DEFAULT_OUTER})",
     )  # fmt: skip
     draw.add_argument(
-        "--seed", type=choices.option(_seed), default=None, metavar="S",
+        "--seed", type=choices.option(choices.integer(0)), default=None, metavar="S",
         help="rounding-error: the key of stochastic rounding; qsnr, matmul-error: the seed of the drawn data "
         "(default 0)",
     )  # fmt: skip

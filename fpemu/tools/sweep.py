@@ -248,19 +248,6 @@ def _forms(text: str) -> list[str]:
     return choices.names("form", FORMS)(text)
 
 
-def _at_least_one(what: str) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = 0
-        if value < 1:
-            raise ValueError(f"must be a positive integer ({what}), got {text.strip()!r}")
-        return value
-
-    return parse
-
-
 def add_sweep_parser(subcommands: Any) -> argparse.ArgumentParser:
     """The ``sweep`` subcommand and its options."""
     sweep = subcommands.add_parser(
@@ -291,11 +278,11 @@ def add_sweep_parser(subcommands: Any) -> argparse.ArgumentParser:
         "default both",
     )  # fmt: skip
     sweep.add_argument(
-        "--rounds", type=choices.option(_at_least_one("interleaved rounds of step calls")), default=15,
+        "--rounds", type=choices.option(choices.integer(1, "interleaved rounds of step calls")), default=15,
         metavar="N", help="interleaved rounds of step calls (default 15)",
     )  # fmt: skip
     sweep.add_argument(
-        "--compiles", type=choices.option(_at_least_one("fresh builds per row")), default=1, metavar="N",
+        "--compiles", type=choices.option(choices.integer(1, "fresh builds per row")), default=1, metavar="N",
         help="fresh builds per row, each compile phase the minimum over them (default 1)",
     )  # fmt: skip
     sweep.add_argument(

@@ -144,9 +144,15 @@ def _assert_same_bits(actual: dict[str, np.ndarray], pinned: dict[str, np.ndarra
     assert sorted(actual) == sorted(expected)
     for k, a in actual.items():
         e = expected[k]
-        assert a.dtype == e.dtype and a.shape == e.shape, (k, a.dtype, a.shape, e.dtype, e.shape)
-        bits = f"u{a.dtype.itemsize}" if a.dtype.kind == "f" else a.dtype
-        assert np.array_equal(a.view(bits), e.view(bits)), k
+        assert _same_bits(a, e), (k, a.dtype, a.shape, e.dtype, e.shape)
+
+
+def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    """The same dtype, shape and bits (floats compared as their unsigned views, NaN included)."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    bits = f"u{a.dtype.itemsize}" if a.dtype.kind == "f" else a.dtype
+    return bool(np.array_equal(a.view(bits), b.view(bits)))
 
 
 # Every recipe compiles a training step twice (about 40 s each on two cores): two run by default (a
@@ -167,13 +173,6 @@ def test_training_recipe_bits_are_pinned(name):
 @pytest.mark.parametrize("recipe", scaled.MATMUL_FORMATS)
 def test_scaled_matmul_bits_are_pinned(recipe):
     _assert_same_bits(matmul_arrays(recipe), _pinned(), f"scaled.matmul/{recipe}")
-
-
-def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
-    if a.dtype != b.dtype or a.shape != b.shape:
-        return False
-    bits = f"u{a.dtype.itemsize}" if a.dtype.kind == "f" else a.dtype
-    return bool(np.array_equal(a.view(bits), b.view(bits)))
 
 
 def _write(overlay: bool) -> None:
