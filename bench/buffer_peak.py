@@ -1,0 +1,177 @@
+"""What XLA:CPU keeps alive at the peak of a training step's buffer of intermediate values.
+
+Usage::
+
+    PYTHONPATH=. python3 bench/buffer_peak.py [--model mlp|transformer] [--top 25] ROW [ROW ...]
+
+A ROW is a row of `fpemu sweep` (docs/benchmarks.md): ``fp32``, ``emulated bf16``, a training recipe
+(``Policy(dot=recipe)``) or ``bf16+recipe`` (``Policy(default="bf16", dot=recipe)``). For each, the
+script compiles the step with XLA's dumps on (``--xla_dump_to``, a temporary folder) and prints:
+
+- XLA's preallocated temp buffer (what `fpemu sweep` reports as ``temp MiB``) and how far it is from
+  32 MiB, glibc's largest mmap threshold: a buffer above it is mapped and unmapped at every call,
+  which costs a page fault per 4 KiB (bench/RESULTS_training.md, "Page faults");
+- where the peak sits (the index of the instruction in XLA's schedule) and the bytes live there,
+  parameters included;
+- the live values at the peak grouped by the JAX operation that made them (the HLO metadata's
+  ``op_name``, shortened: ``jit(step)/`` dropped, fpemu's nested jits kept), largest first, each with
+  its count and sizes.
+
+This reads XLA's debugging dumps (``*-live-range.txt`` and the optimized HLO text), whose format is
+XLA's and may change; the script says so when it does not find them. It is a tool for finding which
+values to shrink or move, as the thirteenth and fifteenth sessions of bench/RESULTS_training.md did
+by hand; it times nothing.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import sys
+import tempfile
+
+_DUMP = tempfile.mkdtemp(prefix="fpemu_buffer_peak_")
+atexit.register(shutil.rmtree, _DUMP, True)
+# XLA reads its flags once, when the backend starts: set before jax is imported.
+os.environ["XLA_FLAGS"] = " ".join(
+    [os.environ.get("XLA_FLAGS", ""), f"--xla_dump_to={_DUMP}", "--xla_dump_hlo_module_re=.*jit_step.*"]
+).strip()
+
+import argparse  # noqa: E402
+import collections  # noqa: E402
+import glob  # noqa: E402
+import re  # noqa: E402
+import warnings  # noqa: E402
+
+import jax  # noqa: E402
+
+from fpemu.tools import choices, sweep  # noqa: E402
+
+_MIB = 2**20
+_GLIBC_MMAP_MAX = 32 * _MIB
+_PEAK = re.compile(r"^\s*Live ranges at (\d+) \(peak\):")
+_LIVE = re.compile(r"^\s*([\w.\-]+)\{[^}]*\}: (\d+) bytes")
+_OP_NAME = re.compile(r'op_name="([^"]*)"')
+
+
+def peak_values(live_range: str) -> tuple[int, list[tuple[str, int]]]:
+    """(the peak's index in the schedule, [(instruction name, bytes), ...]) from XLA's live-range dump.
+
+    Example:
+      >>> text = "  Live ranges at 7 (peak):\\n    a{}: 64 bytes (cumulative: 64 bytes)\\n"
+      >>> peak_values(text + "    b{0}: 8 bytes (cumulative: 72 bytes)\\n  Stack trace ...\\n")
+      (7, [('a', 64), ('b', 8)])
+    """
+    lines = live_range.splitlines()
+    for i, line in enumerate(lines):
+        found = _PEAK.match(line)
+        if found:
+            values = []
+            for entry in lines[i + 1 :]:
+                live = _LIVE.match(entry)
+                if live is None:
+                    break
+                values.append((live.group(1), int(live.group(2))))
+            return int(found.group(1)), values
+    raise ValueError("no 'Live ranges at N (peak):' section in the live-range dump")
+
+
+def op_names(hlo: str) -> dict[str, str]:
+    """Each instruction's ``op_name`` (shortened by `short_op_name`) in an HLO module's text; parameters and
+    instructions without metadata map to their own name."""
+    names = {}
+    for line in hlo.splitlines():
+        found = re.match(r"^\s*(?:ROOT )?%?([\w.\-]+) = ", line)
+        if found:
+            op = _OP_NAME.search(line)
+            names[found.group(1)] = short_op_name(op.group(1)) if op else found.group(1)
+    return names
+
+
+def short_op_name(op_name: str) -> str:
+    """An ``op_name`` without the outer ``jit(step)/`` and without fpemu's materialization wrappers.
+
+    Example:
+      >>> short_op_name("jit(step)/bsd,df->bsf/jit(quantized_dot_core)/jit(_materialized)/jit(_barrier)/cond")
+      'bsd,df->bsf/jit(quantized_dot_core)/cond'
+    """
+    name = re.sub(r"^jit\(step\)/", "", op_name).replace("\\'", "'")  # HLO text escapes quotes
+    return re.sub(r"/jit\(_materialized\)/jit\(_barrier\)", "", name)
+
+
+def report(row: str, temp_bytes: int, peak: int, values: list[tuple[str, int]], names: dict[str, str], top: int) -> str:
+    """The printed report of one row."""
+    live = sum(size for _, size in values)
+    margin = _GLIBC_MMAP_MAX - temp_bytes
+    side = "under" if margin > 0 else "over"
+    out = [
+        f"## {row}",
+        f"temp buffer {temp_bytes / _MIB:.2f} MiB ({abs(margin) / _MIB:.2f} MiB {side} glibc's 32 MiB mmap threshold); "
+        f"peak at schedule index {peak}: {live / _MIB:.2f} MiB live (parameters included), {len(values)} values",
+        "",
+        "| MiB | values | sizes (KiB) | made by |",
+        "|---:|---:|---|---|",
+    ]
+    groups: dict[str, list[int]] = collections.defaultdict(list)
+    for name, size in values:
+        groups[names.get(name, name)].append(size)
+    ranked = sorted(groups.items(), key=lambda kv: (-sum(kv[1]), kv[0]))
+    for made_by, sizes in ranked[:top]:
+        counts = collections.Counter(sizes)
+        shown = ", ".join(
+            f"{n}x{s / 1024:.3g}" if n > 1 else f"{s / 1024:.3g}" for s, n in sorted(counts.items(), reverse=True)
+        )
+        out.append(f"| {sum(sizes) / _MIB:.2f} | {len(sizes)} | {shown} | `{made_by}` |")
+    if len(ranked) > top:
+        rest = sum(sum(s) for _, s in ranked[top:])
+        out.append(
+            f"| {rest / _MIB:.2f} | {sum(len(s) for _, s in ranked[top:])} | | {len(ranked) - top} more groups |"
+        )
+    return "\n".join(out)
+
+
+def _dumped(pattern: str) -> str:
+    files = sorted(glob.glob(os.path.join(_DUMP, pattern)))
+    if not files:
+        raise FileNotFoundError(
+            f"XLA wrote no {pattern!r} in {_DUMP}: this jaxlib's XLA dumps differently (the script reads "
+            "XLA's debugging dumps, whose names and format are XLA's)"
+        )
+    return open(files[-1]).read()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("rows", nargs="+", metavar="ROW", help="fp32, 'emulated bf16', a recipe, or bf16+recipe")
+    parser.add_argument("--model", choices=sorted(sweep.MODELS), default="transformer")
+    parser.add_argument(
+        "--top", type=choices.option(choices.integer(1, "groups shown per row")), default=25, metavar="N",
+        help="groups shown per row (default 25)",
+    )  # fmt: skip
+    args = parser.parse_args(argv)
+    warnings.simplefilter("ignore")  # the models' PrecisionWarnings are not this script's subject
+    step, step_args = sweep.MODELS[args.model]()
+    for row in args.rows:
+        recipe = row.removeprefix("bf16+")
+        recipes = [] if row in ("fp32", "emulated bf16") else [recipe]
+        try:
+            rows = sweep.rows_for(step, step_args, recipes, ["dot", "bf16+dot"])
+        except ValueError as error:
+            parser.error(f"ROW {row!r}: {error}")
+        if row not in rows:
+            parser.error(f"ROW must be fp32, 'emulated bf16', a training recipe or bf16+recipe, got {row!r}")
+        for old in glob.glob(os.path.join(_DUMP, "*")):  # the previous row's dumps
+            shutil.rmtree(old) if os.path.isdir(old) else os.remove(old)
+        build, row_args = rows[row]
+        jax.clear_caches()
+        compiled = jax.jit(build()).lower(*row_args).compile()
+        memory = compiled.memory_analysis()
+        peak, values = peak_values(_dumped("*jit_step.cpu_after_optimizations-live-range.txt"))
+        names = op_names(_dumped("*jit_step.cpu_after_optimizations.txt"))
+        print(report(row, int(memory.temp_size_in_bytes), peak, values, names, args.top), end="\n\n", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
