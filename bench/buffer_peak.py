@@ -11,8 +11,9 @@ script compiles the step with XLA's dumps on (``--xla_dump_to``, a temporary fol
 - XLA's preallocated temp buffer (what `fpemu sweep` reports as ``temp MiB``) and how far it is from
   32 MiB, glibc's largest mmap threshold: a buffer above it is mapped and unmapped at every call,
   which costs a page fault per 4 KiB (bench/RESULTS_training.md, "Page faults");
-- where the peak sits (the index of the instruction in XLA's schedule) and the bytes live there,
-  parameters included;
+- where the peak sits (the index of the instruction in XLA's schedule) and the bytes live there in
+  all allocations: the parameters and the buffers XLA allocates apart (a loop's or a conditional's
+  results) as well as the temp buffer;
 - the live values at the peak grouped by the JAX operation that made them (the HLO metadata's
   ``op_name``, shortened: ``jit(step)/`` dropped, fpemu's nested jits kept), largest first, each with
   its count and sizes.
@@ -108,7 +109,7 @@ def report(row: str, temp_bytes: int, peak: int, values: list[tuple[str, int]], 
     out = [
         f"## {row}",
         f"temp buffer {temp_bytes / _MIB:.2f} MiB ({abs(margin) / _MIB:.2f} MiB {side} glibc's 32 MiB mmap threshold); "
-        f"peak at schedule index {peak}: {live / _MIB:.2f} MiB live (parameters included), {len(values)} values",
+        f"peak at schedule index {peak}: {live / _MIB:.2f} MiB live in all allocations (parameters included), {len(values)} values",
         "",
         "| MiB | values | sizes (KiB) | made by |",
         "|---:|---:|---|---|",
@@ -119,9 +120,7 @@ def report(row: str, temp_bytes: int, peak: int, values: list[tuple[str, int]], 
     ranked = sorted(groups.items(), key=lambda kv: (-sum(kv[1]), kv[0]))
     for made_by, sizes in ranked[:top]:
         counts = collections.Counter(sizes)
-        shown = ", ".join(
-            f"{n}x{s / 1024:.3g}" if n > 1 else f"{s / 1024:.3g}" for s, n in sorted(counts.items(), reverse=True)
-        )
+        shown = ", ".join(f"{n}x{_kib(s)}" if n > 1 else _kib(s) for s, n in sorted(counts.items(), reverse=True))
         out.append(f"| {sum(sizes) / _MIB:.2f} | {len(sizes)} | {shown} | `{made_by}` |")
     if len(ranked) > top:
         rest = sum(sum(s) for _, s in ranked[top:])
@@ -129,6 +128,11 @@ def report(row: str, temp_bytes: int, peak: int, values: list[tuple[str, int]], 
             f"| {rest / _MIB:.2f} | {sum(len(s) for _, s in ranked[top:])} | | {len(ranked) - top} more groups |"
         )
     return "\n".join(out)
+
+
+def _kib(size: int) -> str:
+    """``size`` bytes in KiB: whole from 100 KiB on, else to three significant digits."""
+    return f"{size / 1024:.0f}" if size >= 100 * 1024 else f"{size / 1024:.3g}"
 
 
 def _dumped(pattern: str) -> str:
