@@ -79,14 +79,48 @@ def peak_values(live_range: str) -> tuple[int, list[tuple[str, int]]]:
 
 
 def op_names(hlo: str) -> dict[str, str]:
-    """Each instruction's ``op_name`` (shortened by `short_op_name`) in an HLO module's text; parameters and
-    instructions without metadata map to their own name."""
-    names = {}
+    """Each instruction's ``op_name`` (shortened by `short_op_name`) in an HLO module's text. A fusion
+    without one (XLA drops it on some) takes its fused computation's root's, or where the root has none
+    (a bitcast), the first one in that computation; parameters and other instructions without metadata
+    map to their own name.
+
+    Example:
+      >>> text = "\\n".join([
+      ...     "%fused (p: f32[2]) -> f32[2] {",
+      ...     '  ROOT %r = f32[2]{0} negate(%p), metadata={op_name="jit(step)/neg"}',
+      ...     "}",
+      ...     "ENTRY %main (x: f32[2]) -> f32[2] {",
+      ...     "  %x = f32[2]{0} parameter(0)",
+      ...     "  ROOT %f = f32[2]{0} fusion(%x), kind=kLoop, calls=%fused",
+      ...     "}",
+      ... ])
+      >>> op_names(text)["f"], op_names(text)["x"]
+      ('neg', 'x')
+    """
+    names: dict[str, str] = {}
+    roots: dict[str, str] = {}  # computation -> its root's op_name (or its first one's)
+    calls: dict[str, str] = {}  # instruction -> the computation it calls
+    computation = ""
     for line in hlo.splitlines():
-        found = re.match(r"^\s*(?:ROOT )?%?([\w.\-]+) = ", line)
-        if found:
-            op = _OP_NAME.search(line)
-            names[found.group(1)] = short_op_name(op.group(1)) if op else found.group(1)
+        header = re.match(r"^(?:ENTRY )?%?([\w.\-]+) .*\{$", line)
+        if header and not line.startswith(" "):
+            computation = header.group(1)
+            continue
+        found = re.match(r"^\s*(ROOT )?%?([\w.\-]+) = ", line)
+        if not found:
+            continue
+        op = _OP_NAME.search(line)
+        called = re.search(r"calls=%([\w.\-]+)", line)
+        if op:
+            names[found.group(2)] = short_op_name(op.group(1))
+            if found.group(1) or computation not in roots:  # the root's, else the first one's
+                roots[computation] = names[found.group(2)]
+        else:
+            names[found.group(2)] = found.group(2)
+            if called:
+                calls[found.group(2)] = called.group(1)
+    for name, called_name in calls.items():
+        names[name] = roots.get(called_name, name)
     return names
 
 
