@@ -1,6 +1,6 @@
-"""Rules of function calls: inlined calls (``closed_call``, ``eval_jaxpr``, ``composite``...), nested
-``jit``, and functions with custom derivatives (``custom_jvp_call``, ``custom_vjp_call``,
-``custom_linear_solve``).
+"""Rules of function calls: inlined calls (``closed_call``, ``eval_jaxpr``, ``composite``,
+``custom_vmap_call``...), nested ``jit``, and functions with custom derivatives (``custom_jvp_call``,
+``custom_vjp_call``, ``custom_linear_solve``).
 
 The body of each is emulated through the context (`Context.interpret` in place, or
 `Context.subfunction` as a function for ``jax.jit`` / ``jax.custom_jvp`` / ``jax.custom_vjp`` to
@@ -21,9 +21,11 @@ from fpemu._jax.compat import stack_key
 from fpemu._jax.interpret import JitCache, body_of, float0_zeros, original_jvp, original_vjp
 
 
-@register("call", "closed_call", "eval_jaxpr", "composite", kind="inline")
+@register("call", "closed_call", "eval_jaxpr", "composite", "custom_vmap_call", kind="inline")
 def inline(ctx: Context, eqn: Any, invals: list) -> list:
-    """Interpret the body in place."""
+    """Interpret the body in place. A ``jax.custom_batching.custom_vmap`` function's body is its
+    function: its batching rule is not kept, so that a ``vmap`` of the emulated function batches the
+    emulated body as JAX batches any (the same values, by the rule's contract)."""
     jaxpr, consts = body_of(eqn)
     return ctx.interpret(jaxpr, consts, invals)
 

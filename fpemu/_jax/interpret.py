@@ -139,13 +139,14 @@ _BODY_PARAM = {
     "shard_map": "jaxpr",
     "custom_jvp_call": "call_jaxpr",
     "custom_vjp_call": "call_jaxpr",
+    "custom_vmap_call": "call",  # jax.custom_batching.custom_vmap: the function (its batching rule aside)
 }
 
 
 def body_of(eqn: Any) -> Body:
     """The body of an equation with one: ``jit``, ``remat2``, ``shard_map``, ``custom_jvp_call``,
-    ``custom_vjp_call``, and the calls interpreted in place (``call``, ``closed_call``,
-    ``eval_jaxpr``, ``composite``: `compat.call_body`)."""
+    ``custom_vjp_call``, ``custom_vmap_call``, and the calls interpreted in place (``call``,
+    ``closed_call``, ``eval_jaxpr``, ``composite``: `compat.call_body`)."""
     param = _BODY_PARAM.get(eqn.primitive.name)
     return Body(*(open_jaxpr(eqn.params[param]) if param is not None else call_body(eqn.params)))
 

@@ -141,7 +141,7 @@ _ROWS: tuple[tuple[str, str, str], ...] = (
     ("conv", "rule", "conv_general_dilated"),
     ("convert", "rule", "convert_element_type"),
     # -- bodies -----------------------------------------------------------------------------------------
-    ("inline", "inline", "call closed_call eval_jaxpr composite"),
+    ("inline", "inline", "call closed_call eval_jaxpr composite custom_vmap_call"),
     ("call", "call", "jit"),
     ("control", "control", "cond while scan remat2"),
     ("control", "custom derivative", "custom_jvp_call custom_vjp_call"),
@@ -177,7 +177,7 @@ _ROWS: tuple[tuple[str, str, str], ...] = (
     """),
     # calls and transformations with semantics of their own
     ("unsupported", "unsupported", """
-        custom_vmap_call custom_partitioning custom_lin custom_jvp_call_jaxpr linear_call remat_opt unreachable
+        custom_partitioning custom_lin custom_jvp_call_jaxpr linear_call remat_opt unreachable
         compute_on xla_metadata_call xla_metadata_value call_exported call_hi_primitive
         call_hi_primitive_linearized program_order select_and_scatter global_array_to_host_local_array
         host_local_array_to_global_array

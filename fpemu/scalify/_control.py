@@ -51,9 +51,10 @@ def _plain(eqn, invals: list[Tracked]) -> list[Tracked] | None:
 # -- calls ---------------------------------------------------------------------------------------------
 
 
-@register_jaxpr_rule("call", "closed_call", "eval_jaxpr", "composite", kind="inline")
+@register_jaxpr_rule("call", "closed_call", "eval_jaxpr", "composite", "custom_vmap_call", kind="inline")
 def inline_call(eqn, invals: list[Tracked]) -> list[Tracked]:
-    """The body interpreted in place."""
+    """The body interpreted in place (a ``custom_vmap`` function's: its function, the batching rule not
+    kept)."""
     jaxpr, consts = body_of(eqn)
     return interpret(jaxpr, [track(c) for c in consts], invals)
 

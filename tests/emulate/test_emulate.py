@@ -353,6 +353,41 @@ def test_a_composite_is_its_decomposition():
     assert_same_bits(jax.jit(fpemu.emulate(f, "bf16"))(x), jax.jit(by_hand)(x))
 
 
+def test_a_custom_vmap_function_is_its_body():
+    """``jax.custom_batching.custom_vmap``: the function is interpreted in place. Its batching rule is not
+    kept: a vmap of the emulated function batches the emulated body (the rule here is deliberately wrong)."""
+    x = jnp.linspace(-2.0, 2.0, 16, dtype=jnp.float32)
+
+    @jax.custom_batching.custom_vmap
+    def f(v):
+        return jnp.sin(v) * 3.0 + v
+
+    @f.def_vmap
+    def _negated(axis_size, in_batched, v):
+        return -v, in_batched[0]
+
+    bf16 = rounder("bf16")
+    by_hand = lambda v: bf16(bf16(bf16(jnp.sin(bf16(v))) * 3.0) + bf16(v))
+    assert_same_bits(jax.jit(fpemu.emulate(f, "bf16"))(x), jax.jit(by_hand)(x))
+    xs = jnp.stack([x, x[::-1]])
+    assert_same_bits(jax.jit(jax.vmap(fpemu.emulate(f, "bf16")))(xs), jax.jit(jax.vmap(by_hand))(xs))
+
+
+def test_fpemu_recipe_gemms_inside_the_emulated_function():
+    """A recipe GEMM called in ``fn`` materializes its large operands through a ``custom_vmap`` function
+    (fpemu._ops.fusion): emulate interprets it, as every operation of ``fn``. Under fp32 the emulated
+    function is ``fn`` itself, bit for bit; under bf16 its result is a bfloat16 value."""
+    a = _normal(KEYS[0], (256, 256))
+    b = _normal(KEYS[1], (256, 256))
+    gemm = fpemu.training_recipe("mxfp8").forward
+    dims = (((1,), (0,)), ((), ()))
+    fn = lambda a, b: jnp.tanh(fpemu.quantized_dot_general(a, b, dims, gemm=gemm))
+    assert "custom_vmap_call" in str(jax.make_jaxpr(fn)(a, b))  # the case this test is about
+    assert_same_bits(jax.jit(fpemu.emulate(fn, "fp32"))(a, b), jax.jit(fn)(a, b))
+    y = jax.jit(fpemu.emulate(fn, "bf16"))(a, b)
+    assert_same_bits(y, fpemu.quantize(y, "bf16"))
+
+
 # -- the rule table --------------------------------------------------------------------------------------
 
 

@@ -87,6 +87,24 @@ def test_custom_jvp_and_custom_vjp_keep_their_rules():
     close(jsa.scalify(clipped)(sa(x, 2.0)), np.clip(X[0], -1, 1))
 
 
+def test_a_custom_vmap_function_is_its_body():
+    """``jax.custom_batching.custom_vmap``: the function scalified in place, as its body is."""
+    body = lambda v: jnp.tanh(v * 2.0) + v
+
+    @jax.custom_batching.custom_vmap
+    def f(v):
+        return body(v)
+
+    @f.def_vmap
+    def _negated(axis_size, in_batched, v):  # a different rule, which scalify must not call
+        return -v, in_batched[0]
+
+    out, ref = jsa.scalify(f)(sa(X, 0.5)), jsa.scalify(body)(sa(X, 0.5))
+    for got, want in ((out.data, ref.data), (out.scale, ref.scale)):
+        np.testing.assert_array_equal(np.asarray(got).view(np.uint32), np.asarray(want).view(np.uint32))
+    close(out, np.tanh(X * 2) + X)
+
+
 def test_control_flow():
     scaled = sa(X, 0.5)
 
