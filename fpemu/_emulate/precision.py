@@ -5,7 +5,8 @@ of the traced program, rounded to the policy's ``default`` format like every oth
 roundings change what the program means: ``0.999`` is ``1.0`` in bf16 (so ``1 - b2**t`` is 0 and the
 bias correction divides by zero), ``1e-5`` is 0 in e4m3fn (so ``x / sqrt(var + eps)`` divides by zero
 on a constant input), ``1e6`` is infinity in fp16. `literal_change` tells such a rounding apart; the
-interpreter warns once per literal and source line in a trace (`warn`) and `fpemu.find_nonfinite` lists them.
+interpreter warns of it (`warn`: once per literal and source line, as Python warns once per location) and
+`fpemu.find_nonfinite` lists them.
 """
 
 from __future__ import annotations
@@ -24,8 +25,17 @@ __all__ = ["LiteralChange", "PrecisionWarning", "literal_change", "warn"]
 class PrecisionWarning(UserWarning):
     """A literal of an emulated program changed meaning when it was rounded to the policy's format: a
     nonzero value became 0, a finite value became ±inf or NaN, or a value other than 1 became exactly
-    1.0. Given once per literal and source line in each trace (Python's warning filters apply: ``warnings.simplefilter("error",
-    fpemu.PrecisionWarning)`` turns it into an error, ``"ignore"`` silences it)."""
+    1.0. Given once per literal and source line, however often the function is traced, as Python gives any
+    warning once per location; Python's warning filters apply: ``warnings.simplefilter("always",
+    fpemu.PrecisionWarning)`` gives it at every trace, ``"error"`` turns it into an error, ``"ignore"``
+    silences it."""
+
+
+# Python's record of the warnings given, as `warnings.warn` keeps one in each module (``__warningregistry__``):
+# with the default filter a literal's warning is given once, not again at every trace of the function (a
+# benchmark that builds a step several times, a function traced for each new shape). Changing the filters
+# (``warnings.simplefilter``, ``catch_warnings``) starts it afresh.
+_GIVEN: dict[Any, Any] = {}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -92,7 +102,7 @@ def describe(
 
 def warn(change: LiteralChange, source: tuple[str, int, str] | None) -> None:
     """Warn of ``change`` at the user's source line (the interpreter calls this once per literal and
-    line in one trace of the function)."""
+    line in one trace of the function; Python's filters decide whether it is shown again: `_GIVEN`)."""
     message = (
         f"fpemu.emulate: the literal {change.value!r} becomes {change.rounded!r} in {change.format} "
         f"({change.meaning}) in {change.primitive} at {change.source}; compute this in a wider format "
@@ -100,4 +110,4 @@ def warn(change: LiteralChange, source: tuple[str, int, str] | None) -> None:
         "'Where did the NaN come from?' (fpemu.find_nonfinite)"
     )
     filename, lineno = ("<unknown>", 0) if source is None else (source[0], source[1])
-    warnings.warn_explicit(message, PrecisionWarning, filename, lineno, module="fpemu.emulate")
+    warnings.warn_explicit(message, PrecisionWarning, filename, lineno, module="fpemu.emulate", registry=_GIVEN)

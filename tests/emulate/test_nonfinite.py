@@ -75,6 +75,29 @@ def test_the_warning_is_given_once_per_literal_and_line_per_trace():
     assert caught[0].filename == HERE and caught[0].lineno == _line_of(f, "0.999 + x")
 
 
+def _traced_twice_warnings(action: str) -> list[str]:
+    """The PrecisionWarnings of two traces of one function (a step built twice), under ``action``."""
+
+    def f(x):
+        return x * 0.999
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter(action, fpemu.PrecisionWarning)
+        for _ in range(2):
+            jax.jit(fpemu.emulate(f, "bf16")).lower(jnp.float32(1.0))  # a fresh function: traced again
+    return [str(w.message) for w in caught if issubclass(w.category, fpemu.PrecisionWarning)]
+
+
+def test_the_default_filter_gives_the_warning_once_however_often_the_function_is_traced():
+    given = _traced_twice_warnings("default")
+    assert len(given) == 1 and "the literal 0.999 becomes 1.0 in bf16" in given[0]
+
+
+def test_the_always_filter_gives_the_warning_at_every_trace():
+    given = _traced_twice_warnings("always")
+    assert len(given) == 2 and given[0] == given[1]
+
+
 @pytest.mark.parametrize(
     ("fmt", "literal", "says"),
     [
