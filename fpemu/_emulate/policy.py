@@ -336,6 +336,30 @@ class Policy:
         """Whether ``dot`` or ``conv`` is a training recipe (dots then have roles: forward, dgrad, wgrad)."""
         return isinstance(self.dot, TrainingRecipe) or isinstance(self.conv, TrainingRecipe)
 
+    def __str__(self) -> str:
+        """The fields that differ from their defaults, formats and named recipes by name: the short form
+        error messages show (``repr`` lists every field).
+
+        Example:
+          >>> print(Policy(default="bfloat16", dot="mxfp8"))
+          Policy(default='bf16', dot='mxfp8')
+        """
+        parts = []
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if value == field.default:
+                continue
+            if field.name == "overrides":
+                shown = "{" + ", ".join(f"{name!r}: {format_name(fmt)}" for name, fmt in cast(_Overrides, value)) + "}"
+            elif isinstance(value, Format):
+                shown = format_name(value)
+            elif isinstance(value, TrainingRecipe) and recipe_by_name(value.name) == value:
+                shown = repr(value.name)  # a named recipe as it is; a changed one shows in full
+            else:
+                shown = repr(value)
+            parts.append(f"{field.name}={shown}")
+        return f"Policy({', '.join(parts)})"
+
     def __repr__(self) -> str:
         pairs = cast(_Overrides, self.overrides)
         overrides = "{" + ", ".join(f"{name!r}: {format_name(fmt)}" for name, fmt in pairs) + "}"

@@ -108,7 +108,7 @@ def init_training_state(fn: Callable, policy: Policy | FormatLike, *args: Any, *
     if not policy.stateful:
         raise ValueError(
             "init_training_state needs a policy whose training recipe keeps amax histories (delayed scaling), e.g. "
-            f"fpemu.Policy(dot='fp8_delayed'); got {policy!r}"
+            f"fpemu.Policy(dot='fp8_delayed'); got {policy}"
         )
     closed, _, _, _ = trace(fn, args, kwargs)
     needed = _histories_needed(classify(closed), policy)

@@ -152,7 +152,7 @@ def checked_options(
             "stochastic rounding (Policy.rounding, a DotPolicy's accumulate_rounding, or a training recipe's "
             "stochastic quantizers or random Hadamard transform) needs emulate(..., key=jax.random.key(...))"
         )
-    key = key_arg(key, policy.stochastic, "key", what=f"with {policy!r}")
+    key = key_arg(key, policy.stochastic, "key", what=f"with {policy}")
     random = bit_source_arg(random, policy.stochastic, key is not None)
     if random is not None:
         _check_bit_source(policy)

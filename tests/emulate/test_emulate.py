@@ -8,6 +8,7 @@ equal ``make(quantize-to-fmt)`` on the rounded inputs, bit for bit.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -642,8 +643,23 @@ def test_policy_validation_messages():
         fpemu.emulate(jnp.sin, fpemu.DotPolicy())
     with pytest.raises(ValueError, match="needs emulate\\(..., key=jax.random.key"):
         fpemu.emulate(jnp.sin, fpemu.Policy(default="bf16", rounding="stochastic"))
-    with pytest.raises(ValueError, match="key is only used with stochastic rounding"):
+    with pytest.raises(
+        ValueError, match=r"key is only used with stochastic rounding, not with Policy\(default='bf16'\)$"
+    ):
         fpemu.emulate(jnp.sin, "bf16", key=jax.random.key(0))
+    with pytest.raises(ValueError, match=r"not with Policy\(default='bf16', dot='mxfp8'\)$"):  # the recipe by name
+        fpemu.emulate(jnp.sin, fpemu.Policy(default="bf16", dot="mxfp8"), key=jax.random.key(0))
+
+
+def test_a_policy_prints_the_fields_that_differ_from_their_defaults():
+    assert str(fpemu.Policy()) == "Policy()"
+    p = fpemu.Policy(default="bfloat16", overrides={"exp": "float32"}, dot="mxfp8", exclude="head", round_inputs=0)
+    assert (
+        str(p) == "Policy(default='bf16', overrides={'exp': 'fp32'}, dot='mxfp8', exclude=('head',), round_inputs=(0,))"
+    )
+    changed = dataclasses.replace(fpemu.training_recipe("mxfp8"), margin=2)  # not the named recipe: shown in full
+    assert str(fpemu.Policy(dot=changed)) == f"Policy(dot={changed!r})"
+    assert str(fpemu.Policy(rounding="stochastic", random_bits=8)) == "Policy(rounding='stochastic', random_bits=8)"
 
 
 def test_policy_is_normalised_hashable_and_static():
