@@ -350,7 +350,7 @@ class Policy:
             if value == field.default:
                 continue
             if field.name == "overrides":
-                shown = "{" + ", ".join(f"{name!r}: {format_name(fmt)}" for name, fmt in cast(_Overrides, value)) + "}"
+                shown = _overrides_text(cast(_Overrides, value))
             elif isinstance(value, Format):
                 shown = format_name(value)
             elif isinstance(value, TrainingRecipe) and recipe_by_name(value.name) == value:
@@ -361,8 +361,7 @@ class Policy:
         return f"Policy({', '.join(parts)})"
 
     def __repr__(self) -> str:
-        pairs = cast(_Overrides, self.overrides)
-        overrides = "{" + ", ".join(f"{name!r}: {format_name(fmt)}" for name, fmt in pairs) + "}"
+        overrides = _overrides_text(cast(_Overrides, self.overrides))
         return (
             f"Policy(default={format_name(self.default)}, overrides={overrides}, dot={self.dot!r}, conv={self.conv!r}, "
             f"rounding={self.rounding!r}, saturate={self.saturate!r}, subnormals={self.subnormals}, "
@@ -370,6 +369,11 @@ class Policy:
             f"exponent_ties={self.exponent_ties!r}, exclude={self.exclude!r}, round_inputs={self.round_inputs}, "
             f"weights={self.weights}, passthrough_unknown={self.passthrough_unknown})"
         )
+
+
+def _overrides_text(pairs: _Overrides) -> str:
+    """``Policy.overrides`` as `Policy`'s ``str`` and ``repr`` show it: ``{'exp': 'fp32'}``."""
+    return "{" + ", ".join(f"{name!r}: {format_name(fmt)}" for name, fmt in pairs) + "}"
 
 
 def gemm_needs_key(recipe: TrainingRecipe, gemm: str) -> bool:

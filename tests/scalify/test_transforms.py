@@ -11,6 +11,7 @@ import fpemu
 import fpemu.scalify as jsa
 from fpemu._emulate.registry import PRIMITIVES  # the primitives emulate handles
 from fpemu.scalify import core
+from fpemu.testing import assert_bit_exact
 
 RNG = np.random.default_rng(99)
 X = RNG.standard_normal((4, 8)).astype(np.float32)
@@ -101,7 +102,7 @@ def test_a_custom_vmap_function_is_its_body():
 
     out, ref = jsa.scalify(f)(sa(X, 0.5)), jsa.scalify(body)(sa(X, 0.5))
     for got, want in ((out.data, ref.data), (out.scale, ref.scale)):
-        np.testing.assert_array_equal(np.asarray(got).view(np.uint32), np.asarray(want).view(np.uint32))
+        assert_bit_exact(got, want, nan_payload=True)
     close(out, np.tanh(X * 2) + X)
 
 
