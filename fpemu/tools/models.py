@@ -5,8 +5,10 @@
   needed; tests/tools/test_models.py compares the bits with optax's).
 - `TransformerBlock`: a pre-LayerNorm block (4-head attention, GELU MLP of width 4d; batch 8, sequence
   128, d 256 by default), ``jax.value_and_grad`` of a scalar loss and an SGD update.
+- `transformer_stack_model`: four such blocks in a row, each with its own parameters: what grows with a
+  model's depth (its residual stream and the gradient's chain of sums).
 
-Both take float32 parameters and are plain JAX: ``fpemu.emulate`` runs them under a policy.
+All take float32 parameters and are plain JAX: ``fpemu.emulate`` runs them under a policy.
 """
 
 from __future__ import annotations
@@ -20,7 +22,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["TransformerBlock", "adam_init", "adam_update", "mlp_model", "transformer_model"]
+__all__ = [
+    "TransformerBlock",
+    "adam_init",
+    "adam_update",
+    "mlp_model",
+    "transformer_model",
+    "transformer_stack_model",
+]
 
 _MLP_SIZES = (64, 128, 128, 10)
 _MLP_BATCH = 64
@@ -182,3 +191,30 @@ def transformer_model() -> tuple[Callable[..., Any], tuple]:
     model = TransformerBlock()
     params, x = model.make_inputs()
     return model.step, (jax.tree_util.tree_map(jnp.asarray, params), jnp.asarray(x))
+
+
+def transformer_stack_model(blocks: int = 4) -> tuple[Callable[..., Any], tuple]:
+    """``blocks`` `TransformerBlock` blocks in a row at its default sizes, and the stack's arguments (a list
+    of each block's params, x) as JAX arrays. Every block starts from `TransformerBlock.make_inputs`'s
+    parameters (its own arrays). The step is `TransformerBlock.step`'s over the stack: the mean square of
+    the last block's output, ``jax.value_and_grad`` and an SGD update of every block.
+
+    Raises:
+      ValueError: for ``blocks`` that is not a positive integer.
+    """
+    if isinstance(blocks, bool) or not isinstance(blocks, int) or blocks < 1:
+        raise ValueError(f"transformer_stack_model blocks must be a positive integer, got {blocks!r}")
+    model = TransformerBlock()
+    params, x = model.make_inputs()
+
+    def loss(stack: list[dict[str, Any]], x: jax.Array) -> jax.Array:
+        for block_params in stack:
+            x = model.block(block_params, x)
+        return jnp.mean(jnp.square(x))
+
+    def step(stack: list[dict[str, Any]], x: jax.Array) -> tuple[Any, Any]:
+        value, grads = jax.value_and_grad(loss)(stack, x)
+        return value, jax.tree_util.tree_map(lambda p, g: p - model.lr * g, stack, grads)
+
+    stack = [{name: jnp.array(value) for name, value in params.items()} for _ in range(blocks)]
+    return step, (stack, jnp.asarray(x))

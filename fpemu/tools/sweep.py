@@ -1,11 +1,11 @@
 """``fpemu sweep``: every training recipe's step on a small model, compile time by phase and step time,
 beside fp32 and emulated bf16 (docs/benchmarks.md, "fpemu sweep").
 
-The models are `fpemu.tools.models`' digits MLP (``mlp``: 64-128-128-10, batch 64, one Adam step) and
-transformer block (``transformer``: batch 8, sequence 128, d 256, one SGD step). The rows: ``fp32``
-(not emulated), ``emulated bf16`` (``emulate(step, "bf16")``) and, per recipe, the step under
-``Policy(dot=recipe)`` (form ``dot``, row ``RECIPE``) and ``Policy(default="bf16", dot=recipe)`` (form
-``bf16+dot``, row ``bf16+RECIPE``). A stochastic recipe gets ``jax.random.key(0)``; a recipe with delayed
+The models are `fpemu.tools.models`' digits MLP (``mlp``: 64-128-128-10, batch 64, one Adam step),
+transformer block (``transformer``: batch 8, sequence 128, d 256, one SGD step) and four such blocks in
+a row (``transformer4``). The rows: ``fp32`` (not emulated), ``emulated bf16`` (``emulate(step,
+"bf16")``) and, per recipe, the step under ``Policy(dot=recipe)`` (form ``dot``, row ``RECIPE``) and
+``Policy(default="bf16", dot=recipe)`` (form ``bf16+dot``, row ``bf16+RECIPE``). A stochastic recipe gets ``jax.random.key(0)``; a recipe with delayed
 scaling runs as ``emulate(step, policy, state=True)`` from `fpemu.init_training_state`.
 
 **Compile time** is measured per row on a fresh function with every JAX cache cleared, in three
@@ -52,6 +52,7 @@ __all__ = ["FORMS", "MODELS", "SweepRow", "add_sweep_parser", "cmd_sweep", "prog
 MODELS: dict[str, Callable[[], tuple[Callable[..., Any], tuple]]] = {
     "mlp": models.mlp_model,
     "transformer": models.transformer_model,
+    "transformer4": models.transformer_stack_model,
 }
 #: The policy forms of a recipe's rows: ``Policy(dot=recipe)`` and ``Policy(default="bf16", dot=recipe)``.
 FORMS = ("dot", "bf16+dot")
@@ -255,7 +256,8 @@ def add_sweep_parser(subcommands: Any) -> argparse.ArgumentParser:
         help="time every training recipe's step on a small model: compile and step beside fp32 and emulated bf16",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Time the training step of a small model (mlp: the digits MLP with Adam; transformer: a\n"
-        "pre-LayerNorm block with SGD) unemulated in fp32, emulated in bf16, and under each training recipe.\n"
+        "pre-LayerNorm block with SGD; transformer4: four such blocks in a row) unemulated in fp32, emulated\n"
+        "in bf16, and under each training recipe.\n"
         "Prints each row's compile time by phase (trace, lower, XLA; a fresh function, every JAX cache\n"
         "cleared) as a multiple of fp32's, its optimized program's kernels, instructions and buffer, and its\n"
         "step time as a multiple of emulated bf16's (medians of interleaved calls), with the machine and the\n"

@@ -93,3 +93,39 @@ def test_transformer_block_sizes_shape_its_inputs_and_step():
 def test_transformer_block_refuses_bad_sizes(sizes, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         models.TransformerBlock(**sizes)
+
+
+def test_a_stack_of_one_block_is_the_transformer_block_step():
+    """`transformer_stack_model(1)` is `transformer_model`'s step over a list of one block: the same bits."""
+    step, (params, x) = models.transformer_model()
+    stack_step, (stack, stack_x) = models.transformer_stack_model(1)
+    assert len(stack) == 1 and _bits((stack[0], stack_x)) == _bits((params, x))
+    value, new_params = jax.jit(step)(params, x)
+    stack_value, new_stack = jax.jit(stack_step)(stack, stack_x)
+    assert _bits((stack_value, new_stack[0])) == _bits((value, new_params))
+
+
+def test_a_stack_runs_its_blocks_in_a_row():
+    """The 4-block stack's loss is that of the blocks applied one after the other (each block's own
+    parameters, here all equal at the start), and its step updates every block."""
+    step, (stack, x) = models.transformer_stack_model()
+    model = models.TransformerBlock()
+    value, new_stack = jax.jit(step)(stack, x)
+    assert len(new_stack) == 4 and all(p is not q for p, q in zip(stack, stack[1:]))
+
+    def chained(x):
+        for params in stack:
+            x = model.block(params, x)
+        return jnp.mean(jnp.square(x))
+
+    # the same value from another program (XLA may fuse it otherwise: not the same bits)
+    np.testing.assert_allclose(value, jax.jit(chained)(x), rtol=1e-6)
+    assert not np.allclose(value, jax.jit(model.loss)(stack[0], x), rtol=1e-3)  # not one block's loss
+    for old, new in zip(stack, new_stack, strict=True):
+        assert not np.array_equal(new["w_o"], old["w_o"])
+
+
+@pytest.mark.parametrize("blocks", [0, True, 2.0])
+def test_a_stack_refuses_a_bad_number_of_blocks(blocks):
+    with pytest.raises(ValueError, match=re.escape(f"blocks must be a positive integer, got {blocks!r}")):
+        models.transformer_stack_model(blocks)

@@ -21,7 +21,10 @@ from tests.tools.test_cli import run_error
         (["--forms", "bf16"], r"--forms: unknown form 'bf16'.*dot, bf16\+dot"),
         (["--rounds", "0"], r"--rounds: must be a positive integer \(interleaved rounds of step calls\), got '0'"),
         (["--compiles", "two"], r"--compiles: must be a positive integer \(fresh builds per row\), got 'two'"),
-        (["--model", "cnn"], r"--model: invalid choice: 'cnn' \(choose from '?mlp'?, '?transformer'?\)"),
+        (
+            ["--model", "cnn"],
+            r"--model: invalid choice: 'cnn' \(choose from '?mlp'?, '?transformer'?, '?transformer4'?\)",
+        ),
     ],
 )
 def test_a_bad_option_is_a_usage_error_naming_it_and_the_choices(capsys, argv, expected):
