@@ -9,6 +9,10 @@ counting), ``interpret`` (inline a sub-jaxpr), ``subfunction`` (a sub-jaxpr as a
 function for a control-flow combinator), ``site_key`` and ``merge_stats``. The rule modules import
 this one; control-flow rules recurse through the context, never through an import back.
 
+After its rule, each equation passes through `Context.cut_chain`: the chains of rounded sums (a deep
+model's residual stream and its gradient) are cut every `CHAIN_CUT_DEPTH` links, so that XLA:CPU
+computes each link once instead of in every loop that reads a later one (the same bits).
+
 Under a training recipe the state also carries `Training`: the roles of the program's dots (the
 pre-pass `fpemu._emulate.gemm_roles`), looked up by the path of enclosing equations a context
 keeps, and the amax histories of delayed scaling. The statistics dict is then also the channel
@@ -27,17 +31,35 @@ import jax.numpy as jnp
 import numpy as np
 
 from fpemu._core.format import Format
+from fpemu._core.registry import get_format
 from fpemu._emulate import precision
 from fpemu._emulate import stats as _stats
 from fpemu._emulate.gemm_roles import Entry, GemmRoles
 from fpemu._emulate.policy import Policy
 from fpemu._emulate.registry import RULES
-from fpemu._emulate.rounding import counts, fold_key, is_inexact, round_literal_on_host, round_to_format
+from fpemu._emulate.rounding import (
+    counts,
+    fold_key,
+    is_float,
+    is_identity,
+    is_inexact,
+    round_literal_on_host,
+    round_to_format,
+)
 from fpemu._emulate.watch import Watch
 from fpemu._jax import compat
 from fpemu._jax.compat import Jaxpr, Literal
 from fpemu._jax.interpret import body_of, evaluate
-from fpemu._ops.fusion import computed_once, shared_probe
+from fpemu._ops.fusion import computed_once, shared_probe, unduplicated
+
+#: The primitives whose rounded results are the links of the chains that `Context.cut_chain` cuts: sums and
+#: differences (a residual stream, its gradient's ``add_any``).
+CHAIN_LINKS = frozenset(("add", "add_any", "sub"))
+
+#: A rounded link is cut when it is this many links deep since the last cut, itself included: every second link.
+#: (Every third link leaves a single block as it is, but leaves chains that jax 0.12's XLA:CPU takes minutes to
+#: compile: bench/RESULTS_training.md, "eighteenth session".)
+CHAIN_CUT_DEPTH = 2
 
 _DEFAULT = object()  # "the policy's format for the current primitive"
 _UNMADE = object()  # State.probe before its first use
@@ -77,6 +99,9 @@ class State:
     # can gives the probe that every materialization of its recipe GEMMs reads (`Context.probe`, made on first use)
     arguments: tuple = ()
     probe: Any = _UNMADE
+    # id(value) -> (value, its link count): the rounded sums of this body (`CHAIN_LINKS`) and how many such sums
+    # lead to each through other sums since the last cut (`Context.cut_chain`); the value keeps its id from reuse
+    links: dict[int, tuple[Any, int]] = dataclasses.field(default_factory=dict)
     # (forward dot's ordinal, GEMM) -> that GEMM's key split in three, for every recipe GEMM of the program: split
     # all at once from this body's key when one of them first draws random bits (`fpemu._emulate.gemm`)
     gemm_keys: dict[tuple[int, str], tuple[Any, Any, Any]] | None = None
@@ -206,6 +231,44 @@ class Context:
         self.state.computed[id(x)] = (x, y)
         self.propagate_rounded([x], [y])
         return y
+
+    def cut_chain(self, eqn: Any, invals: list, outvals: list) -> list:
+        """The outputs of ``eqn``; a rounded sum that is a link of a chain of them (`CHAIN_LINKS`) passed
+        through `fpemu._ops.fusion.unduplicated` (the same bits) every `CHAIN_CUT_DEPTH` links.
+
+        A deep model's residual stream is such a chain (``x + f(x)`` block after block), and so is its
+        gradient (the ``add_any`` of each block's cotangent). Each link is read by the next and by its
+        block's loops (a LayerNorm's reductions, a dot's conversion to bfloat16). XLA:CPU fuses a cheap
+        elementwise producer into every loop that reads it, so each of those loops recomputes the chain
+        above it, link after link: with every link rounded (about ten instructions each once XLA expands
+        the rounding) the program grows with the square of the depth (a stack of L transformer blocks
+        under ``Policy(default="bf16")``: 3.9 s to compile at L=4, 10.3 s at L=8, against fp32's 1.5 s
+        and 3.1 s; with jax 0.12, L=4 did not compile in 280 s; bench/RESULTS_training.md, "eighteenth
+        session"). Cut, a loop recomputes at most the one link above the last cut.
+        Unrounded sums (a policy that leaves ``add`` alone) are not cut: XLA recomputes a bare addition
+        cheaply, as it does without emulate."""
+        if eqn.primitive.name not in CHAIN_LINKS or len(outvals) != 1:
+            return outvals
+        (y,) = outvals
+        if not self._rounded_by_rule(eqn, y):
+            return outvals
+        links = self.state.links
+        depth = 1 + max((links[id(x)][1] for x in invals if id(x) in links and links[id(x)][0] is x), default=0)
+        if depth >= CHAIN_CUT_DEPTH:
+            cut = unduplicated(y)
+            self.propagate_rounded([y], [cut])
+            y, depth = cut, 0
+        links[id(y)] = (y, depth)
+        return [y]
+
+    def _rounded_by_rule(self, eqn: Any, y: Any) -> bool:
+        """Whether ``y``, the real floating-point result of ``eqn``, was rounded by its rule to a format that
+        changes values of its dtype (not an excluded equation, nor a format that holds the dtype's values)."""
+        known = self.state.rounded.get(id(y))
+        if known is None or known[0] is not y or not is_float(_dtype_of(y)):
+            return False
+        fmt = self.policy.format_for(eqn.primitive.name)
+        return fmt is not None and not is_identity(get_format(_dtype_of(y)), fmt, self.policy)
 
     def probe(self) -> Any:
         """The probe of this body (`fpemu._ops.fusion.shared_probe` of its arguments; None if none can
@@ -370,6 +433,7 @@ def interpret(ctx: Context, jaxpr: Jaxpr, consts: list, args: list) -> list:
     def equation(eqn: Any, invals: list) -> list:
         with compat.equation_scopes(eqn):
             outvals = ctx.apply(eqn, invals)
+            outvals = ctx.cut_chain(eqn, invals, outvals)
             if ctx.state.watch is not None and not compat.has_sub_jaxprs(eqn):
                 view = ctx.view(eqn)
                 fmt = view.format_for()

@@ -1,0 +1,121 @@
+"""fpemu.emulate cuts the chains of rounded sums (`fpemu._emulate.interpreter.Context.cut_chain`): every
+second link of a chain of rounded ``add``/``add_any``/``sub`` passes through
+`fpemu._ops.fusion.unduplicated`, with the same bits as without the cut."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import fpemu
+from fpemu._emulate import interpreter
+from fpemu.testing import assert_bit_exact
+
+
+def _cuts(jaxpr) -> int:
+    """How many `unduplicated` calls a jaxpr makes, in its bodies too."""
+    count = 0
+    for eqn in jaxpr.eqns:
+        if eqn.params.get("name") == "_unduplicated":
+            count += 1
+            continue
+        for value in eqn.params.values():
+            for body in value if isinstance(value, (tuple, list)) else (value,):
+                body = getattr(body, "jaxpr", body)  # a ClosedJaxpr's jaxpr
+                if hasattr(body, "eqns"):
+                    count += _cuts(body)
+    return count
+
+
+def _sum_chain(x, ys):
+    h = x
+    for i, y in enumerate(ys):
+        h = h + y if i % 2 else h - y  # each link reads the one before: depth 1, 2 (cut), 1, 2 (cut)...
+    return h
+
+
+def _inputs():
+    x = jnp.asarray(np.linspace(-3.0, 3.0, 24, dtype=np.float32).reshape(4, 6) / 7)
+    ys = [jnp.asarray(np.full((4, 6), 1.0 + 2.0**-9 * (i + 1), np.float32)) for i in range(6)]
+    return x, ys
+
+
+def test_every_second_link_of_a_chain_of_rounded_sums_is_cut():
+    x, ys = _inputs()
+    emulated = fpemu.emulate(_sum_chain, fpemu.Policy(default="bf16"))
+    assert interpreter.CHAIN_CUT_DEPTH == 2
+    assert _cuts(jax.make_jaxpr(emulated)(x, ys).jaxpr) == 3
+    assert _cuts(jax.make_jaxpr(emulated)(x, ys[:5]).jaxpr) == 2
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [
+        fpemu.Policy(default="fp32"),  # the rounding leaves float32 sums as they are
+        fpemu.Policy(default="bf16", exclude=("add",)),  # the sums are not rounded
+        fpemu.Policy(default="bf16", overrides={"add": None}),
+    ],
+    ids=["fp32", "add excluded", "add not rounded"],
+)
+def test_sums_that_are_not_rounded_are_not_cut(policy):
+    x, ys = _inputs()
+    assert _cuts(jax.make_jaxpr(fpemu.emulate(_sum_chain, policy))(x, ys).jaxpr) == 0
+
+
+def test_a_chain_is_sums_of_sums_only():
+    """A sum whose operands come through another primitive (here ``tanh``) starts a new chain."""
+
+    def through_tanh(x, ys):
+        h = x
+        for y in ys:
+            h = jnp.tanh(h) + y
+        return h
+
+    x, ys = _inputs()
+    assert _cuts(jax.make_jaxpr(fpemu.emulate(through_tanh, fpemu.Policy(default="bf16")))(x, ys).jaxpr) == 0
+
+
+def _residual_stack(x, ws):
+    for w in ws:
+        x = x + jnp.tanh(x @ w)  # the residual stream; its gradient is a chain of add_any
+    return jnp.sum(x * x)
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "fp16", "e4m3"])
+def test_a_cut_chain_has_the_bits_of_the_uncut_one(fmt, monkeypatch):
+    """The value and the gradient of a residual stack (-0 and subnormals among the inputs), and a chain of
+    sums through NaNs (their payloads), ±inf, -0 and subnormals, bit for bit as with the cuts switched off."""
+    values = np.linspace(-2.0, 2.0, 8 * 16, dtype=np.float32).reshape(8, 16) * 1.37
+    values[0, :3] = [-0.0, 2.0**-20, 1e-39]  # subnormal in fp16; in bf16 and float32
+    x = jnp.asarray(values)
+    specials = np.array([0x7FC01234, 0xFFC00001, 0x7F800000, 0xFF800000, 0x80000000, 0x00000001, 0x3F800000], np.uint32)
+    chain_x = jnp.asarray(np.tile(specials.view(np.float32), (4, 1)))
+    chain_ys = [jnp.asarray(np.full((4, 7), v, np.float32)) for v in (-0.0, 2.0**-20, 1e-39, 3.0, -1.0, 0.5)]
+    ws = [jnp.asarray(np.cos(np.arange(256, dtype=np.float32) * (k + 1)).reshape(16, 16) / 4) for k in range(4)]
+
+    def step():  # a fresh function each time: traced again, with the cut depth of the moment
+        return fpemu.emulate(jax.value_and_grad(_residual_stack, argnums=(0, 1)), fpemu.Policy(default=fmt))
+
+    def chain():
+        return fpemu.emulate(_sum_chain, fpemu.Policy(default=fmt))
+
+    assert _cuts(jax.make_jaxpr(step())(x, ws).jaxpr) >= 4
+    cut = jax.jit(step())(x, ws), jax.jit(chain())(chain_x, chain_ys)
+    monkeypatch.setattr(interpreter, "CHAIN_CUT_DEPTH", 10**6)
+    assert _cuts(jax.make_jaxpr(step())(x, ws).jaxpr) == 0
+    uncut = jax.jit(step())(x, ws), jax.jit(chain())(chain_x, chain_ys)
+    assert not np.isnan(np.asarray(cut[0][0]))  # the stack's loss: the comparison is of numbers
+    for a, b in zip(jax.tree_util.tree_leaves(cut), jax.tree_util.tree_leaves(uncut), strict=True):
+        assert_bit_exact(a, b, nan_payload=True)
+
+
+def test_cuts_compose_with_vmap_and_grad():
+    x, ys = _inputs()
+    emulated = fpemu.emulate(_sum_chain, fpemu.Policy(default="bf16"))
+    batched = jax.vmap(emulated, in_axes=(0, None))(jnp.stack([x, -x]), ys)
+    assert_bit_exact(batched[0], emulated(x, ys))
+    assert_bit_exact(batched[1], emulated(-x, ys))
+    grad = jax.grad(lambda v: jnp.sum(emulated(v, ys)))(x)  # emulate's straight-through derivative
+    assert_bit_exact(grad, np.ones((4, 6), np.float32))
