@@ -50,7 +50,7 @@ from fpemu._emulate.watch import Watch
 from fpemu._jax import compat
 from fpemu._jax.compat import Jaxpr, Literal
 from fpemu._jax.interpret import body_of, evaluate
-from fpemu._ops.fusion import computed_once, shared_probe, unduplicated
+from fpemu._ops.fusion import MATERIALIZE_MIN_SIZE, computed_once, shared_probe, unduplicated
 
 #: The primitives whose rounded results are the links of the chains that `Context.cut_chain` cuts: sums and
 #: differences (a residual stream, its gradient's ``add_any``).
@@ -60,6 +60,11 @@ CHAIN_LINKS = frozenset(("add", "add_any", "sub"))
 #: (Every third link leaves a single block as it is, but leaves chains that jax 0.12's XLA:CPU takes minutes to
 #: compile: bench/RESULTS_training.md, "eighteenth session".)
 CHAIN_CUT_DEPTH = 2
+
+#: Only links of this many elements or more are cut. On jax 0.12, the cut made a small test program (a sum of
+#: nine reductions of one 8 x 32 array, tests/emulate/test_model_zoo.py's ``jnp_survey``) fail to compile in
+#: minutes; the cause is not known. Small arrays' chains cost little to recompute at run time.
+CHAIN_CUT_MIN_SIZE = MATERIALIZE_MIN_SIZE
 
 _DEFAULT = object()  # "the policy's format for the current primitive"
 _UNMADE = object()  # State.probe before its first use
@@ -254,7 +259,7 @@ class Context:
             return outvals
         links = self.state.links
         depth = 1 + max((links[id(x)][1] for x in invals if id(x) in links and links[id(x)][0] is x), default=0)
-        if depth >= CHAIN_CUT_DEPTH:
+        if depth >= CHAIN_CUT_DEPTH and y.size >= CHAIN_CUT_MIN_SIZE:
             cut = unduplicated(y)
             self.propagate_rounded([y], [cut])
             y, depth = cut, 0

@@ -14,6 +14,12 @@ from fpemu._emulate import interpreter
 from fpemu.testing import assert_bit_exact
 
 
+@pytest.fixture(autouse=True)
+def _small_links_cut(monkeypatch):
+    """These tests' arrays are small: cut them as if they were large (`interpreter.CHAIN_CUT_MIN_SIZE`)."""
+    monkeypatch.setattr(interpreter, "CHAIN_CUT_MIN_SIZE", 0)
+
+
 def _cuts(jaxpr) -> int:
     """How many `unduplicated` calls a jaxpr makes, in its bodies too."""
     count = 0
@@ -62,6 +68,14 @@ def test_every_second_link_of_a_chain_of_rounded_sums_is_cut():
 def test_sums_that_are_not_rounded_are_not_cut(policy):
     x, ys = _inputs()
     assert _cuts(jax.make_jaxpr(fpemu.emulate(_sum_chain, policy))(x, ys).jaxpr) == 0
+
+
+def test_links_smaller_than_the_minimum_size_are_not_cut(monkeypatch):
+    x, ys = _inputs()
+    monkeypatch.setattr(interpreter, "CHAIN_CUT_MIN_SIZE", x.size + 1)
+    assert _cuts(jax.make_jaxpr(fpemu.emulate(_sum_chain, fpemu.Policy(default="bf16")))(x, ys).jaxpr) == 0
+    monkeypatch.setattr(interpreter, "CHAIN_CUT_MIN_SIZE", x.size)
+    assert _cuts(jax.make_jaxpr(fpemu.emulate(_sum_chain, fpemu.Policy(default="bf16")))(x, ys).jaxpr) == 3
 
 
 def test_a_chain_is_sums_of_sums_only():
