@@ -5,8 +5,9 @@ The models are `fpemu.tools.models`' digits MLP (``mlp``: 64-128-128-10, batch 6
 transformer block (``transformer``: batch 8, sequence 128, d 256, one SGD step) and four such blocks in
 a row (``transformer4``). The rows: ``fp32`` (not emulated), ``emulated bf16`` (``emulate(step,
 "bf16")``) and, per recipe, the step under ``Policy(dot=recipe)`` (form ``dot``, row ``RECIPE``) and
-``Policy(default="bf16", dot=recipe)`` (form ``bf16+dot``, row ``bf16+RECIPE``). A stochastic recipe gets ``jax.random.key(0)``; a recipe with delayed
-scaling runs as ``emulate(step, policy, state=True)`` from `fpemu.init_training_state`.
+``Policy(default="bf16", dot=recipe)`` (form ``bf16+dot``, row ``bf16+RECIPE``). A stochastic recipe
+gets ``jax.random.key(0)``; a recipe with delayed scaling runs as ``emulate(step, policy, state=True)``
+from `fpemu.init_training_state`.
 
 **Compile time** is measured per row on a fresh function with every JAX cache cleared, in three
 phases: ``trace`` (JAX's trace, emulate's interpreter included), ``lower`` (to StableHLO) and ``XLA``
