@@ -50,21 +50,16 @@ from fpemu._emulate.watch import Watch
 from fpemu._jax import compat
 from fpemu._jax.compat import Jaxpr, Literal
 from fpemu._jax.interpret import body_of, evaluate
-from fpemu._ops.fusion import MATERIALIZE_MIN_SIZE, computed_once, shared_probe, unduplicated
+from fpemu._ops.fusion import computed_once, materialize, shared_probe
 
 #: The primitives whose rounded results are the links of the chains that `Context.cut_chain` cuts: sums and
 #: differences (a residual stream, its gradient's ``add_any``).
 CHAIN_LINKS = frozenset(("add", "add_any", "sub"))
 
 #: A rounded link is cut when it is this many links deep since the last cut, itself included: every second link.
-#: (Every third link leaves a single block as it is, but leaves chains that jax 0.12's XLA:CPU takes minutes to
-#: compile: bench/RESULTS_training.md, "eighteenth session".)
+#: (Every third link compiles the 4-block transformer stack 15% slower: bench/RESULTS_training.md, "nineteenth
+#: session".)
 CHAIN_CUT_DEPTH = 2
-
-#: Only links of this many elements or more are cut. On jax 0.12, the cut made a small test program (a sum of
-#: nine reductions of one 8 x 32 array, tests/emulate/test_model_zoo.py's ``jnp_survey``) fail to compile in
-#: minutes; the cause is not known. Small arrays' chains cost little to recompute at run time.
-CHAIN_CUT_MIN_SIZE = MATERIALIZE_MIN_SIZE
 
 _DEFAULT = object()  # "the policy's format for the current primitive"
 _UNMADE = object()  # State.probe before its first use
@@ -238,18 +233,23 @@ class Context:
         return y
 
     def cut_chain(self, eqn: Any, invals: list, outvals: list) -> list:
-        """The outputs of ``eqn``; a rounded sum that is a link of a chain of them (`CHAIN_LINKS`) passed
-        through `fpemu._ops.fusion.unduplicated` (the same bits) every `CHAIN_CUT_DEPTH` links.
+        """The outputs of ``eqn``; a rounded sum that is a link of a chain of them (`CHAIN_LINKS`) computed
+        once (`fpemu._ops.fusion.materialize`, with the body's probe: the same bits) every `CHAIN_CUT_DEPTH`
+        links.
 
         A deep model's residual stream is such a chain (``x + f(x)`` block after block), and so is its
-        gradient (the ``add_any`` of each block's cotangent). Each link is read by the next and by its
-        block's loops (a LayerNorm's reductions, a dot's conversion to bfloat16). XLA:CPU fuses a cheap
-        elementwise producer into every loop that reads it, so each of those loops recomputes the chain
-        above it, link after link: with every link rounded (about ten instructions each once XLA expands
-        the rounding) the program grows with the square of the depth (a stack of L transformer blocks
-        under ``Policy(default="bf16")``: 3.9 s to compile at L=4, 10.3 s at L=8, against fp32's 1.5 s
-        and 3.1 s; with jax 0.12, L=4 did not compile in 280 s; bench/RESULTS_training.md, "eighteenth
-        session"). Cut, a loop recomputes at most the one link above the last cut.
+        gradient (the ``add_any`` of each block's cotangent, or of the parts of a loss). Each link is read
+        by the next and by other loops (a LayerNorm's reductions, a dot's conversion to bfloat16).
+        XLA:CPU fuses a cheap elementwise producer into every loop that reads it, so each of those loops
+        recomputes the chain above it, link after link: with every link rounded (about ten instructions
+        each once XLA expands the rounding) the program grows with the square of the depth (a stack of L
+        transformer blocks under ``Policy(default="bf16")``: 3.9 s to compile at L=4, 10.3 s at L=8,
+        against fp32's 1.5 s and 3.1 s). With jax 0.12 it is worse: L=4 did not compile in 280 s, nor a
+        stack of three small blocks (8 x 16) in a minute (bench/RESULTS_training.md, "eighteenth" and
+        "nineteenth session"). Cut, a loop recomputes at most the one link above the last cut; links of
+        every size are cut, since the small ones blow up too.
+        The cut is a conditional, not a division by ones that XLA cannot see (which would cost no kernel):
+        a loop of several such divisions, fused, did not compile in minutes with jax 0.12.
         Unrounded sums (a policy that leaves ``add`` alone) are not cut: XLA recomputes a bare addition
         cheaply, as it does without emulate."""
         if eqn.primitive.name not in CHAIN_LINKS or len(outvals) != 1:
@@ -259,8 +259,9 @@ class Context:
             return outvals
         links = self.state.links
         depth = 1 + max((links[id(x)][1] for x in invals if id(x) in links and links[id(x)][0] is x), default=0)
-        if depth >= CHAIN_CUT_DEPTH and y.size >= CHAIN_CUT_MIN_SIZE:
-            cut = unduplicated(y)
+        if depth >= CHAIN_CUT_DEPTH:
+            cut = materialize((y,), self.probe())[0]
+            self.state.computed[id(cut)] = (cut, cut)  # computed once already: a recipe GEMM reads it as it is
             self.propagate_rounded([y], [cut])
             y, depth = cut, 0
         links[id(y)] = (y, depth)

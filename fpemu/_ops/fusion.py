@@ -30,10 +30,11 @@ chains are materialized; values a few operations away from them (a block's grid 
 scale exponent, NaN masks, NVFP4's encode scale) are recomputed in the elements' loop
 (bench/RESULTS_training.md, "fewer materializations"; tests/scaled/test_layout.py).
 
-A cheaper cut for arrays that XLA would otherwise compute in several loops is `unduplicated`: no
-conditional, no kernel of its own; the array is computed once, in the loop that produces it, and read
-by the others (`fpemu.emulate` cuts the chains of rounded sums with it, bench/RESULTS_training.md,
-"eighteenth session").
+`fpemu.emulate` also materializes every second link of a chain of rounded sums (a deep model's
+residual stream and its gradient), which XLA:CPU would otherwise recompute in every loop that reads a
+later link. A cheaper cut without a kernel of its own, a division by ones that XLA cannot see to be
+ones, made jax 0.12's XLA:CPU take minutes to compile a loop of several of them (its code generator), so
+it was removed (bench/RESULTS_training.md, "nineteenth session").
 
 The opposite case is `computed_together`: a quantizer's per-tensor scalars (a scale and its
 reciprocal) that XLA would compute in a kernel each are stacked, so that they are one kernel.
@@ -55,7 +56,6 @@ __all__ = [
     "computed_together",
     "materialize",
     "shared_probe",
-    "unduplicated",
 ]
 
 #: Arrays computed for this many elements or more are materialized (smaller ones: not worth the compile time).
@@ -220,50 +220,3 @@ def computed_together(*arrays: jnp.ndarray) -> tuple[jnp.ndarray, ...]:
     rows = [lax.reshape(a, (1, *shape)) for a in arrays]  # lax, not jnp.stack and indexing: no nested jit to lower
     stacked = lax.optimization_barrier(lax.concatenate(rows, 0))
     return tuple(lax.reshape(lax.slice_in_dim(stacked, i, i + 1), shape) for i in range(len(arrays)))
-
-
-#: The floating-point dtypes that `unduplicated` passes through its division, exactly (others are returned as they
-#: are: XLA:CPU computes bfloat16 arithmetic in float32 and flushes bfloat16 subnormals on the way back).
-_DIVIDED = frozenset(jnp.dtype(d) for d in (jnp.float16, jnp.float32, jnp.float64))
-
-
-def unduplicated(x: jnp.ndarray) -> jnp.ndarray:
-    """``x`` bit for bit, computed once by XLA:CPU however many fused loops read it.
-
-    XLA duplicates a cheap elementwise producer into each consumer loop that reads it. Along a chain
-    of such values, each read by the next link and by other loops (a residual stream and its
-    gradient, every link rounded under `fpemu.emulate`), each loop recomputes the whole chain
-    above it: the program grows with the square of the chain's length. XLA does not duplicate an
-    expensive instruction such as a floating-point division, so ``x`` is divided by an array of ones
-    that XLA cannot see to be ones (``x == x`` plus ``x != x``, as numbers): exact for normal
-    numbers and ±inf. NaNs (payload and signalling bit), zeros (-0 too) and subnormals (which
-    XLA:CPU's arithmetic flushes to zero) are selected back as they came.
-    Unlike `materialize`, there is no conditional and no kernel of its own: the loop that produces
-    ``x`` writes it, the others read it. Only float16, float32 and float64 arrays on CPU (elsewhere,
-    other dtypes, and weakly typed arrays, whose weak type the division would lose: ``x`` as it is);
-    the derivative is the identity's.
-    """
-    if jnp.dtype(x.dtype) not in _DIVIDED or x.size == 0 or getattr(jax.typeof(x), "weak_type", False):
-        return x
-    return _unduplicated_jit(x)
-
-
-@jax.custom_jvp
-def _unduplicated(x: jnp.ndarray) -> jnp.ndarray:
-    return lax.platform_dependent(x, cpu=_divided_by_one, default=lambda a: a)
-
-
-def _divided_by_one(x: jnp.ndarray) -> jnp.ndarray:
-    nan = x != x
-    one = (x == x).astype(x.dtype) + nan.astype(x.dtype)
-    kept = nan | (lax.abs(x) < jnp.asarray(jnp.finfo(x.dtype).tiny, x.dtype))  # NaNs, zeros and subnormals
-    return lax.select(kept, x, x / one)
-
-
-@_unduplicated.defjvp
-def _unduplicated_jvp(primals, tangents):
-    return _unduplicated(primals[0]), tangents[0]
-
-
-#: `_unduplicated` jitted: traced once per shape and dtype (XLA inlines the call).
-_unduplicated_jit = jax.jit(_unduplicated)

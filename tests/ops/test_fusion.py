@@ -15,7 +15,6 @@ from fpemu._ops.fusion import (
     computed_together,
     materialize,
     shared_probe,
-    unduplicated,
 )
 from fpemu.testing import assert_bit_exact
 
@@ -153,6 +152,7 @@ def test_computed_together_leaves_other_arrays_as_they_are():
 
 
 _SPECIAL_BITS = {  # NaNs with payloads (quiet and signalling, both signs), ±inf, ±0, subnormals, extremes, 1
+    jnp.bfloat16: [0x7FC1, 0x7F81, 0xFFA5, 0x7F80, 0xFF80, 0x0000, 0x8000, 0x0001, 0x807F, 0x7F7F, 0x3F80],
     jnp.float16: [0x7E01, 0x7C01, 0xFD55, 0x7C00, 0xFC00, 0x0000, 0x8000, 0x0001, 0x83FF, 0x7BFF, 0x3C00],
     jnp.float32: [
         0x7FC01234, 0x7F800001, 0xFFA00005, 0x7F800000, 0xFF800000, 0x00000000, 0x80000000, 0x00000001,
@@ -166,41 +166,21 @@ _SPECIAL_BITS = {  # NaNs with payloads (quiet and signalling, both signs), ±in
 
 
 @pytest.mark.parametrize("dtype", list(_SPECIAL_BITS), ids=lambda d: jnp.dtype(d).name)
-def test_unduplicated_keeps_every_bit_and_the_derivative(dtype, request):
-    """Every special value comes back bit for bit: NaN payloads (a signalling NaN stays signalling),
-    -0, ±inf and subnormals (which a division that flushed them would lose); the identity's derivative,
-    under jit, grad and vmap. On CPU the value passes through the division that XLA does not duplicate."""
+@pytest.mark.parametrize("probed", [False, True], ids=["own probe", "shared probe"])
+def test_materialize_keeps_every_bit_of_every_float_dtype(dtype, probed, request):
+    """Every special value comes back bit for bit (`fpemu.emulate` materializes the links of its chains of
+    rounded sums, of any floating-point dtype): NaN payloads (a signalling NaN stays signalling), -0, ±inf
+    and subnormals, whichever branch the predicate takes, under jit, vmap and grad."""
     dtype = jnp.dtype(dtype)
     if dtype == jnp.float64:
         request.getfixturevalue("x64")  # float64 arrays need jax_enable_x64
     uint = np.dtype(f"uint{8 * dtype.itemsize}")
     raw = np.array(_SPECIAL_BITS[dtype.type], uint).view(dtype)
     x = jnp.asarray(raw)
-    assert_bit_exact(jax.jit(unduplicated)(x), raw, nan_payload=True)
-    assert_bit_exact(jax.vmap(unduplicated)(x.reshape(1, -1)), raw.reshape(1, -1), nan_payload=True)
-    lowered = jax.jit(unduplicated).lower(x).as_text()
-    assert ("divide" in lowered) == (jax.default_backend() == "cpu")
+    for probe in [shared_probe([jnp.zeros(2)]), shared_probe([jnp.ones(2)])] if probed else [None]:
+        assert_bit_exact(jax.jit(lambda v, p=probe: materialize((v,), p)[0])(x), raw, nan_payload=True)
+        batched = jax.vmap(lambda v, p=probe: materialize((v,), p)[0])(x.reshape(1, -1))
+        assert_bit_exact(batched, raw.reshape(1, -1), nan_payload=True)
     finite = jnp.asarray(np.arange(4.0).astype(dtype))
-    grad = jax.grad(lambda v: jnp.sum(unduplicated(v) * jnp.asarray(3, dtype)))(finite)
+    grad = jax.grad(lambda v: jnp.sum(materialize((v,))[0] * jnp.asarray(3, dtype)))(finite)
     assert_bit_exact(grad, np.full(4, 3, dtype))
-
-
-def test_unduplicated_leaves_other_arrays_as_they_are():
-    """Integer, complex, bfloat16 (whose subnormals XLA:CPU's arithmetic flushes) and narrower
-    floating-point arrays, empty ones and weakly typed ones (a Python scalar's type) are returned as they are."""
-
-    def weak(s):
-        x = jnp.broadcast_to(s, (3,)) * 2
-        assert jax.typeof(x).weak_type
-        assert unduplicated(x) is x
-        return x
-
-    jax.make_jaxpr(weak)(1.5)
-    for x in [
-        jnp.arange(4, dtype=jnp.int32),
-        jnp.ones(3, jnp.bfloat16),
-        jnp.ones(3, jnp.complex64),
-        jnp.ones(3, jnp.float8_e4m3fn),
-        jnp.ones((0, 3), jnp.float32),
-    ]:
-        assert unduplicated(x) is x
