@@ -255,7 +255,7 @@ class Context:
         if eqn.primitive.name not in CHAIN_LINKS or len(outvals) != 1:
             return outvals
         (y,) = outvals
-        if not self._rounded_by_rule(eqn, y):
+        if not self._rounded(y):
             return outvals
         links = self.state.links
         depth = 1 + max((links[id(x)][1] for x in invals if id(x) in links and links[id(x)][0] is x), default=0)
@@ -267,14 +267,14 @@ class Context:
         links[id(y)] = (y, depth)
         return [y]
 
-    def _rounded_by_rule(self, eqn: Any, y: Any) -> bool:
-        """Whether ``y``, the real floating-point result of ``eqn``, was rounded by its rule to a format that
-        changes values of its dtype (not an excluded equation, nor a format that holds the dtype's values)."""
+    def _rounded(self, y: Any) -> bool:
+        """Whether ``y`` is a real floating-point value that this interpretation rounded to a format that
+        changes values of its dtype (not an excluded equation's result, nor one rounded to a format that
+        holds every value of its dtype)."""
         known = self.state.rounded.get(id(y))
         if known is None or known[0] is not y or not is_float(_dtype_of(y)):
             return False
-        fmt = self.policy.format_for(eqn.primitive.name)
-        return fmt is not None and not is_identity(get_format(_dtype_of(y)), fmt, self.policy)
+        return not is_identity(get_format(_dtype_of(y)), known[1][0], self.policy)
 
     def probe(self) -> Any:
         """The probe of this body (`fpemu._ops.fusion.shared_probe` of its arguments; None if none can

@@ -11,11 +11,12 @@ import pytest
 
 import fpemu
 from fpemu._emulate import interpreter
+from fpemu._jax.compat import Literal
 from fpemu.testing import assert_bit_exact
 
 
 def _cuts(jaxpr) -> int:
-    """How many materializations a jaxpr makes, in its bodies too (no recipe here materializes anything else)."""
+    """How many materializations a jaxpr makes, in its bodies too (cuts, and a recipe's GEMM operands)."""
     count = 0
     for eqn in jaxpr.eqns:
         if eqn.params.get("name") == "_materialized":
@@ -137,6 +138,39 @@ def test_a_deep_stack_of_small_arrays_compiles_with_the_bits_of_the_uncut_one(mo
     assert np.isfinite(np.asarray(cut[0]))
     for a, b in zip(jax.tree_util.tree_leaves(cut), jax.tree_util.tree_leaves(uncut), strict=True):
         assert_bit_exact(a, b)
+
+
+def _materialized_twice(jaxpr) -> int:
+    """How many materializations of a jaxpr (its bodies too) read the output of another one."""
+    made, twice = set(), 0
+    for eqn in jaxpr.eqns:
+        if eqn.params.get("name") == "_materialized":
+            twice += any(v in made for v in eqn.invars if not isinstance(v, Literal))
+            made.update(eqn.outvars)
+        for value in eqn.params.values():
+            for body in value if isinstance(value, (tuple, list)) else (value,):
+                body = getattr(body, "jaxpr", body)
+                if hasattr(body, "eqns"):
+                    twice += _materialized_twice(body)
+    return twice
+
+
+def test_a_recipe_gemm_does_not_materialize_a_cut_link_again():
+    """A recipe GEMM materializes the operands it quantizes (arrays of 2**16 elements or more); a cut link is
+    one already, and is read as it is."""
+
+    def chain_into_a_gemm(x, ys, w):
+        h = x
+        for y in ys:
+            h = h + y  # the second link is cut, and is the GEMM's operand
+        return jnp.sum(jnp.square(h @ w))
+
+    x = jnp.asarray(np.linspace(-1.0, 1.0, 256 * 256, dtype=np.float32).reshape(256, 256))
+    ys, w = [x * 0.5, x * 0.25], jnp.eye(256, dtype=jnp.float32)
+    policy = fpemu.Policy(default="bf16", dot="mxfp8")
+    jaxpr = jax.make_jaxpr(fpemu.emulate(jax.grad(chain_into_a_gemm, argnums=(0, 2)), policy))(x, ys, w).jaxpr
+    assert _cuts(jaxpr) > 1
+    assert _materialized_twice(jaxpr) == 0
 
 
 def test_cuts_compose_with_vmap_and_grad():
