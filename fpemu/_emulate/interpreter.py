@@ -4,7 +4,8 @@
 rule `fpemu._emulate.registry.RULES` holds for its primitive. A rule gets a `Context`: the shared
 state of one interpretation (policy, key, statistics) plus the equation and its name stack, and
 the services rules share: ``bind`` (the primitive, unchanged), ``bind_and_round`` (the ``rounded``
-kind), ``round_output`` (round one result and count it), ``round_operand`` (round without
+kind), ``bind_identity`` (the same, not rounded again where the result is an input already
+rounded), ``round_output`` (round one result and count it), ``round_operand`` (round without
 counting), ``interpret`` (inline a sub-jaxpr), ``subfunction`` (a sub-jaxpr as an emulated
 function for a control-flow combinator), ``site_key`` and ``merge_stats``. The rule modules import
 this one; control-flow rules recurse through the context, never through an import back.
@@ -160,6 +161,26 @@ class Context:
     def bind_and_round(self, eqn: Any, invals: list) -> list:
         """Bind, then round every floating-point result to the policy's format for this primitive."""
         return [self.round_output(out) for out in self.bind(eqn, invals)]
+
+    def bind_identity(self, eqn: Any, invals: list, source: Any, survives_flush: bool) -> list:
+        """`bind_and_round` of an equation that returns its input ``source`` as it is (``x * 1``: the rule's
+        proof), without the rounding where that rounding would give its input back: ``source`` is known
+        rounded to this primitive's format in the policy's rounding, and ``survives_flush`` (a subnormal
+        that the backend's arithmetic flushes to ±0 stays a value of the format). XLA drops the identity but
+        would compile the rounding (an optax Adam step rounds ``g ** 1``, ``b2 * t`` with b2 = 0.999 = 1.0 in
+        bf16, and ``v + 0.0``; with its bias gradients' sums over an axis of size 1, 39 of the 279 roundings of
+        the digits MLP's compiled step, bench/RESULTS_training.md). The
+        result counts as rounded, and its site still takes its index, so that the keys of stochastic
+        rounding are those of every other site; roundings that are counted (``with_stats``) are made."""
+        fmt, rounding = self.format_for(), self.policy.rounding
+        if fmt is None or self.counting or not survives_flush or not self.is_rounded(source, fmt, rounding):
+            return self.bind_and_round(eqn, invals)
+        outvals = self.bind(eqn, invals)
+        for y in outvals:
+            if self.state.key is not None and rounding == "stochastic":
+                self.state.sites += 1
+            self.state.rounded[id(y)] = (y, (fmt, rounding))
+        return outvals
 
     def format_for(self) -> Format | None:
         return self.policy.format_for(self.eqn.primitive.name)

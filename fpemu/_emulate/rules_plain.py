@@ -9,18 +9,73 @@ from __future__ import annotations
 from typing import Any
 
 import jax.numpy as jnp
+import numpy as np
 
 from fpemu._core.format import Format, fits
 from fpemu._core.registry import get_format
 from fpemu._emulate.interpreter import Context
 from fpemu._emulate.registry import BIT_COPIES, EXACT, PRIMITIVES, ROUNDED, SIGN_CHANGES, register
-from fpemu._emulate.rounding import component_dtype, is_complex, is_inexact
+from fpemu._emulate.rounding import component_dtype, is_complex, is_float, is_inexact
 
 
 @register(*ROUNDED, kind="rounded")
 def rounded(ctx: Context, eqn: Any, invals: list) -> list:
-    """Bind, then round every floating-point result to the policy's format for this primitive."""
-    return ctx.bind_and_round(eqn, invals)
+    """Bind, then round every floating-point result to the policy's format for this primitive; an identity
+    (`identity_operand`) of a value rounded to that format already is not rounded again."""
+    kept = identity_operand(eqn, invals)
+    if kept is None:
+        return ctx.bind_and_round(eqn, invals)
+    fmt = ctx.format_for()
+    flush_safe = fmt is not None and survives_flush(fmt, eqn.outvars[0].aval.dtype)
+    return ctx.bind_identity(eqn, invals, invals[kept], flush_safe)
+
+
+def identity_operand(eqn: Any, invals: list) -> int | None:
+    """The index of the input that ``eqn`` returns as it is, whatever its value (None if none): ``x ** 1``
+    (``integer_pow``), ``x * 1``, ``1 * x``, ``x / 1``, ``x + 0``, ``0 + x`` and ``x - 0`` (``+0`` or ``-0``)
+    of a real floating-point ``x``, the constant a literal of the program (not a traced or device array),
+    and a ``reduce_sum`` over axes of size 1 (``0 + x``, or ``x`` where XLA makes it a reshape).
+    Three values change, each into a value of every format that held the input: ``-0 + +0`` is ``+0``, a
+    signalling NaN comes out quiet, and a backend that flushes subnormals (XLA:CPU) returns a subnormal as
+    ±0 (`survives_flush`). Complex data is left out: ``(a + bj) * 1`` is NaN where ``b`` is infinite."""
+    name = eqn.primitive.name
+    if len(eqn.outvars) != 1 or not is_float(eqn.outvars[0].aval.dtype):
+        return None
+    if name == "integer_pow":
+        return 0 if eqn.params["y"] == 1 else None
+    if name == "reduce_sum":  # over axes of one element each (a gradient's sum over a broadcast's axis of size 1)
+        shape = np.shape(invals[0])
+        return 0 if all(shape[axis] == 1 for axis in eqn.params["axes"]) else None
+    if len(invals) != 2:
+        return None
+    a, b = invals
+    if name == "mul":
+        return 0 if _constant_all(b, 1.0) else 1 if _constant_all(a, 1.0) else None
+    if name == "div":
+        return 0 if _constant_all(b, 1.0) else None
+    if name == "add":
+        return 0 if _constant_all(b, 0.0) else 1 if _constant_all(a, 0.0) else None
+    if name == "sub":
+        return 0 if _constant_all(b, 0.0) else None
+    return None
+
+
+def survives_flush(fmt: Format, dtype: Any) -> bool:
+    """Whether every value of ``fmt`` held in ``dtype`` stays a value of it, rounded to it again, when the
+    backend's arithmetic flushes ``dtype``'s subnormals to ±0 (XLA:CPU does): no value of ``fmt`` is a
+    subnormal of ``dtype`` (E8M0's 2**-127 is one of float32), or ``fmt`` holds the zero of each sign."""
+    if fmt.min_subnormal >= get_format(component_dtype(dtype)).min_normal:
+        return True
+    return fmt.has_zero and (fmt.has_negative_zero or not fmt.signed)
+
+
+def _constant_all(value: Any, target: float) -> bool:
+    """Whether ``value`` is a host constant (a Python or NumPy number or array) whose elements all equal
+    ``target`` (``-0.0 == 0.0``)."""
+    if not isinstance(value, (float, np.ndarray, np.generic)):
+        return False
+    array = np.asarray(value)
+    return array.size > 0 and bool(np.all(array == target))
 
 
 @register(*PRIMITIVES["bound"], kind="bound")

@@ -13,21 +13,12 @@ import fpemu
 from fpemu._emulate import interpreter
 from fpemu._jax.compat import Literal
 from fpemu.testing import assert_bit_exact
+from tests.emulate.jaxprs import named_calls
 
 
 def _cuts(jaxpr) -> int:
     """How many materializations a jaxpr makes, in its bodies too (cuts, and a recipe's GEMM operands)."""
-    count = 0
-    for eqn in jaxpr.eqns:
-        if eqn.params.get("name") == "_materialized":
-            count += 1
-            continue
-        for value in eqn.params.values():
-            for body in value if isinstance(value, (tuple, list)) else (value,):
-                body = getattr(body, "jaxpr", body)  # a ClosedJaxpr's jaxpr
-                if hasattr(body, "eqns"):
-                    count += _cuts(body)
-    return count
+    return named_calls(jaxpr, "_materialized")
 
 
 def _sum_chain(x, ys):
