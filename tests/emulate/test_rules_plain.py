@@ -178,3 +178,26 @@ def test_the_rule_rounds_through_lax_calls_with_the_same_bits():
     x = _inputs(fpemu.get_format("bf16"))
     emulated = jax.jit(fpemu.emulate(lambda v: lax.integer_pow(lax.mul(v, np.float32(1.0)), 1), "bf16"))(x)
     assert_bit_exact(emulated, fpemu.quantize(x, "bf16"), nan_payload=True)
+
+
+def test_an_adam_step_has_the_bits_of_rounding_every_identity(monkeypatch):
+    """The digits MLP's Adam step (`fpemu.tools.models`: optax's operations, with ``g ** 1``, ``b2 * t`` and
+    ``v + 0.0``, and the bias gradients' sums over an axis of size 1), with the identities left unrounded and
+    with every one of them rounded: the same bits, and fewer roundings."""
+    from fpemu.tools.models import mlp_model
+
+    step, args = mlp_model()
+
+    def run():
+        emulated = fpemu.emulate(step, "bf16")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", fpemu.PrecisionWarning)  # b2 = 0.999 is 1.0 in bf16
+            roundings = _roundings(jax.make_jaxpr(emulated)(*args).jaxpr)
+            return jax.tree_util.tree_leaves(jax.jit(emulated)(*args)), roundings
+
+    kept, fewer = run()
+    monkeypatch.setattr(rules_plain, "identity_operand", lambda eqn, invals: None)
+    rounded, every = run()
+    assert every - fewer == 21  # per parameter g ** 1, b2 * t, v + 0.0 (6 parameters), and 3 bias sums
+    for got, want in zip(kept, rounded, strict=True):
+        assert_bit_exact(got, want, nan_payload=True)
