@@ -62,6 +62,15 @@ CHAIN_LINKS = frozenset(("add", "add_any", "sub"))
 #: session".)
 CHAIN_CUT_DEPTH = 2
 
+#: Primitives that read their operand in one loop of their own, whose result XLA does not compute again in each of
+#: its readers (reductions; exponentials, logarithms and sigmoids, which XLA counts as expensive): a link that only
+#: one of these reads is computed once without a cut (`Context.cut_chain`). A dot is not one: a recipe GEMM
+#: materializes the links it reads anyway, and reads a cut one as it is.
+READ_IN_ONE_LOOP = frozenset((
+    "reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "argmax", "argmin", "exp", "exp2", "expm1", "log",
+    "log1p", "tanh", "logistic",
+))  # fmt: skip
+
 _DEFAULT = object()  # "the policy's format for the current primitive"
 _UNMADE = object()  # State.probe before its first use
 
@@ -103,6 +112,8 @@ class State:
     # id(value) -> (value, its link count): the rounded sums of this body (`CHAIN_LINKS`) and how many such sums
     # lead to each through other sums since the last cut (`Context.cut_chain`); the value keeps its id from reuse
     links: dict[int, tuple[Any, int]] = dataclasses.field(default_factory=dict)
+    # the variables of this body's jaxprs that one equation alone reads, and in one loop (`READ_IN_ONE_LOOP`)
+    read_in_one_loop: set[Any] = dataclasses.field(default_factory=set)
     # (forward dot's ordinal, GEMM) -> that GEMM's key split in three, for every recipe GEMM of the program: split
     # all at once from this body's key when one of them first draws random bits (`fpemu._emulate.gemm`)
     gemm_keys: dict[tuple[int, str], tuple[Any, Any, Any]] | None = None
@@ -272,7 +283,11 @@ class Context:
         The cut is a conditional, not a division by ones that XLA cannot see (which would cost no kernel):
         a loop of several such divisions, fused, did not compile in minutes with jax 0.12.
         Unrounded sums (a policy that leaves ``add`` alone) are not cut: XLA recomputes a bare addition
-        cheaply, as it does without emulate."""
+        cheaply, as it does without emulate. A link that one reduction or exponential alone reads
+        (`READ_IN_ONE_LOOP`: a cross-entropy's ``logits - max`` read by ``exp``) is computed in that one
+        loop: it is not cut, and the chain ends there (the digits MLP's two cuts; with the identities that
+        `fpemu._emulate.rules_plain` leaves unrounded, 7% of its first call, bench/RESULTS_training.md,
+        "twentieth session")."""
         if eqn.primitive.name not in CHAIN_LINKS or len(outvals) != 1:
             return outvals
         (y,) = outvals
@@ -280,7 +295,7 @@ class Context:
             return outvals
         links = self.state.links
         depth = 1 + max((links[id(x)][1] for x in invals if id(x) in links and links[id(x)][0] is x), default=0)
-        if depth >= CHAIN_CUT_DEPTH:
+        if depth >= CHAIN_CUT_DEPTH and eqn.outvars[0] not in self.state.read_in_one_loop:
             cut = materialize((y,), self.probe())[0]
             self.state.computed[id(cut)] = (cut, cut)  # computed once already: a recipe GEMM reads it as it is
             self.propagate_rounded([y], [cut])
@@ -469,5 +484,23 @@ def interpret(ctx: Context, jaxpr: Jaxpr, consts: list, args: list) -> list:
                 )
         return outvals
 
+    ctx.state.read_in_one_loop.update(_read_in_one_loop(jaxpr))
     consts = [ctx.constant(value, "constants") for _, value in zip(jaxpr.constvars, consts)]
     return evaluate(jaxpr, consts, args, literal=literal, equation=equation)
+
+
+def _read_in_one_loop(jaxpr: Jaxpr) -> set[Any]:
+    """The variables of ``jaxpr`` that exactly one of its equations reads, one of `READ_IN_ONE_LOOP`, once (not
+    an output of the jaxpr, which its caller reads too)."""
+    readers: dict[Any, list[Any]] = {}
+    for eqn in jaxpr.eqns:
+        for var in eqn.invars:
+            if not isinstance(var, Literal):
+                readers.setdefault(var, []).append(eqn)
+    outputs = {var for var in jaxpr.outvars if not isinstance(var, Literal)}
+    return {
+        var
+        for var, eqns in readers.items()
+        if len(eqns) == 1 and eqns[0].primitive.name in READ_IN_ONE_LOOP and var not in outputs
+        and sum(v is var for v in eqns[0].invars) == 1
+    }  # fmt: skip

@@ -69,6 +69,47 @@ def test_a_chain_is_sums_of_sums_only():
     assert _cuts(jax.make_jaxpr(fpemu.emulate(through_tanh, fpemu.Policy(default="bf16")))(x, ys).jaxpr) == 0
 
 
+@pytest.mark.parametrize(
+    ("reader", "cuts"),
+    [
+        (jnp.exp, 0),  # read in one loop: exp's own (XLA does not compute an exponential again in its readers)
+        (jnp.sum, 0),
+        (lambda h: jnp.max(h, axis=0), 0),
+        (jnp.sin, 1),  # an elementwise reader that XLA fuses into its own readers
+        (lambda h: jnp.exp(h) + jnp.sum(h), 1),  # two readers
+        (lambda h: (jnp.exp(h), h), 1),  # read by exp and by the caller
+    ],
+    ids=["exp", "sum", "max", "sin", "two readers", "an output"],
+)
+def test_a_link_read_by_one_reduction_or_exponential_alone_is_not_cut(reader, cuts):
+    """The chain's second link is cut unless one reduction or exponential alone reads it: then it is computed
+    in that one loop anyway (a cross-entropy's ``logits - max``, read by ``exp``)."""
+    x, ys = _inputs()
+    emulated = fpemu.emulate(lambda x, ys: reader(x + ys[0] - ys[1]), fpemu.Policy(default="bf16"))
+    assert _cuts(jax.make_jaxpr(emulated)(x, ys).jaxpr) == cuts
+
+
+def test_a_cross_entropy_and_its_gradient_are_not_cut_and_keep_their_bits(monkeypatch):
+    """``logsumexp(logits) - label_logit`` and its gradient: the links (``logits - max``, read by ``exp``; the
+    loss, read by the mean) were cut, uselessly; the bits are those of the program without cuts."""
+    logits = jnp.asarray(np.linspace(-3.0, 5.0, 4 * 10, dtype=np.float32).reshape(4, 10))
+    labels = jnp.asarray(np.array([0, 3, 9, 9], np.int32))
+
+    def loss(z):
+        picked = jnp.take_along_axis(z, labels[:, None], axis=1)[:, 0]
+        return jnp.mean(jax.nn.logsumexp(z + 0.5, axis=1) - picked)
+
+    def step():
+        return fpemu.emulate(jax.value_and_grad(loss), fpemu.Policy(default="bf16"))
+
+    assert _cuts(jax.make_jaxpr(step())(logits).jaxpr) == 0
+    kept = jax.jit(step())(logits)
+    monkeypatch.setattr(interpreter, "READ_IN_ONE_LOOP", frozenset())
+    assert _cuts(jax.make_jaxpr(step())(logits).jaxpr) >= 1
+    for a, b in zip(kept, jax.jit(step())(logits), strict=True):
+        assert_bit_exact(a, b, nan_payload=True)
+
+
 def _residual_stack(x, ws):
     for w in ws:
         x = x + jnp.tanh(x @ w)  # the residual stream; its gradient is a chain of add_any
