@@ -179,10 +179,10 @@ class Context:
         rounded to this primitive's format in the policy's rounding, and ``survives_flush`` (a subnormal
         that the backend's arithmetic flushes to ±0 stays a value of the format). XLA drops the identity but
         would compile the rounding (an optax Adam step rounds ``g ** 1``, ``b2 * t`` with b2 = 0.999 = 1.0 in
-        bf16, and ``v + 0.0``; with its bias gradients' sums over an axis of size 1, 39 of the 279 roundings of
-        the digits MLP's compiled step, bench/RESULTS_training.md). The
-        result counts as rounded, and its site still takes its index, so that the keys of stochastic
-        rounding are those of every other site; roundings that are counted (``with_stats``) are made."""
+        bf16, and ``v + 0.0``; with its bias gradients' sums over an axis of size 1, 39 of the 279 roundings
+        of the digits MLP's compiled step, bench/RESULTS_training.md). The result counts as rounded, and its
+        site still takes its index, so that the keys of stochastic rounding are those of every other site;
+        roundings that are counted (``with_stats``) are made."""
         fmt, rounding = self.format_for(), self.policy.rounding
         if fmt is None or self.counting or not survives_flush or not self.is_rounded(source, fmt, rounding):
             return self.bind_and_round(eqn, invals)
