@@ -33,7 +33,7 @@ import numpy as np
 
 from fpemu._core.format import Format
 from fpemu._core.registry import get_format
-from fpemu._emulate import precision
+from fpemu._emulate import precision, readers
 from fpemu._emulate import stats as _stats
 from fpemu._emulate.gemm_roles import Entry, GemmRoles
 from fpemu._emulate.policy import Policy
@@ -61,15 +61,6 @@ CHAIN_LINKS = frozenset(("add", "add_any", "sub"))
 #: (Every third link compiles the 4-block transformer stack 15% slower: bench/RESULTS_training.md, "nineteenth
 #: session".)
 CHAIN_CUT_DEPTH = 2
-
-#: Primitives that read their operand in one loop of their own, whose result XLA does not compute again in each of
-#: its readers (reductions; exponentials, logarithms and sigmoids, which XLA counts as expensive): a link that only
-#: one of these reads is computed once without a cut (`Context.cut_chain`). A dot is not one: a recipe GEMM
-#: materializes the links it reads anyway, and reads a cut one as it is.
-READ_IN_ONE_LOOP = frozenset((
-    "reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "argmax", "argmin", "exp", "exp2", "expm1", "log",
-    "log1p", "tanh", "logistic",
-))  # fmt: skip
 
 _DEFAULT = object()  # "the policy's format for the current primitive"
 _UNMADE = object()  # State.probe before its first use
@@ -112,7 +103,7 @@ class State:
     # id(value) -> (value, its link count): the rounded sums of this body (`CHAIN_LINKS`) and how many such sums
     # lead to each through other sums since the last cut (`Context.cut_chain`); the value keeps its id from reuse
     links: dict[int, tuple[Any, int]] = dataclasses.field(default_factory=dict)
-    # the variables of this body's jaxprs that one equation alone reads, and in one loop (`READ_IN_ONE_LOOP`)
+    # the variables of this body's jaxprs that one equation alone reads, and in one loop (`readers.read_in_one_loop`)
     read_in_one_loop: set[Any] = dataclasses.field(default_factory=set)
     # (forward dot's ordinal, GEMM) -> that GEMM's key split in three, for every recipe GEMM of the program: split
     # all at once from this body's key when one of them first draws random bits (`fpemu._emulate.gemm`)
@@ -284,7 +275,7 @@ class Context:
         a loop of several such divisions, fused, did not compile in minutes with jax 0.12.
         Unrounded sums (a policy that leaves ``add`` alone) are not cut: XLA recomputes a bare addition
         cheaply, as it does without emulate. A link that one reduction or exponential alone reads
-        (`READ_IN_ONE_LOOP`: a cross-entropy's ``logits - max`` read by ``exp``) is computed in that one
+        (`fpemu._emulate.readers`: a cross-entropy's ``logits - max`` read by ``exp``) is computed in that one
         loop: it is not cut, and the chain ends there (the digits MLP's two cuts; with the identities that
         `fpemu._emulate.rules_plain` leaves unrounded, 7% of its first call, bench/RESULTS_training.md,
         "twentieth session")."""
@@ -484,23 +475,6 @@ def interpret(ctx: Context, jaxpr: Jaxpr, consts: list, args: list) -> list:
                 )
         return outvals
 
-    ctx.state.read_in_one_loop.update(_read_in_one_loop(jaxpr))
+    ctx.state.read_in_one_loop.update(readers.read_in_one_loop(jaxpr))
     consts = [ctx.constant(value, "constants") for _, value in zip(jaxpr.constvars, consts)]
     return evaluate(jaxpr, consts, args, literal=literal, equation=equation)
-
-
-def _read_in_one_loop(jaxpr: Jaxpr) -> set[Any]:
-    """The variables of ``jaxpr`` that exactly one of its equations reads, one of `READ_IN_ONE_LOOP`, once (not
-    an output of the jaxpr, which its caller reads too)."""
-    readers: dict[Any, list[Any]] = {}
-    for eqn in jaxpr.eqns:
-        for var in eqn.invars:
-            if not isinstance(var, Literal):
-                readers.setdefault(var, []).append(eqn)
-    outputs = {var for var in jaxpr.outvars if not isinstance(var, Literal)}
-    return {
-        var
-        for var, eqns in readers.items()
-        if len(eqns) == 1 and eqns[0].primitive.name in READ_IN_ONE_LOOP and var not in outputs
-        and sum(v is var for v in eqns[0].invars) == 1
-    }  # fmt: skip
