@@ -179,8 +179,7 @@ class Context:
             return self.bind_and_round(eqn, invals)
         outvals = self.bind(eqn, invals)
         for y in outvals:
-            if self.state.key is not None and rounding == "stochastic":
-                self.state.sites += 1
+            self.pass_site(rounding)
             self.state.rounded[id(y)] = (y, (fmt, rounding))
         return outvals
 
@@ -193,6 +192,12 @@ class Context:
             return None
         self.state.sites += 1
         return fold_key(self.state.key, self.state.sites)
+
+    def pass_site(self, rounding: str) -> None:
+        """A rounding site that is not rounded takes its index all the same (stochastic ``rounding`` with a
+        key), so that the keys of the sites after it are those they would have."""
+        if self.state.key is not None and rounding == "stochastic":
+            self.state.sites += 1
 
     def site(self, suffix: str = "") -> str:
         """This equation's site name (`site_name`) + ``suffix``."""
@@ -231,8 +236,7 @@ class Context:
             return x
         rounding = self.policy.rounding
         if self.is_rounded(x, fmt, rounding):
-            if self.state.key is not None and rounding == "stochastic":
-                self.state.sites += 1
+            self.pass_site(rounding)
             return x
         key = self.site_key() if rounding == "stochastic" else None
         y = round_to_format(x, fmt, self.policy, rounding, key, self.site, self.state.random)

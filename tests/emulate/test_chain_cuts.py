@@ -13,7 +13,7 @@ import fpemu
 from fpemu._emulate import interpreter, readers
 from fpemu._jax.compat import Literal
 from fpemu.testing import assert_bit_exact
-from tests.emulate.jaxprs import named_calls
+from tests.emulate.jaxprs import bodies, named_calls
 
 
 def _cuts(jaxpr) -> int:
@@ -179,11 +179,7 @@ def _materialized_twice(jaxpr) -> int:
         if eqn.params.get("name") == "_materialized":
             twice += any(v in made for v in eqn.invars if not isinstance(v, Literal))
             made.update(eqn.outvars)
-        for value in eqn.params.values():
-            for body in value if isinstance(value, (tuple, list)) else (value,):
-                body = getattr(body, "jaxpr", body)
-                if hasattr(body, "eqns"):
-                    twice += _materialized_twice(body)
+        twice += sum(_materialized_twice(body) for body in bodies(eqn))
     return twice
 
 
