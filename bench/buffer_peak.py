@@ -197,30 +197,20 @@ def _dumped(pattern: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("rows", nargs="+", metavar="ROW", help="fp32, 'emulated bf16', a recipe, or bf16+recipe")
-    parser.add_argument("--model", choices=sorted(sweep.MODELS), default="transformer")
+    sweep.add_row_arguments(parser)
     parser.add_argument(
         "--top", type=choices.option(choices.integer(1, "groups shown per row")), default=25, metavar="N",
         help="groups shown per row (default 25)",
     )  # fmt: skip
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")  # the models' PrecisionWarnings are not this script's subject
-    model_step, step_args = sweep.MODELS[args.model]()
     for row in args.rows:
-        recipe = row.removeprefix("bf16+")
-        recipes = [] if row in ("fp32", "emulated bf16") else [recipe]
-        try:
-            rows = sweep.rows_for(model_step, step_args, recipes, ["dot", "bf16+dot"])
-        except ValueError as error:
-            parser.error(f"ROW {row!r}: {error}")
-        if row not in rows:
-            parser.error(f"ROW must be fp32, 'emulated bf16', a training recipe or bf16+recipe, got {row!r}")
+        build, row_args = sweep.row(args.model, row)
         for old in glob.glob(os.path.join(_DUMP, "*")):  # the previous row's dumps
             if os.path.isdir(old):
                 shutil.rmtree(old)
             else:
                 os.remove(old)
-        build, row_args = rows[row]
         step = _named_step(build())
         jax.clear_caches()
         compiled = jax.jit(step).lower(*row_args).compile()

@@ -5,50 +5,34 @@ script sets ``XLA_FLAGS`` (the dumps) for the process."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 import warnings
-from pathlib import Path
 
 import jax
 
 from fpemu.tools import sweep
+from tests.bench_scripts import ROOT, assert_examples_pass, run
 
-ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "bench" / "buffer_peak.py"
-_ENV = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
-
-
-def _run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, *args], cwd=ROOT, env=_ENV, capture_output=True, text=True, timeout=300, check=False
-    )
 
 
 def test_the_examples_of_its_parsers_pass():
-    run = _run("-m", "doctest", "-v", str(SCRIPT))
-    assert run.returncode == 0, run.stdout + run.stderr
-    for name in ("peak_values", "op_names", "short_op_name"):
-        assert re.search(rf"^ +\d+ tests in buffer_peak\.{name}$", run.stdout, re.MULTILINE), name
-    assert re.search(r"^\d+ passed and 0 failed\.$", run.stdout, re.MULTILINE), run.stdout[-500:]
+    assert_examples_pass(SCRIPT, ("peak_values", "op_names", "short_op_name"))
 
 
 def _temp_mib(row: str) -> str:
     """The row's temp buffer, compiled here, as the script prints it."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the MLP's Adam literals under bf16
-        step, args = sweep.MODELS["mlp"]()
-        build, row_args = sweep.rows_for(step, args, ["mxfp8"], ["dot"])[row]
+        build, row_args = sweep.row("mlp", row)
         memory = jax.jit(build()).lower(*row_args).compile().memory_analysis()
     return f"{memory.temp_size_in_bytes / 2**20:.2f}"
 
 
 def test_a_run_reports_each_rows_buffer_and_its_peak():
-    run = _run(str(SCRIPT), "--model", "mlp", "--top", "2", "emulated bf16", "mxfp8")
-    assert run.returncode == 0, run.stderr
-    reports = run.stdout.split("## ")[1:]
+    result = run(str(SCRIPT), "--model", "mlp", "--top", "2", "emulated bf16", "mxfp8")
+    assert result.returncode == 0, result.stderr
+    reports = result.stdout.split("## ")[1:]
     assert [r.splitlines()[0] for r in reports] == ["emulated bf16", "mxfp8"]
     for row, text in zip(["emulated bf16", "mxfp8"], reports, strict=True):
         head = re.match(
@@ -69,6 +53,6 @@ def test_a_run_reports_each_rows_buffer_and_its_peak():
 
 
 def test_a_row_that_is_not_one_is_refused_with_the_choices():
-    run = _run(str(SCRIPT), "--model", "mlp", "mxfp9")
-    assert run.returncode == 2
-    assert "ROW 'mxfp9'" in run.stderr and "mxfp8" in run.stderr, run.stderr
+    result = run(str(SCRIPT), "--model", "mlp", "mxfp9")
+    assert result.returncode == 2
+    assert "argument ROW: 'mxfp9' is not a row" in result.stderr and "mxfp8" in result.stderr, result.stderr

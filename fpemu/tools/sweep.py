@@ -47,7 +47,18 @@ from fpemu.tools.bench import environment, machine_line
 if sys.platform != "win32":
     import resource
 
-__all__ = ["FORMS", "MODELS", "SweepRow", "add_sweep_parser", "cmd_sweep", "program_size", "rows_for", "run"]
+__all__ = [
+    "FORMS",
+    "MODELS",
+    "SweepRow",
+    "add_sweep_parser",
+    "cmd_sweep",
+    "program_size",
+    "row",
+    "row_name",
+    "rows_for",
+    "run",
+]
 
 #: The models, by the name ``--model`` takes.
 MODELS: dict[str, Callable[[], tuple[Callable[..., Any], tuple]]] = {
@@ -109,6 +120,56 @@ def rows_for(
         if "bf16+dot" in forms:
             rows[f"bf16+{recipe}"] = emulated(fpemu.Policy(default="bf16", dot=recipe))
     return rows
+
+
+def row_name(name: str) -> str:
+    """``name`` if it names a row of the sweep: ``fp32``, ``emulated bf16``, a training recipe, or ``bf16+`` and a
+    training recipe (the ``bf16+dot`` form). The bench scripts that look into one row (bench/buffer_peak.py,
+    bench/kernel_profile.py) take their ``ROW`` arguments through it.
+
+    Raises:
+      ValueError: any other name, with `fpemu.training_recipe`'s message (the closest names, or where an
+        inference recipe is meant).
+
+    Example:
+      >>> row_name("bf16+mxfp8")
+      'bf16+mxfp8'
+    """
+    if name not in ("fp32", "emulated bf16"):
+        try:
+            fpemu.training_recipe(name.removeprefix("bf16+"))
+        except ValueError as error:
+            raise ValueError(
+                f"{name!r} is not a row (fp32, 'emulated bf16', a training recipe, or bf16+ and a training recipe): {error}"
+            ) from None
+    return name
+
+
+def add_row_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of a script that looks into rows of the sweep: ``ROW [ROW ...]`` (`row_name`, into
+    ``rows``) and ``--model`` (a name of `MODELS`, default ``transformer``)."""
+    parser.add_argument(
+        "rows", nargs="+", type=choices.option(row_name), metavar="ROW",
+        help="fp32, 'emulated bf16', a training recipe, or bf16+recipe",
+    )  # fmt: skip
+    parser.add_argument("--model", choices=sorted(MODELS), default="transformer")
+
+
+def row(model: str, name: str) -> tuple[Callable[[], Callable[..., Any]], tuple]:
+    """The row named ``name`` (`row_name`) on the model ``model`` (a name of `MODELS`): a builder of a fresh
+    unjitted function for it and its arguments, as `rows_for` gives them.
+
+    Raises:
+      ValueError: ``name`` names no row (`row_name`).
+
+    Example:
+      >>> build, args = row("mlp", "bf16+mxfp8")
+      >>> callable(build()), len(args)
+      (True, 4)
+    """
+    recipes = [] if row_name(name) in ("fp32", "emulated bf16") else [name.removeprefix("bf16+")]
+    step, args = MODELS[model]()
+    return rows_for(step, args, recipes, list(FORMS))[name]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 
+import jax
+import numpy as np
 import pytest
 
 import fpemu
+from fpemu.tools import sweep
 from fpemu.tools.cli import main
 from fpemu.tools.sweep import _recipes, program_size
 from tests.tools.test_cli import run_error
@@ -62,6 +66,37 @@ ENTRY %main (x: f32[4]) -> (f32[4], f32[4]) {
 }
 """
     assert program_size(hlo) == (2, 11)
+
+
+@pytest.mark.parametrize("name", ["fp32", "emulated bf16", "fp8_delayed", "bf16+nvfp4"])
+def test_a_row_by_name_is_the_row_the_sweep_builds(name):
+    """`sweep.row` (the bench scripts' rows): the function `rows_for` builds for that name, on the same
+    arguments (a delayed recipe's first training state among them)."""
+    build, args = sweep.row("mlp", name)
+    step, model_args = sweep.MODELS["mlp"]()
+    recipes = [] if name in ("fp32", "emulated bf16") else [name.removeprefix("bf16+")]
+    expected_build, expected_args = sweep.rows_for(step, model_args, recipes, list(sweep.FORMS))[name]
+    leaves, expected_leaves = jax.tree_util.tree_leaves(args), jax.tree_util.tree_leaves(expected_args)
+    assert [np.asarray(x).tobytes() for x in leaves] == [np.asarray(x).tobytes() for x in expected_leaves]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the MLP's Adam literals under bf16
+        assert str(jax.make_jaxpr(build())(*args)) == str(jax.make_jaxpr(expected_build())(*expected_args))
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("mxfp9", r"training recipe must be one of .*did you mean 'mxfp8'"),
+        ("bf16+fp8_weights", r"'fp8_weights' is an inference recipe, not a training recipe"),
+        ("bf16+fp32", r"training recipe must be one of"),
+        ("e4m3fn", r"training recipe must be one of"),
+    ],
+)
+def test_a_row_name_that_is_none_is_a_value_error_naming_the_recipes(name, expected):
+    with pytest.raises(ValueError, match=expected):
+        sweep.row_name(name)
+    with pytest.raises(ValueError, match=expected):
+        sweep.row("mlp", name)
 
 
 @pytest.mark.long

@@ -1,0 +1,80 @@
+"""bench/kernel_profile.py, the script that says where XLA:CPU's compile time and a `fpemu sweep` row's step
+time go, kernel by kernel: its examples, a run on the digits MLP checked against the compiled programs'
+own kernels, and a bad row refused. Each runs in a subprocess, as the script would (it starts JAX's
+profiler). Times are printed, never compared."""
+
+from __future__ import annotations
+
+import re
+import warnings
+
+import jax
+
+from fpemu.tools import sweep
+from tests.bench_scripts import ROOT, assert_examples_pass, run
+
+SCRIPT = ROOT / "bench" / "kernel_profile.py"
+_TOP = 3
+
+
+def test_the_examples_of_its_parsers_pass():
+    assert_examples_pass(SCRIPT, ("kernel_of_module", "family", "entry_kernels"))
+
+
+def _program_kernels(row: str) -> int:
+    """The kernels of the row's compiled program, as `fpemu sweep` counts them (`sweep.program_size`)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the MLP's Adam literals under bf16
+        build, row_args = sweep.row("mlp", row)
+        return sweep.program_size(jax.jit(build()).lower(*row_args).compile().as_text())[0]
+
+
+def _table(lines: list[str]) -> list[list[str]]:
+    """The cells of a Markdown table's body (after its header and rule)."""
+    return [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:]]
+
+
+def test_a_run_reports_each_rows_kernels():
+    rows = ["fp32", "mxfp8"]
+    result = run(str(SCRIPT), "--model", "mlp", "--top", str(_TOP), "--calls", "2", *rows)
+    assert result.returncode == 0, result.stderr
+    reports = result.stdout.split("## ")[1:]
+    assert [r.splitlines()[0] for r in reports] == rows
+    for row, text in zip(rows, reports, strict=True):
+        blocks = [block.splitlines() for block in text.strip().split("\n\n")]
+        assert len(blocks) == 5, text  # compile line, its table, step line, its table, families
+        head = re.fullmatch(
+            rf"{row}\ncompile: XLA (\S+) s \(profiler on\); (\d+) kernels generated in (\S+) s \(summed over the "
+            r"compiler's threads\), (\d+) of them by the older emitter \((\S+) s\)",
+            "\n".join(blocks[0]),
+        )
+        assert head is not None, text
+        generated, older = int(head.group(2)), int(head.group(4))
+        assert 1 <= generated and older <= generated
+        compiles = _table(blocks[1])
+        assert len(compiles) == min(_TOP, generated)
+        times = [float(cells[0]) for cells in compiles]
+        assert times == sorted(times, reverse=True)  # the longest first
+        assert {cells[2] for cells in compiles} <= {"older", "newer"}
+        assert sum(cells[2] == "older" for cells in compiles) <= older
+        step = re.fullmatch(
+            r"step: 2 calls of \S+ ms \(median, profiler on\); (\d+) kernel events a call, \S+ ms of kernel time a "
+            r"call \(summed over threads\); (\d+) of the program's (\d+) kernels seen",
+            "\n".join(blocks[2]),
+        )
+        assert step is not None, blocks[2]
+        events, seen, program = (int(g) for g in step.groups())
+        assert program == _program_kernels(row)  # the script's kernels are the sweep's
+        assert 1 <= seen <= program and events >= seen  # a seen kernel ran at least once a call
+        kernels = _table(blocks[3])
+        assert len(kernels) == min(_TOP, seen)
+        assert all(re.fullmatch(r"`[\w.\-]+`", cells[2]) and cells[3].startswith("`") for cells in kernels)
+        families = _table(blocks[4])
+        assert len(families) <= _TOP and sum(int(cells[1]) for cells in families) <= seen
+        assert [float(c[0]) for c in families] == sorted((float(c[0]) for c in families), reverse=True)
+
+
+def test_a_row_that_is_not_one_is_refused_with_the_choices():
+    result = run(str(SCRIPT), "--model", "mlp", "mxfp9")
+    assert result.returncode == 2
+    assert "argument ROW: 'mxfp9' is not a row" in result.stderr and "mxfp8" in result.stderr, result.stderr
