@@ -204,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")  # the models' PrecisionWarnings are not this script's subject
+    jax.config.update("jax_enable_compilation_cache", False)  # a program the persistent cache served: no dumps
     for row in args.rows:
         build, row_args = sweep.row(args.model, row)
         for old in glob.glob(os.path.join(_DUMP, "*")):  # the previous row's dumps

@@ -234,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     if jax.default_backend() != "cpu":
         parser.error(f"the script profiles XLA:CPU's kernels; JAX's default backend here is {jax.default_backend()!r}")
     warnings.simplefilter("ignore")  # the models' PrecisionWarnings are not this script's subject
+    jax.config.update("jax_enable_compilation_cache", False)  # a program the persistent cache served: no compile events
     for row in args.rows:
         build, row_args = sweep.row(args.model, row)
         jax.clear_caches()
