@@ -13,7 +13,7 @@ script prints two reports, both from JAX's profiler (`jax.profiler.trace`):
   identical ones, is compiled once), with its MLIR operations. A kernel whose module is named
   ``__compute_module_*`` went through XLA:CPU's older emitter. The report gives XLA's whole compile
   (wall time, profiler on), the kernels' sum (the compiler runs them on several threads, so the sum can
-  exceed the whole) and the longest kernels;
+  exceed the whole), the longest kernels and the longest families (below);
 - **step**: the step is compiled again with XLA's per-kernel trace events on (the compile option
   ``xla_cpu_enable_xprof_traceme``), called ``--calls`` times under the profiler, and each kernel's events
   are summed: its time per call (summed over threads: XLA splits a kernel into tasks, one event each) and
@@ -174,7 +174,19 @@ def compile_report(lowered: Any, top: int) -> str:
     lines += [
         f"| {ms:.2f} | {ops} | {'older' if old else 'newer'} | `{kernel}` |" for ms, ops, old, kernel in kernels[:top]
     ]
-    return "\n".join(lines)
+    return "\n".join(lines + [""] + _family_table([(kernel, ms) for ms, _, _, kernel in kernels], "compile ms", top))
+
+
+def _family_table(times: list[tuple[str, float]], unit: str, top: int) -> list[str]:
+    """The lines of a table of kernel families (`family`), the ``top`` longest: summed time and kernels."""
+    families: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0])
+    for name, ms in times:
+        families[family(name)][0] += ms
+        families[family(name)][1] += 1
+    lines = [f"| {unit} | kernels | family |", "|---:|---:|---|"]
+    for name, (ms, count) in sorted(families.items(), key=lambda kv: (-kv[1][0], kv[0]))[:top]:
+        lines.append(f"| {ms:.3f} | {count:.0f} | `{name}` |")
+    return lines
 
 
 def step_report(lowered: Any, args: tuple, calls: int, top: int) -> str:
@@ -198,10 +210,6 @@ def step_report(lowered: Any, args: tuple, calls: int, top: int) -> str:
     if not per_kernel:
         raise _no_events("per-kernel events (xla_cpu_enable_xprof_traceme)")
     ranked = sorted(per_kernel.items(), key=lambda kv: (-kv[1][0], kv[0]))
-    families: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0])
-    for name, (ms, _) in per_kernel.items():
-        families[family(name)][0] += ms
-        families[family(name)][1] += 1
     lines = [
         f"step: {calls} calls of {sorted(elapsed)[len(elapsed) // 2] * 1e3:.2f} ms (median, profiler on); "
         f"{sum(v[1] for v in per_kernel.values()):.0f} kernel events a call, {sum(v[0] for v in per_kernel.values()):.2f} ms "
@@ -213,10 +221,9 @@ def step_report(lowered: Any, args: tuple, calls: int, top: int) -> str:
     for name, (ms, runs) in ranked[:top]:
         kernel = program[name]
         lines.append(f"| {ms:.3f} | {runs:.0f} | `{name}` | `{kernel.type}` | `{kernel.op_name}` |")
-    lines += ["", "| ms a call | kernels | family |", "|---:|---:|---|"]
-    for name, (ms, count) in sorted(families.items(), key=lambda kv: (-kv[1][0], kv[0]))[:top]:
-        lines.append(f"| {ms:.3f} | {count:.0f} | `{name}` |")
-    return "\n".join(lines)
+    return "\n".join(
+        lines + [""] + _family_table([(name, ms) for name, (ms, _) in per_kernel.items()], "ms a call", top)
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

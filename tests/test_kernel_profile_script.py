@@ -42,7 +42,7 @@ def test_a_run_reports_each_rows_kernels():
     assert [r.splitlines()[0] for r in reports] == rows
     for row, text in zip(rows, reports, strict=True):
         blocks = [block.splitlines() for block in text.strip().split("\n\n")]
-        assert len(blocks) == 5, text  # compile line, its table, step line, its table, families
+        assert len(blocks) == 6, text  # compile line, kernels, families; step line, kernels, families
         head = re.fullmatch(
             rf"{row}\ncompile: XLA (\S+) s \(profiler on\); (\d+) kernels generated in (\S+) s \(summed over the "
             r"compiler's threads\), (\d+) of them by the older emitter \((\S+) s\)",
@@ -57,21 +57,26 @@ def test_a_run_reports_each_rows_kernels():
         assert times == sorted(times, reverse=True)  # the longest first
         assert {cells[2] for cells in compiles} <= {"older", "newer"}
         assert sum(cells[2] == "older" for cells in compiles) <= older
+        _check_families(_table(blocks[2]), generated)
         step = re.fullmatch(
             r"step: 2 calls of \S+ ms \(median, profiler on\); (\d+) kernel events a call, \S+ ms of kernel time a "
             r"call \(summed over threads\); (\d+) of the program's (\d+) kernels seen",
-            "\n".join(blocks[2]),
+            "\n".join(blocks[3]),
         )
-        assert step is not None, blocks[2]
+        assert step is not None, blocks[3]
         events, seen, program = (int(g) for g in step.groups())
         assert program == _program_kernels(row)  # the script's kernels are the sweep's
         assert 1 <= seen <= program and events >= seen  # a seen kernel ran at least once a call
-        kernels = _table(blocks[3])
+        kernels = _table(blocks[4])
         assert len(kernels) == min(_TOP, seen)
         assert all(re.fullmatch(r"`[\w.\-]+`", cells[2]) and cells[3].startswith("`") for cells in kernels)
-        families = _table(blocks[4])
-        assert len(families) <= _TOP and sum(int(cells[1]) for cells in families) <= seen
-        assert [float(c[0]) for c in families] == sorted((float(c[0]) for c in families), reverse=True)
+        _check_families(_table(blocks[5]), seen)
+
+
+def _check_families(families: list[list[str]], kernels: int) -> None:
+    """A family table: at most the top ones, the longest first, no more kernels than there are."""
+    assert 1 <= len(families) <= _TOP and sum(int(cells[1]) for cells in families) <= kernels
+    assert [float(c[0]) for c in families] == sorted((float(c[0]) for c in families), reverse=True)
 
 
 def test_a_row_that_is_not_one_is_refused_with_the_choices():

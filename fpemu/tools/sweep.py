@@ -9,7 +9,8 @@ a row (``transformer4``). The rows: ``fp32`` (not emulated), ``emulated bf16`` (
 gets ``jax.random.key(0)``; a recipe with delayed scaling runs as ``emulate(step, policy, state=True)``
 from `fpemu.init_training_state`.
 
-**Compile time** is measured per row on a fresh function with every JAX cache cleared, in three phases: ``trace`` (JAX's trace, emulate's interpreter included), ``lower`` (to StableHLO) and ``XLA``
+**Compile time** is measured per row on a fresh function with every JAX cache cleared, in three
+phases: ``trace`` (JAX's trace, emulate's interpreter included), ``lower`` (to StableHLO) and ``XLA``
 (``compile()``), and given as a multiple of fp32's total; with ``compiles=N`` each phase is the minimum
 over N fresh builds. Beside it, two measures that do not depend on the machine's load: the optimized
 HLO's kernels (`program_size`) and its instructions (the lines of its text that assign a value).
@@ -55,6 +56,7 @@ __all__ = [
     "FORMS",
     "MODELS",
     "SweepRow",
+    "add_row_arguments",
     "add_sweep_parser",
     "cmd_sweep",
     "program_size",
@@ -367,9 +369,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     forms = list(FORMS) if args.forms is None else args.forms
     print(machine_line(), flush=True)
     print(
-        f"model {args.model}; compile: a fresh function, caches cleared, persistent cache off, minimum of "
-        f"{args.compiles}; "
-        f"step: {args.rounds} interleaved rounds",
+        f"model {args.model}; compile: a fresh function, caches cleared, persistent cache off, "
+        f"minimum of {args.compiles}; step: {args.rounds} interleaved rounds",
         flush=True,
     )
     progress = None
