@@ -363,7 +363,8 @@ def add_sweep_parser(subcommands: Any) -> argparse.ArgumentParser:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    """Run ``fpemu sweep``: print the machine line, the settings and the table; write the JSON if asked."""
+    """Run ``fpemu sweep``: print the machine line, the settings and the table; write the JSON if asked. JAX's
+    persistent compilation cache is off for the rest of the process (module docstring)."""
     jax.config.update("jax_enable_compilation_cache", False)  # compiles timed, not read from disk (module docstring)
     recipes = list(fpemu.TRAINING_RECIPES) if args.recipes is None else args.recipes
     forms = list(FORMS) if args.forms is None else args.forms
