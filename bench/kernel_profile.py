@@ -46,9 +46,7 @@ import jax
 from fpemu.tools import choices, sweep
 
 _OLDER_EMITTER = "__compute_module_"
-_ENTRY_LINE = re.compile(r"^\s*(?:ROOT )?%?([\w.\-]+) = (\([^=]*\)|\S+) ([a-z][a-z0-9-]*)\(")
 _OP_NAME = re.compile(r'op_name="([^"]*)"')
-_NOT_KERNELS = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "bitcast"})
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -87,38 +85,26 @@ def family(kernel: str) -> str:
     return re.sub(r"(\.\d+)+(\.clone)?$", "", kernel)
 
 
-def entry_kernels(hlo: str) -> dict[str, Kernel]:
-    """The instructions of an optimized HLO module's entry computation that launch work (not parameters,
-    constants, tuples or bitcasts), by name, with their result types and shortened ``op_name`` (without
-    the outer ``jit(...)/``; empty where XLA kept none).
+def program_kernels(hlo: str) -> dict[str, Kernel]:
+    """The kernels of an optimized HLO module's text (`fpemu.tools.sweep.entry_kernels`: the entry computation's
+    instructions that launch work), by name, with their result types and shortened ``op_name`` (without the
+    outer ``jit(...)/``; empty where XLA kept none).
 
     Example:
       >>> text = "\\n".join([
-      ...     "%fused (p: f32[2]) -> f32[2] {",
-      ...     "  ROOT %r = f32[2]{0} negate(%p)",
-      ...     "}",
       ...     "ENTRY %main (x: f32[2]) -> f32[2] {",
       ...     "  %x = f32[2]{0} parameter(0)",
       ...     '  ROOT %neg_fusion = f32[2]{0} fusion(%x), kind=kLoop, calls=%fused, metadata={op_name="jit(step)/neg"}',
       ...     "}",
       ... ])
-      >>> entry_kernels(text)
+      >>> program_kernels(text)
       {'neg_fusion': Kernel(name='neg_fusion', type='f32[2]{0}', op_name='neg')}
     """
-    kernels: dict[str, Kernel] = {}
-    in_entry = False
-    for line in hlo.splitlines():
-        if line.startswith("ENTRY "):
-            in_entry = True
-            continue
-        if in_entry and line.startswith("}"):
-            break
-        found = _ENTRY_LINE.match(line) if in_entry else None
-        if found is None or found.group(3) in _NOT_KERNELS:
-            continue
+    kernels = {}
+    for name, (result, line) in sweep.entry_kernels(hlo).items():
         op = _OP_NAME.search(line)
         op_name = re.sub(r"^jit\([^/]*\)/", "", op.group(1)).replace("\\'", "'") if op else ""
-        kernels[found.group(1)] = Kernel(name=found.group(1), type=found.group(2), op_name=op_name)
+        kernels[name] = Kernel(name=name, type=result, op_name=op_name)
     return kernels
 
 
@@ -192,7 +178,7 @@ def _family_table(times: list[tuple[str, float]], unit: str, top: int) -> list[s
 def step_report(lowered: Any, args: tuple, calls: int, top: int) -> str:
     """The step report of a lowered step (see the module docstring)."""
     compiled = lowered.compile(compiler_options={"xla_cpu_enable_xprof_traceme": True})
-    program = entry_kernels(compiled.as_text())
+    program = program_kernels(compiled.as_text())
     jax.block_until_ready(compiled(*args))  # the first call's allocations out of the profile
     elapsed = []
 

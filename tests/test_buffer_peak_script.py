@@ -6,12 +6,8 @@ script sets ``XLA_FLAGS`` (the dumps) for the process."""
 from __future__ import annotations
 
 import re
-import warnings
 
-import jax
-
-from fpemu.tools import sweep
-from tests.bench_scripts import ROOT, assert_examples_pass, run
+from tests.bench_scripts import ROOT, assert_examples_pass, compiled_mlp_row, run
 
 SCRIPT = ROOT / "bench" / "buffer_peak.py"
 
@@ -22,11 +18,7 @@ def test_the_examples_of_its_parsers_pass():
 
 def _temp_mib(row: str) -> str:
     """The row's temp buffer, compiled here, as the script prints it."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the MLP's Adam literals under bf16
-        build, row_args = sweep.row("mlp", row)
-        memory = jax.jit(build()).lower(*row_args).compile().memory_analysis()
-    return f"{memory.temp_size_in_bytes / 2**20:.2f}"
+    return f"{compiled_mlp_row(row).memory_analysis().temp_size_in_bytes / 2**20:.2f}"
 
 
 def test_a_run_reports_each_rows_buffer_and_its_peak():

@@ -6,27 +6,21 @@ profiler). Times are printed, never compared."""
 from __future__ import annotations
 
 import re
-import warnings
-
-import jax
 
 from fpemu.tools import sweep
-from tests.bench_scripts import ROOT, assert_examples_pass, run
+from tests.bench_scripts import ROOT, assert_examples_pass, compiled_mlp_row, run
 
 SCRIPT = ROOT / "bench" / "kernel_profile.py"
 _TOP = 3
 
 
 def test_the_examples_of_its_parsers_pass():
-    assert_examples_pass(SCRIPT, ("kernel_of_module", "family", "entry_kernels"))
+    assert_examples_pass(SCRIPT, ("kernel_of_module", "family", "program_kernels"))
 
 
 def _program_kernels(row: str) -> int:
-    """The kernels of the row's compiled program, as `fpemu sweep` counts them (`sweep.program_size`)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the MLP's Adam literals under bf16
-        build, row_args = sweep.row("mlp", row)
-        return sweep.program_size(jax.jit(build()).lower(*row_args).compile().as_text())[0]
+    """The kernels of the row's program, compiled here, as `fpemu sweep` counts them (`sweep.program_size`)."""
+    return sweep.program_size(compiled_mlp_row(row).as_text())[0]
 
 
 def _table(lines: list[str]) -> list[list[str]]:

@@ -59,6 +59,7 @@ __all__ = [
     "add_row_arguments",
     "add_sweep_parser",
     "cmd_sweep",
+    "entry_kernels",
     "program_size",
     "row",
     "row_name",
@@ -72,12 +73,46 @@ MODELS: dict[str, Callable[[], tuple[Callable[..., Any], tuple]]] = {
     "transformer": models.transformer_model,
     "transformer4": models.transformer_stack_model,
 }
+#: The rows that are not a recipe's: the step unemulated, and emulated in bf16.
+_BASE_ROWS = ("fp32", "emulated bf16")
 #: The policy forms of a recipe's rows: ``Policy(dot=recipe)`` and ``Policy(default="bf16", dot=recipe)``.
 FORMS = ("dot", "bf16+dot")
 JSON_SCHEMA = "fpemu.sweep/1"
 
 #: Top-level HLO instructions that launch no work.
 _NOT_KERNELS = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "bitcast"})
+#: An HLO instruction's line: its name, its result type and its opcode.
+_INSTRUCTION = re.compile(r"%?([\w.\-]+) = (\([^=]*\)|\S+) ([a-z][a-z0-9-]*)\(")
+
+
+def entry_kernels(hlo: str) -> dict[str, tuple[str, str]]:
+    """The kernels of an optimized HLO module's text: the instructions of its entry computation that launch
+    work (not parameters, constants, tuples, tuple elements or bitcasts), by name, each with its result type
+    and its line.
+
+    Example:
+      >>> text = "\\n".join([
+      ...     "%fused (p: f32[2]) -> f32[2] {",
+      ...     "  ROOT %r = f32[2]{0} negate(%p)",
+      ...     "}",
+      ...     "ENTRY %main (x: f32[2]) -> f32[2] {",
+      ...     "  %x = f32[2]{0} parameter(0)",
+      ...     "  ROOT %neg_fusion = f32[2]{0} fusion(%x), kind=kLoop, calls=%fused",
+      ...     "}",
+      ... ])
+      >>> entry_kernels(text)
+      {'neg_fusion': ('f32[2]{0}', '  ROOT %neg_fusion = f32[2]{0} fusion(%x), kind=kLoop, calls=%fused')}
+    """
+    kernels: dict[str, tuple[str, str]] = {}
+    in_entry = False
+    for line in hlo.splitlines():
+        if line.startswith("ENTRY "):
+            in_entry = True
+        elif in_entry and line.startswith("}"):
+            break
+        elif in_entry and (found := _INSTRUCTION.search(line)) and found.group(3) not in _NOT_KERNELS:
+            kernels[found.group(1)] = (found.group(2), line)
+    return kernels
 
 
 def program_size(hlo: str) -> tuple[int, int]:
@@ -90,19 +125,7 @@ def program_size(hlo: str) -> tuple[int, int]:
       >>> 1 <= kernels <= instructions
       True
     """
-    instructions = kernels = 0
-    in_entry = False
-    for line in hlo.splitlines():
-        if line.startswith("ENTRY "):
-            in_entry = True
-        elif in_entry and line.startswith("}"):
-            in_entry = False
-        opcode = re.search(r" = (?:\([^=]*\)|\S+) ([a-z][a-z0-9-]*)\(", line)
-        if opcode is None:
-            continue
-        instructions += 1
-        kernels += in_entry and opcode.group(1) not in _NOT_KERNELS
-    return kernels, instructions
+    return len(entry_kernels(hlo)), sum(_INSTRUCTION.search(line) is not None for line in hlo.splitlines())
 
 
 def rows_for(
@@ -141,7 +164,7 @@ def row_name(name: str) -> str:
       >>> row_name("bf16+mxfp8")
       'bf16+mxfp8'
     """
-    if name not in ("fp32", "emulated bf16"):
+    if name not in _BASE_ROWS:
         try:
             fpemu.training_recipe(name.removeprefix("bf16+"))
         except ValueError as error:
@@ -173,7 +196,7 @@ def row(model: str, name: str) -> tuple[Callable[[], Callable[..., Any]], tuple]
       >>> callable(build()), len(args)
       (True, 4)
     """
-    recipes = [] if row_name(name) in ("fp32", "emulated bf16") else [name.removeprefix("bf16+")]
+    recipes = [] if row_name(name) in _BASE_ROWS else [name.removeprefix("bf16+")]
     step, args = MODELS[model]()
     return rows_for(step, args, recipes, list(FORMS))[name]
 

@@ -16,6 +16,7 @@ from jax import lax
 import fpemu
 from fpemu._emulate import rules_plain
 from fpemu.testing import assert_bit_exact
+from fpemu.tools.models import mlp_model
 from tests.emulate.jaxprs import named_calls
 
 # Each returns its input as it is (``one`` 1.0, ``zero`` 0.0, ``minus_zero`` -0.0); each is one equation of the rule
@@ -184,8 +185,6 @@ def test_an_adam_step_has_the_bits_of_rounding_every_identity(monkeypatch):
     """The digits MLP's Adam step (`fpemu.tools.models`: optax's operations, with ``g ** 1``, ``b2 * t`` and
     ``v + 0.0``, and the bias gradients' sums over an axis of size 1), with the identities left unrounded and
     with every one of them rounded: the same bits, and fewer roundings."""
-    from fpemu.tools.models import mlp_model
-
     step, args = mlp_model()
 
     def run():

@@ -72,6 +72,12 @@ ENTRY %main (x: f32[4]) -> (f32[4], f32[4]) {
 }
 """
     assert program_size(hlo) == (2, 11)
+    kernels = sweep.entry_kernels(hlo)  # what bench/kernel_profile.py reports on
+    assert {name: result for name, (result, _) in kernels.items()} == {
+        "fusion": "f32[4]{0}",
+        "custom-call.1": "(f32[4]{0}, s8[16]{0})",
+    }
+    assert kernels["fusion"][1] == "  %fusion = f32[4]{0} fusion(%x), kind=kLoop, calls=%fused_computation"
 
 
 @pytest.mark.parametrize("name", ["fp32", "emulated bf16", "fp8_delayed", "bf16+nvfp4"])
