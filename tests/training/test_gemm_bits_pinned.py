@@ -14,10 +14,13 @@ version, the backend and a fingerprint of the backend's summation order (`_sums`
 and a convolution of this test's shapes). Another machine's sums can have an overlay of their own:
 `tests/data/gemm_bits.SUMS.npz` holds the arrays that differ there from `gemm_bits.npz` (on an Intel
 Xeon with AMX-BF16, the `fpemu.scaled.matmul` products of bf16, fp8_e4m3 and the MX FP8 formats; every
-training recipe's arrays are the same), with the version it was made with and the base's. Where
-neither matches, the test skips, naming both. Regenerate with ``python -m
-tests.training.test_gemm_bits_pinned`` (the base) or ``... --overlay`` (this machine's overlay on the
-base), and say why in the commit.
+training recipe's arrays are the same), with the version it was made with and the base's. A machine
+whose `_sums` are the base's can still sum the recipes' convolutions differently (an AMD EPYC guest with
+AVX2 and no AVX-512: the fp8_current and mxfp8 convolution gradients): its overlay is keyed on the
+longer fingerprint `_extended_version`, which adds the bfloat16 GEMMs of the convolution's three
+products (`_conv_sums`), and is looked up first. Where nothing matches, the test skips, naming both
+versions. Regenerate with ``python -m tests.training.test_gemm_bits_pinned`` (the base) or ``...
+--overlay`` (this machine's overlay on the base, keyed on `_extended_version`), and say why in the commit.
 """
 
 from __future__ import annotations
@@ -108,8 +111,31 @@ def _sums() -> str:
     return hashlib.sha256(b"".join(np.asarray(a).tobytes() for a in (h, bf16, f32))).hexdigest()[:12]
 
 
+def _conv_sums() -> str:
+    """A fingerprint of the sums of the convolution's GEMMs as the recipes run them (`fpemu.conv_general_dilated`
+    maps a convolution to batched dots of bfloat16 operands with float32 sums): the bits of such dots with the
+    shapes of `loss`'s convolution, its input gradient and its kernel gradient (XLA:CPU picks a dot's kernel
+    by its shapes and the CPU's instruction set)."""
+    m, k, n = X.shape[0] * 2 * 2, 3 * 3 * X.shape[-1], PARAMS["k"].shape[-1]  # (4, 2, 2) outputs, 3x3x32 windows
+    rng = np.random.default_rng(7)
+    dims = (((2,), (1,)), ((0,), (0,)))  # (1, M, K) @ (1, K, N)
+    products = []
+    for rows, inner, cols in ((m, k, n), (m, n, k), (k, m, n)):  # the forward product, dgrad, wgrad
+        a = jnp.asarray(rng.standard_normal((1, rows, inner)), jnp.bfloat16)
+        b = jnp.asarray(rng.standard_normal((1, inner, cols)), jnp.bfloat16)
+        products.append(
+            lax.dot_general(a, b, dims, precision=lax.Precision.HIGHEST, preferred_element_type=jnp.float32)
+        )
+    return hashlib.sha256(b"".join(np.asarray(p).tobytes() for p in products)).hexdigest()[:12]
+
+
 def _version() -> str:
     return f"jax {jax.__version__} on {jax.default_backend()}, sums {_sums()}"
+
+
+def _extended_version() -> str:
+    """`_version` and `_conv_sums`: the key of an overlay made with ``--overlay``."""
+    return f"{_version()}, conv sums {_conv_sums()}"
 
 
 def _overlay_path(version: str) -> pathlib.Path:
@@ -123,20 +149,23 @@ def _load(path: pathlib.Path) -> dict[str, np.ndarray]:
 
 
 def _pinned() -> dict[str, np.ndarray]:
-    """The pinned arrays for this JAX and machine: the base, or the base with this machine's overlay."""
+    """The pinned arrays for this JAX and machine: the base with this machine's overlay (keyed on
+    `_extended_version`, or on `_version` as the earlier overlays are), else the base where it was made with
+    this `_version`."""
     if not DATA.exists():
         pytest.fail(f"{DATA} is missing: run python -m tests.training.test_gemm_bits_pinned")
     arrays = _load(DATA)
     made = str(arrays.pop("__version__"))
     here = _version()
+    for version in (_extended_version(), here):
+        overlay_path = _overlay_path(version)
+        overlay = _load(overlay_path) if overlay_path.exists() else {}
+        if str(overlay.pop("__version__", "")) == version and str(overlay.pop("__base__", "")) == made:
+            assert set(overlay) <= set(arrays), sorted(set(overlay) - set(arrays))
+            return arrays | overlay
     if made == here:
         return arrays
-    overlay_path = _overlay_path(here)
-    overlay = _load(overlay_path) if overlay_path.exists() else {}
-    if str(overlay.pop("__version__", "")) != here or str(overlay.pop("__base__", "")) != made:
-        pytest.skip(f"the pinned bits were made with {made}; this is {here} (XLA's sums may differ)")
-    assert set(overlay) <= set(arrays), sorted(set(overlay) - set(arrays))
-    return arrays | overlay
+    pytest.skip(f"the pinned bits were made with {made}; this is {_extended_version()} (XLA's sums may differ)")
 
 
 def _assert_same_bits(actual: dict[str, np.ndarray], pinned: dict[str, np.ndarray], prefix: str) -> None:
@@ -183,15 +212,15 @@ def _write(overlay: bool) -> None:
         arrays |= recipe_arrays(name)
     for recipe in scaled.MATMUL_FORMATS:
         arrays |= matmul_arrays(recipe)
-    path = DATA
     if overlay:
         base = _load(DATA)
         base_version = base.pop("__version__")
         assert set(arrays) == set(base), sorted(set(arrays) ^ set(base))
         arrays = {k: v for k, v in arrays.items() if not _same_bits(v, base[k])} | {"__base__": base_version}
-        path = _overlay_path(_version())
-    np.savez_compressed(path, __version__=np.asarray(_version()), **arrays)
-    print(f"{path}: {len(arrays)} arrays, {_version()}, fpemu {fpemu.__version__}")
+    version = _extended_version() if overlay else _version()
+    path = _overlay_path(version) if overlay else DATA
+    np.savez_compressed(path, __version__=np.asarray(version), **arrays)
+    print(f"{path}: {len(arrays)} arrays, {version}, fpemu {fpemu.__version__}")
 
 
 if __name__ == "__main__":
