@@ -131,9 +131,10 @@ def _clz(x: jnp.ndarray) -> jnp.ndarray:
 def _shift(x: jnp.ndarray, amount: jnp.ndarray, width: int) -> jnp.ndarray:
     """``floor(x * 2**amount)`` for a per-element signed shift (left shifts must not overflow)."""
     left = clamp(amount, 0, width - 1).astype(x.dtype)
-    right = clamp(-amount, 0, width - 1).astype(x.dtype)
-    shifted = select(amount >= 0, x << left, x >> right)
-    return select(amount <= -width, jnp.zeros_like(x), shifted)  # every bit shifted out
+    right = clamp(lax.neg(amount), 0, width - 1).astype(x.dtype)
+    zero = amount.dtype.type(0)
+    shifted = select(lax.ge(amount, zero), lax.shift_left(x, left), lax.shift_right_logical(x, right))
+    return select(lax.le(amount, amount.dtype.type(-width)), jnp.zeros_like(x), shifted)  # every bit shifted out
 
 
 def _stochastic_up(x, shift, draw, k: int, variant: str, wide: np.dtype) -> jnp.ndarray:
@@ -200,36 +201,45 @@ def round_narrow(
     one = u(1)
 
     b = bits.astype(uw)
-    a = b & u(src.sign_mask - 1)
-    s = b ^ a
-    negative = s != 0
-    e = jnp.maximum(a >> u(m_in), one)  # biased exponent field; subnormals read as 1 (same quantum)
+    a = lax.bitwise_and(b, u(src.sign_mask - 1))
+    s = lax.bitwise_xor(b, a)
+    negative = lax.ne(s, u(0))
+    e = lax.max(lax.shift_right_logical(a, u(m_in)), one)  # biased exponent field; subnormals read as 1 (same quantum)
     # Per element, the rounding position sh = (target quantum exponent) - (input quantum exponent).
     if dst.emin >= src.emin:
         # Below the target's normal range the target quantum is fixed: sh grows as the exponent falls.
         e_min_normal = dst.emin + src.bias  # input exponent field of the target's smallest normal
-        sh = u(e_min_normal + m_in - m_t) - jnp.minimum(e, u(e_min_normal))
+        sh = lax.sub(u(e_min_normal + m_in - m_t), lax.min(e, u(e_min_normal)))
         ex = None
         if m_t == 0 or output == "dst_code":
-            ex = e.astype(jnp.int32) - src.bias
+            ex = lax.sub(e.astype(jnp.int32), np.int32(src.bias))
     else:
         # The target has normal binades below the input's smallest normal (E8M0 in float32): the
         # quantum of an input subnormal depends on its leading bit.
-        bit_length = width - _clz(a)
-        ex = select(a < u(1 << m_in), bit_length - 1 - m_in + src.emin, e.astype(jnp.int32) - src.bias)
-        sh = ((jnp.maximum(ex, dst.emin) - m_t) - (jnp.maximum(ex, src.emin) - m_in)).astype(uw)
-    sh_c = jnp.minimum(sh, u(m_in + 1))  # inputs beyond this are below the smallest value (`tiny`)
-    mask = (one << sh_c) - one
+        i32 = np.int32
+        bit_length = lax.sub(i32(width), _clz(a))
+        ex = select(
+            lax.lt(a, u(1 << m_in)),
+            lax.add(lax.sub(lax.sub(bit_length, i32(1)), i32(m_in)), i32(src.emin)),
+            lax.sub(e.astype(jnp.int32), i32(src.bias)),
+        )
+        sh = lax.sub(
+            lax.sub(lax.max(ex, i32(dst.emin)), i32(m_t)), lax.sub(lax.max(ex, i32(src.emin)), i32(m_in))
+        ).astype(uw)
+    sh_c = lax.min(sh, u(m_in + 1))  # inputs beyond this are below the smallest value (`tiny`)
+    mask = lax.sub(lax.shift_left(one, sh_c), one)
     if m_t == 0:
         # No stored mantissa: the code's parity is the exponent's.
-        lsb = ((ex + dst.bias) & 1).astype(uw)  # type: ignore[union-attr,operator]  # ex is set on every path that reaches here (m_t == 0 implies an exponent)
+        assert ex is not None  # set on every path that reaches here (m_t == 0 implies an exponent)
+        lsb = lax.bitwise_and(lax.add(ex, np.int32(dst.bias)), np.int32(1)).astype(uw)
     else:
-        lsb = ((a | u(1 << m_in)) >> sh_c) & one  # the implicit bit is the code's last bit at sh == m_in
+        # the implicit bit is the code's last bit at sh == m_in
+        lsb = lax.bitwise_and(lax.shift_right_logical(lax.bitwise_or(a, u(1 << m_in)), sh_c), one)
 
     # Rounding adds `inc` (< 2**sh) and truncates: the carry out of the discarded bits rounds up.
     # Inputs below the smallest positive value (`tiny`) instead go to 0 or that value (`tiny_up`).
     smallest = value_bits(dst.min_subnormal, src)
-    tiny = a < u(smallest)
+    tiny = lax.lt(a, u(smallest))
     half_smallest = (
         value_bits(dst.min_subnormal / 2, src) if dst.min_subnormal_exponent > src.min_subnormal_exponent else smallest
     )
@@ -237,35 +247,37 @@ def round_narrow(
     mode = "nearest_away" if rounding == "nearest_even" and m_t == 0 and exponent_ties == "away" else rounding
     zero = jnp.zeros(a.shape, uw)
     if mode == "nearest_even":
-        inc = (mask + lsb) >> one  # half - 1 + lsb, and 0 when sh == 0
-        tiny_up = a > u(half_smallest)  # the tie goes to 0, the even code
+        inc = lax.shift_right_logical(lax.add(mask, lsb), one)  # half - 1 + lsb, and 0 when sh == 0
+        tiny_up = lax.gt(a, u(half_smallest))  # the tie goes to 0, the even code
     elif mode == "nearest_away":
-        inc = (mask + one) >> one
-        tiny_up = a >= u(half_smallest)
+        inc = lax.shift_right_logical(lax.add(mask, one), one)
+        tiny_up = lax.ge(a, u(half_smallest))
     elif mode == "toward_zero":
         inc = zero
         tiny_up = jnp.zeros(a.shape, bool)
     elif mode in ("toward_positive", "toward_negative"):
-        outward = ~negative if mode == "toward_positive" else negative
+        outward = lax.bitwise_not(negative) if mode == "toward_positive" else negative
         inc = select(outward, mask, zero)
-        tiny_up = outward & (a != 0)
+        tiny_up = lax.bitwise_and(outward, lax.ne(a, u(0)))
     elif mode == "to_odd":
-        inc = select(lsb == 0, mask, zero)  # inexact and even: up to the odd neighbour
-        tiny_up = a != 0
+        inc = select(lax.eq(lsb, u(0)), mask, zero)  # inexact and even: up to the odd neighbour
+        tiny_up = lax.ne(a, u(0))
     else:  # stochastic
         if random is None:
             raise ValueError("stochastic rounding needs random bits")
         k = random_bits
         wide = np.dtype(np.uint64) if width > 32 else np.dtype(np.uint32)
         wide_bits = wide.itemsize * 8
-        draw = (random.astype(jnp.uint32) >> np.uint32(32 - k)).astype(wide)
+        draw = lax.shift_right_logical(random.astype(jnp.uint32), np.uint32(32 - k)).astype(wide)
         if stochastic_variant == "floor":
             # k random bits added at the k leading discarded bits (below them when fewer are discarded)
-            inc = _shift(draw, sh_c.astype(jnp.int32) - k, wide_bits).astype(uw)
+            inc = _shift(draw, lax.sub(sh_c.astype(jnp.int32), np.int32(k)), wide_bits).astype(uw)
             # below the smallest value: up with probability floor(2**k * x / smallest) / 2**k
-            sig = select(a < u(1 << m_in), a, (a & u((1 << m_in) - 1)) | u(1 << m_in)).astype(wide)
-            top = _shift(sig, k - sh.astype(jnp.int32), wide_bits)
-            tiny_up = draw > (wide.type((1 << k) - 1) - top)  # draw + top >= 2**k, without overflow
+            subnormal = lax.lt(a, u(1 << m_in))
+            significand = lax.bitwise_or(lax.bitwise_and(a, u((1 << m_in) - 1)), u(1 << m_in))
+            sig = select(subnormal, a, significand).astype(wide)
+            top = _shift(sig, lax.sub(np.int32(k), sh.astype(jnp.int32)), wide_bits)
+            tiny_up = lax.gt(draw, lax.sub(wide.type((1 << k) - 1), top))  # draw + top >= 2**k, without overflow
         else:
             sig = select(a < u(1 << m_in), a, (a & u((1 << m_in) - 1)) | u(1 << m_in)).astype(wide)
             up = _stochastic_up((a & mask).astype(wide), sh_c, draw, k, stochastic_variant, wide)
@@ -276,8 +288,8 @@ def round_narrow(
     if p3109 == "ovf_inf" and rounding == "to_odd":  # P3109: round-to-odd overflows like the nearest modes
         ovf_pos, ovf_neg = True, True
     if output == "src_bits":
-        res = (a + inc) & ~mask
-        res = select(tiny, select(tiny_up | (not dst.has_zero), u(smallest), u(0)), res)
+        res = lax.bitwise_and(lax.add(a, inc), lax.bitwise_not(mask))
+        res = select(tiny, select(lax.bitwise_or(tiny_up, np.bool_(not dst.has_zero)), u(smallest), u(0)), res)
         v_max = u(value_bits(dst.max, src))
         v_max_neg = u(value_bits(-dst.min, src)) if dst.twos_complement else v_max
         v_min_normal = u(value_bits(dst.min_normal, src))
@@ -310,28 +322,28 @@ def round_narrow(
     elif ovf_pos and ovf_neg:
         ovf_value = v_overflow
     else:
-        ovf_value = select(negative == ovf_neg, v_overflow, v_max)
-    res = select(res > v_max, ovf_value, res)  # infinite inputs land here too
+        ovf_value = select(lax.eq(negative, np.bool_(ovf_neg)), v_overflow, v_max)
+    res = select(lax.gt(res, v_max), ovf_value, res)  # infinite inputs land here too
     # Flush subnormal results: ±max (what infinity may become below) is normal, except in a format
     # without exponent bits, where it is flushed too, so the flush comes after.
     flush = not subnormals and dst.has_subnormals
     if flush and dst.exponent_bits > 0:
-        res = select(res < v_min_normal, u(0), res)
+        res = select(lax.lt(res, v_min_normal), u(0), res)
     if p3109 == "sat_propagate":  # finite overflow clamps, infinities stay infinite where they can
-        res = select(a == u(src.inf_code), v_inf if dst.has_inf else v_max, res)
+        res = select(lax.eq(a, u(src.inf_code)), v_inf if dst.has_inf else v_max, res)
     elif not clamp and not (ovf_pos and ovf_neg):  # where overflow clamps, infinity still maps to infinity
-        res = select(a == u(src.inf_code), v_overflow, res)
+        res = select(lax.eq(a, u(src.inf_code)), v_overflow, res)
     if flush and dst.exponent_bits == 0:  # finite values only: the infinity and NaN codes stay
         res = select((res < v_min_normal) & (res <= v_max), u(0), res)
 
     if dst.has_negative_zero:
-        res = res | sign
+        res = lax.bitwise_or(res, sign)
     elif dst.signed and not (dst.twos_complement and output == "dst_code"):
-        res = res | select(res != 0, sign, u(0))  # no -0 (fnuz, p3109): zero results are +0
+        res = lax.bitwise_or(res, select(lax.ne(res, u(0)), sign, u(0)))  # no -0 (fnuz, p3109): zero results are +0
     elif dst.signed:  # two's complement codes: 2**K - magnitude for negative results
         res = select(negative & (res != 0), (u(dst.num_codes) - res) & u(dst.num_codes - 1), res)
 
-    is_nan = a > u(src.inf_code)
+    is_nan = lax.gt(a, u(src.inf_code))
     if output == "src_bits":
         res = select(is_nan, b, res)  # NaN inputs come out unchanged (payload and sign kept)
     elif dst.has_nan:
@@ -343,18 +355,18 @@ def round_narrow(
         # ml_dtypes' conversion of NaN into a NaN-less format: the zero code with the sign inverted.
         res = select(is_nan, select(negative, u(0), u(dst.sign_mask)), res)
     if not dst.signed:  # negative numbers and infinities (and zero, for E8M0) have no code
-        below = negative & (a != 0)
+        below = lax.bitwise_and(negative, lax.ne(a, u(0)))
         if p3109 is not None and dst.has_zero:
             # P3109: negative values saturate to 0, the lowest value, except that OvfInf gives NaN
             # where the result is not zero, save toward_zero and toward_positive of finite values.
-            to_zero = jnp.ones(a.shape, bool) if p3109 != "ovf_inf" else res == 0
+            to_zero = jnp.ones(a.shape, bool) if p3109 != "ovf_inf" else lax.eq(res, u(0))
             if p3109 == "ovf_inf" and rounding in ("toward_zero", "toward_positive"):
-                to_zero = to_zero | (a != u(src.inf_code))
-            res = select(below & ~is_nan, select(to_zero, u(0), v_nan), res)
+                to_zero = lax.bitwise_or(to_zero, lax.ne(a, u(src.inf_code)))
+            res = select(lax.bitwise_and(below, lax.bitwise_not(is_nan)), select(to_zero, u(0), v_nan), res)
         else:
             res = select(below, v_nan, res)
         if not dst.has_zero:
-            res = select(a == 0, v_nan, res)
+            res = select(lax.eq(a, u(0)), v_nan, res)
     return res
 
 

@@ -33,6 +33,12 @@ def mix(h: _Words) -> _Words:
 
     ``h`` may be a JAX array or a NumPy uint32 array (then computed on the host, wrapping modulo 2**32
     as JAX does)."""
+    if isinstance(h, jax.Array):  # `lax` calls: jnp's operators trace a jit each (`fpemu._jax.elementwise`)
+        h = lax.bitwise_xor(h, lax.shift_right_logical(h, _SHIFT_16))
+        h = lax.mul(h, _MULTIPLIER_1)
+        h = lax.bitwise_xor(h, lax.shift_right_logical(h, _SHIFT_15))
+        h = lax.mul(h, _MULTIPLIER_2)
+        return lax.bitwise_xor(h, lax.shift_right_logical(h, _SHIFT_15))
     h = h ^ (h >> _SHIFT_16)
     h = h * _MULTIPLIER_1
     h = h ^ (h >> _SHIFT_15)
@@ -68,8 +74,8 @@ def seeds_from_key(key) -> jnp.ndarray:
     h0: Any = np.uint32(0x6A09E667)
     h1: Any = np.uint32(0xBB67AE85)
     for i in range(words.shape[0]):
-        h0 = mix(h0 ^ words[i])
-        h1 = mix(h1 + words[i] + h0)
+        h0 = mix(lax.bitwise_xor(h0, words[i]))
+        h1 = mix(lax.add(lax.add(h1, words[i]), h0))
     return jnp.stack([h0, h1])
 
 
@@ -107,10 +113,10 @@ def random_uint32(seeds: jnp.ndarray, shape: tuple[int, ...], offset=0) -> jnp.n
     size = int(np.prod(shape, dtype=np.int64))
     if size > _MAX_ELEMENTS:
         raise ValueError(f"stochastic rounding supports arrays of at most 2**32 elements, got shape {shape}")
-    index = lax.iota(jnp.uint32, max(size, 1))[:size].reshape(shape) + jnp.asarray(offset).astype(jnp.uint32)
+    index = lax.add(lax.iota(jnp.uint32, max(size, 1))[:size].reshape(shape), jnp.asarray(offset).astype(jnp.uint32))
     return hash_index(seeds, index)
 
 
 def hash_index(seeds: jax.Array | tuple[jax.Array, jax.Array], index: jax.Array) -> jax.Array:
     """The random bits of the elements with these (uint32, row-major, global) indices."""
-    return mix(mix(index + seeds[0]) ^ seeds[1])
+    return mix(lax.bitwise_xor(mix(lax.add(index, seeds[0])), seeds[1]))

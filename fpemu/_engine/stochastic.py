@@ -72,32 +72,35 @@ def round_stochastic(bits: jnp.ndarray, dst: Format, *, saturate: bool, random: 
     """uint32 bits of float32 values rounded stochastically to ``dst`` (where `applies`), as float32
     bits: round_narrow's ``output="src_bits"`` result. ``random``: uint32 words whose ``k`` top bits
     are the draw (the layout `fpemu.quantize` uses)."""
-    a = bits & _U32(_SIGN - 1)
-    sign = bits & _U32(_SIGN)
+    a = lax.bitwise_and(bits, _U32(_SIGN - 1))
+    sign = lax.bitwise_and(bits, _U32(_SIGN))
     m = dst.mantissa_bits
     e_min_field = dst.emin + _FP32.bias  # float32's exponent field of the target's smallest normal
     smallest = _U32(value_bits(dst.min_subnormal, _FP32))
     # discarded bits: 23 - m in the target's normal range, one more per binade below it
-    field = clamp(a >> _U32(_MANTISSA), _U32(e_min_field - m), _U32(e_min_field))
-    sh = _U32(_MANTISSA - m + e_min_field) - field
-    tiny = a < smallest
-    below = lax.bitcast_convert_type(a, jnp.float32) * np.float32(2.0 ** (_WORD - dst.min_subnormal_exponent))
-    fraction = select(tiny, below.astype(_U32), a << (_U32(_WORD) - sh))  # floor(r * 2**32)
+    field = clamp(lax.shift_right_logical(a, _U32(_MANTISSA)), _U32(e_min_field - m), _U32(e_min_field))
+    sh = lax.sub(_U32(_MANTISSA - m + e_min_field), field)
+    tiny = lax.lt(a, smallest)
+    below = lax.mul(lax.bitcast_convert_type(a, jnp.float32), np.float32(2.0 ** (_WORD - dst.min_subnormal_exponent)))
+    fraction = select(tiny, below.astype(_U32), lax.shift_left(a, lax.sub(_U32(_WORD), sh)))  # floor(r * 2**32)
     draw = random
     if k < _WORD:
-        fraction, draw = fraction >> _U32(_WORD - k), random >> _U32(_WORD - k)
-    up = fraction > _U32((1 << k) - 1) - draw  # fraction + draw >= 2**k, without overflow
-    low = select(tiny, _U32(0), a & ~((_U32(1) << sh) - _U32(1)))
-    step = select(tiny, smallest, _U32(1) << sh)  # a carry out of the mantissa bumps the exponent
-    res = select(up, low + step, low)
+        fraction, draw = (
+            lax.shift_right_logical(fraction, _U32(_WORD - k)),
+            lax.shift_right_logical(random, _U32(_WORD - k)),
+        )
+    up = lax.gt(fraction, lax.sub(_U32((1 << k) - 1), draw))  # fraction + draw >= 2**k, without overflow
+    low = select(tiny, _U32(0), lax.bitwise_and(a, lax.bitwise_not(lax.sub(lax.shift_left(_U32(1), sh), _U32(1)))))
+    step = select(tiny, smallest, lax.shift_left(_U32(1), sh))  # a carry out of the mantissa bumps the exponent
+    res = select(up, lax.add(low, step), low)
     v_max = _U32(value_bits(dst.max, _FP32))
     if saturate or not (dst.has_inf or dst.has_nan):
         overflow = v_max  # the value standing for "infinity", as round_narrow has it
     else:
         overflow = _U32(_INF if dst.has_inf else _FP32.nan_code)
-    res = select(res > v_max, overflow, res)  # infinite inputs land here too
+    res = select(lax.gt(res, v_max), overflow, res)  # infinite inputs land here too
     if dst.has_negative_zero:
-        res = res | sign
+        res = lax.bitwise_or(res, sign)
     else:
-        res = res | select(res != 0, sign, _U32(0))  # no -0: zero results are +0
-    return select(a > _U32(_INF), bits, res)  # NaN inputs come out unchanged
+        res = lax.bitwise_or(res, select(lax.ne(res, _U32(0)), sign, _U32(0)))  # no -0: zero results are +0
+    return select(lax.gt(a, _U32(_INF)), bits, res)  # NaN inputs come out unchanged

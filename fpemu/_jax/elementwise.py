@@ -12,6 +12,22 @@ computation in the compiled program, fewer and cheaper equations in the jaxpr.
 They take what the callers give (no dtype promotion: both branches of `select` and all three
 operands of `clamp` share one dtype, a Python scalar taking the array's), and raise a TypeError
 otherwise, so that a mixed-dtype call cannot silently change a value.
+
+The same holds for ``jnp``'s operators: ``a & b``, ``a >> b``, ``a - b``, ``a < b``, ``~a`` and
+``jnp.maximum`` on a tracer are jitted functions, and each new combination of shapes and dtypes traces a
+jaxpr of its own (about 1 ms on the 2-core machines, against 0.05-0.1 ms for the equation itself). The
+paths that every quantizer takes (`fpemu._scaled`'s bit arithmetic and scales,
+`fpemu._engine.convert.round_narrow`, `fpemu._engine.stochastic` and `fpemu._engine.rng`'s hash, the
+maxima of `fpemu._jax.reduce`, the accumulator's zeros and scales, the Hadamard transform's butterflies)
+therefore binds ``lax`` functions with NumPy scalar constants of the operand's dtype
+(``lax.bitwise_and(b, U32(SIGN))``): the same equations in the same order, so the same program, bit for
+bit (the jaxprs of 366 programs compared as text on jax 0.10.2 and 0.12), and 15-40% less tracing of a
+recipe's training step (bench/RESULTS_training.md, "twenty-second session"). ``lax`` does no dtype
+promotion and broadcasts only dimensions of size 1 of equal ranks: a mismatch is a TypeError at trace
+time, never a silently different value. tests/jax/test_elementwise.py checks that `fpemu.quantize` (every
+format, every rounding mode) and `fpemu.scaled.quantize_dequantize` (every block format, nearest even and
+stochastic) call no jitted ``jnp`` function from those modules. Their colder paths (decoding codes, the
+stochastic variants other than ``"floor"``, exact products with wide elements) still use the operators.
 """
 
 from __future__ import annotations

@@ -60,9 +60,9 @@ def run_max(u: jax.Array, run: int) -> jax.Array:
     *lead, n = u.shape
     assert n % run == 0, (u.shape, run)
     if run % _QUAD == 0 and run > _QUAD:
-        quads = jnp.max(u.reshape((*lead, n // run, run // _QUAD, _QUAD)), axis=-1)
-        return jnp.max(quads, axis=-1)
-    return jnp.max(u.reshape((*lead, n // run, run)), axis=-1)
+        quads = _last_axis_max(u.reshape((*lead, n // run, run // _QUAD, _QUAD)))
+        return _last_axis_max(quads)
+    return _last_axis_max(u.reshape((*lead, n // run, run)))
 
 
 def magnitude_max(u: jax.Array, axes: Sequence[int]) -> jax.Array:
@@ -86,7 +86,7 @@ def magnitude_max(u: jax.Array, axes: Sequence[int]) -> jax.Array:
             u = jnp.pad(u, [(0, 0)] * last + [(0, padded - n)])
         return _flip(magnitude_max(_flip(run_max(u, RUN)), axes), u.dtype)
     if u.size >= SPLIT_MIN_SIZE or u.size == 0 or all(u.shape[a] <= RUN for a in axes):
-        return jnp.max(u, axis=axes, keepdims=True, initial=jnp.zeros((), u.dtype))
+        return lax.expand_dims(_max_or_zero(u, axes), axes)
     kept = tuple(1 if d in axes else size for d, size in enumerate(u.shape))
     return _short_axes_max(u, axes).reshape(kept)
 
@@ -121,8 +121,20 @@ def _short_axes_max(u: jax.Array, axes: tuple[int, ...]) -> jax.Array:
             view.append(size)
     if any(after for _, after in pads):
         u = jnp.pad(u, pads)
-    maxima = jnp.max(u.reshape(view), axis=tuple(reduced), initial=jnp.zeros((), u.dtype))
+    maxima = _max_or_zero(u.reshape(view), tuple(reduced))
     if not runs_of:
         return maxima
     kept = [a for a in range(len(view)) if a not in reduced]
     return _flip(_short_axes_max(_flip(maxima), tuple(kept.index(a) for a in runs_of)), u.dtype)
+
+
+def _last_axis_max(u: jax.Array) -> jax.Array:
+    """The maximum along the last axis (not kept): ``jnp.max(u, axis=-1)``'s equation, bound directly
+    (`fpemu._jax.elementwise` says why)."""
+    return lax.reduce_max(u, (u.ndim - 1,))
+
+
+def _max_or_zero(u: jax.Array, axes: tuple[int, ...]) -> jax.Array:
+    """The maximum over ``axes`` (not kept), 0 for an empty reduction: ``jnp.max(u, axis=axes,
+    initial=0)``'s equations, bound directly."""
+    return lax.max(jnp.zeros((), u.dtype), lax.reduce_max(u, axes))

@@ -89,7 +89,7 @@ def _add_to_odd(acc: jax.Array, s: jax.Array) -> jax.Array:
 
 def positive_zero(x: jax.Array) -> jax.Array:
     """An exactly zero sum is +0 (XLA folds ``+0 + x`` into ``x``, which keeps a -0 ``x``)."""
-    return select(x == 0, jnp.zeros_like(x), x)
+    return select(lax.eq(x, x.dtype.type(0)), jnp.zeros_like(x), x)
 
 
 def round_accumulator(
@@ -103,7 +103,7 @@ def round_accumulator(
     rounds once, in ``cfg.accumulate_rounding``.
     """
     if cfg.direct:
-        total = positive_zero(acc + s)  # a W addition: round to nearest even
+        total = positive_zero(lax.add(acc, s))  # a W addition: round to nearest even
         return total if cfg.saturate is False else round_to(total, "nearest_even", cfg.saturate)
     return round_to(positive_zero(_add_to_odd(acc, s)), cfg.accumulate_rounding, cfg.saturate)
 
@@ -303,13 +303,13 @@ def scale_product(lhs_scale: jax.Array | None, rhs_scale: jax.Array | None) -> j
     """``lhs_scale * rhs_scale`` in W, the one of them given, or None."""
     if lhs_scale is None or rhs_scale is None:
         return rhs_scale if lhs_scale is None else lhs_scale
-    return lhs_scale * rhs_scale
+    return lax.mul(lhs_scale, rhs_scale)
 
 
 def times_scale(y: jax.Array, scale: jax.Array) -> jax.Array:
     """``fl(y * scale)`` for a product ``scale`` of per-tensor scales: where that product overflowed to
     inf, an exact zero ``y`` stays zero (its true product is finite) instead of 0 * inf = NaN."""
-    return select((y == 0) & jnp.isinf(scale), y, y * scale)
+    return select(lax.bitwise_and(lax.eq(y, y.dtype.type(0)), jnp.isinf(scale)), y, lax.mul(y, scale))
 
 
 def times_tensor_scales(y: jax.Array, lhs_scale: jax.Array | None, rhs_scale: jax.Array | None) -> jax.Array:

@@ -181,12 +181,12 @@ _materialized_jit = jax.jit(_materialized)
 
 def _xor_zero(a: jnp.ndarray) -> jnp.ndarray:
     if a.dtype == jnp.bool_:
-        return a | jnp.zeros((), jnp.bool_)
+        return lax.bitwise_or(a, jnp.zeros((), jnp.bool_))
     if jnp.issubdtype(a.dtype, jnp.integer):
-        return a ^ jnp.zeros((), a.dtype)
+        return lax.bitwise_xor(a, jnp.zeros((), a.dtype))
     uint = jnp.dtype(f"uint{8 * a.dtype.itemsize}")
     bits = lax.bitcast_convert_type(a, uint)
-    return lax.bitcast_convert_type(bits ^ jnp.zeros((), uint), a.dtype)
+    return lax.bitcast_convert_type(lax.bitwise_xor(bits, jnp.zeros((), uint)), a.dtype)
 
 
 def computed_once(x: jnp.ndarray, *, reordered: bool = False, probe: jnp.ndarray | None = None) -> jnp.ndarray:

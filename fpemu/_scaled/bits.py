@@ -57,7 +57,7 @@ def constant_bits(value: float) -> int:
 
 def pow2_bits(k: jnp.ndarray) -> jnp.ndarray:
     """Bits of the normal float32 ``2**k`` (k in [-126, 127])."""
-    return (k + 127).astype(U32) << U32(23)
+    return lax.shift_left(lax.add(k, I32(127)).astype(U32), U32(23))
 
 
 def scale_pow2_bits(k: jnp.ndarray) -> jnp.ndarray:
@@ -72,12 +72,16 @@ def unpack(a: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
     through the exact uint32 -> float32 conversion of their mantissa (below 2**23, so exact).
     Zero gives meaningless values: mask it.
     """
-    e = (a >> U32(23)).astype(I32)
-    sub = e == 0
+    e = lax.shift_right_logical(a, U32(23)).astype(I32)
+    sub = lax.eq(e, I32(0))
     fa = to_bits(select(sub, a, U32(0)).astype(jnp.float32))  # a * 2**149 as a normal float
-    ex = select(sub, (fa >> U32(23)).astype(I32) - 127 - 149, e - 127)
-    mant = select(sub, fa, a) & U32(MANT)
-    return ex, mant | U32(IMPLICIT)
+    ex = select(
+        sub,
+        lax.sub(lax.sub(lax.shift_right_logical(fa, U32(23)).astype(I32), I32(127)), I32(149)),
+        lax.sub(e, I32(127)),
+    )
+    mant = lax.bitwise_and(select(sub, fa, a), U32(MANT))
+    return ex, lax.bitwise_or(mant, U32(IMPLICIT))
 
 
 def rne_shift(v: jnp.ndarray, sh: jnp.ndarray, *, max_shift: int = 255) -> jnp.ndarray:
@@ -86,15 +90,21 @@ def rne_shift(v: jnp.ndarray, sh: jnp.ndarray, *, max_shift: int = 255) -> jnp.n
     ``max_shift``: a static bound on ``sh`` the caller guarantees; at most 31, the shifts of 32 and
     more are not handled (fewer operations)."""
     shc = (sh if max_shift <= 31 else clamp(sh, 0, 31)).astype(U32)
-    q = v >> shc
-    rem = v & ((U32(1) << shc) - U32(1))
-    half = (U32(1) << shc) >> U32(1)
-    up = (shc > U32(0)) & ((rem > half) | ((rem == half) & ((q & U32(1)) == U32(1))))
-    res = q + up.astype(U32)
+    q = lax.shift_right_logical(v, shc)
+    rem = lax.bitwise_and(v, lax.sub(lax.shift_left(U32(1), shc), U32(1)))
+    half = lax.shift_right_logical(lax.shift_left(U32(1), shc), U32(1))
+    # shc > 0 and (rem > half or (rem == half and q is odd))
+    up = lax.bitwise_and(
+        lax.gt(shc, U32(0)),
+        lax.bitwise_or(
+            lax.gt(rem, half), lax.bitwise_and(lax.eq(rem, half), lax.eq(lax.bitwise_and(q, U32(1)), U32(1)))
+        ),
+    )
+    res = lax.add(q, up.astype(U32))
     if max_shift <= 31:
         return res
-    res = select(sh == 32, (v > U32(1 << 31)).astype(U32), res)  # v / 2**32 < 1: the tie 1/2 goes to 0
-    return select(sh > 32, U32(0), res)
+    res = select(lax.eq(sh, I32(32)), lax.gt(v, U32(1 << 31)).astype(U32), res)  # v / 2**32 < 1: the tie 1/2 goes to 0
+    return select(lax.gt(sh, I32(32)), U32(0), res)
 
 
 def scale_down(b: jnp.ndarray, k: jnp.ndarray) -> jnp.ndarray:
@@ -106,14 +116,16 @@ def scale_down(b: jnp.ndarray, k: jnp.ndarray) -> jnp.ndarray:
     smallest value is at least 2**34 times larger and its largest far smaller. Zeros, infinities and
     NaN pass through. Subnormal inputs are normalised first, so nothing is flushed.
     """
-    sign = b & U32(SIGN)
-    a = b & U32(ABS)
+    sign = lax.bitwise_and(b, U32(SIGN))
+    a = lax.bitwise_and(b, U32(ABS))
     ex, sig = unpack(a)
-    field = ex - k + 127
-    normal = sign | (clamp(field, 1, 254).astype(U32) << U32(23)) | (sig & U32(MANT))
-    res = select(field < 1, sign | U32(IMPLICIT), normal)
-    res = select(field > 254, sign | U32(FLT_MAX), res)
-    return select((a == U32(0)) | (a >= U32(INF)), b, res)
+    field = lax.add(lax.sub(ex, k), I32(127))
+    normal = lax.bitwise_or(
+        lax.bitwise_or(sign, lax.shift_left(clamp(field, 1, 254).astype(U32), U32(23))), lax.bitwise_and(sig, U32(MANT))
+    )
+    res = select(lax.lt(field, I32(1)), lax.bitwise_or(sign, U32(IMPLICIT)), normal)
+    res = select(lax.gt(field, I32(254)), lax.bitwise_or(sign, U32(FLT_MAX)), res)
+    return select(lax.bitwise_or(lax.eq(a, U32(0)), lax.ge(a, U32(INF))), b, res)
 
 
 def scale_up(q: jnp.ndarray, k: jnp.ndarray) -> jnp.ndarray:
@@ -122,15 +134,15 @@ def scale_up(q: jnp.ndarray, k: jnp.ndarray) -> jnp.ndarray:
     Exact whenever the product is representable, which every block format guarantees for element values.
     Zeros, infinities and NaN pass through.
     """
-    sign = q & U32(SIGN)
-    a = q & U32(ABS)
-    field = (a >> U32(23)).astype(I32) + k
-    mant = a & U32(MANT)
-    normal = sign | (clamp(field, 1, 254).astype(U32) << U32(23)) | mant
-    sub = sign | rne_shift(mant | U32(IMPLICIT), 1 - field)
-    res = select(field < 1, sub, normal)
-    res = select(field > 254, sign | U32(INF), res)
-    return select((a == U32(0)) | (a >= U32(INF)), q, res)
+    sign = lax.bitwise_and(q, U32(SIGN))
+    a = lax.bitwise_and(q, U32(ABS))
+    field = lax.add(lax.shift_right_logical(a, U32(23)).astype(I32), k)
+    mant = lax.bitwise_and(a, U32(MANT))
+    normal = lax.bitwise_or(lax.bitwise_or(sign, lax.shift_left(clamp(field, 1, 254).astype(U32), U32(23))), mant)
+    sub = lax.bitwise_or(sign, rne_shift(lax.bitwise_or(mant, U32(IMPLICIT)), lax.sub(I32(1), field)))
+    res = select(lax.lt(field, I32(1)), sub, normal)
+    res = select(lax.gt(field, I32(254)), lax.bitwise_or(sign, U32(INF)), res)
+    return select(lax.bitwise_or(lax.eq(a, U32(0)), lax.ge(a, U32(INF))), q, res)
 
 
 def scale_up_constant(value: float, k: jnp.ndarray, k_min: int) -> jnp.ndarray:
@@ -150,11 +162,13 @@ def scale_up_constant(value: float, k: jnp.ndarray, k_min: int) -> jnp.ndarray:
     trailing_zeros = (sig & -sig).bit_length() - 1
     if widest_shift > trailing_zeros:
         return scale_up(U32(q), k)
-    f = k + field
-    res = (f.astype(U32) << U32(23)) | U32(mant)
+    f = lax.add(k, I32(field))
+    res = lax.bitwise_or(lax.shift_left(lax.convert_element_type(f, U32), U32(23)), U32(mant))
     if widest_shift > 0:  # exact: only zero bits are shifted out
-        res = select(f < 1, U32(sig) >> clamp(1 - f, 0, 31).astype(U32), res)
-    return select(f > 254, U32(INF), res)
+        subnormal = lax.lt(f, I32(1))
+        shift = lax.convert_element_type(clamp(lax.sub(I32(1), f), 0, 31), U32)
+        res = select(subnormal, lax.shift_right_logical(U32(sig), shift), res)
+    return select(lax.gt(f, I32(254)), U32(INF), res)
 
 
 def mul_exact(a: jnp.ndarray, b: jnp.ndarray) -> jnp.ndarray:
@@ -193,7 +207,8 @@ def mul_normal(a: jnp.ndarray, b: jnp.ndarray) -> jnp.ndarray:
     rounds ``c * s`` first; the mask keeps such an ``a`` whole.
     """
     fast, tiny = _products(a, b, 0)
-    return select((fast <= U32(IMPLICIT)) & ((a & U32(ABS)) != U32(0)), tiny, fast) | (a & U32(SIGN))
+    small = lax.bitwise_and(lax.le(fast, U32(IMPLICIT)), lax.ne(lax.bitwise_and(a, U32(ABS)), U32(0)))
+    return lax.bitwise_or(select(small, tiny, fast), lax.bitwise_and(a, U32(SIGN)))
 
 
 def mul_scale(a: jnp.ndarray, b: jnp.ndarray) -> jnp.ndarray:
@@ -207,37 +222,45 @@ def mul_scale(a: jnp.ndarray, b: jnp.ndarray) -> jnp.ndarray:
     commutes with rounding in the normal range), and the integer product of the significands,
     rounded at ``2**-149``, below it. A zero ``b`` gives zeros of ``a``'s sign.
     """
-    sub = b < U32(IMPLICIT)
-    bn = select(sub, to_bits(b.astype(jnp.float32)) - U32(126 << 23), b)  # b * 2**23 where b is subnormal
+    sub = lax.lt(b, U32(IMPLICIT))
+    bn = select(sub, lax.sub(to_bits(b.astype(jnp.float32)), U32(126 << 23)), b)  # b * 2**23 where b is subnormal
     shift = select(sub, I32(23), I32(0))
     fast, tiny = _products(a, bn, shift)  # fast: the product times 2**shift
-    lowered = shift.astype(U32) << U32(23)
-    res = select(fast <= U32(IMPLICIT) + lowered, tiny, fast - lowered)  # at most 2**-126: the integer product
-    return select(((a & U32(ABS)) == U32(0)) | (b == U32(0)), U32(0), res) | (a & U32(SIGN))
+    lowered = lax.shift_left(shift.astype(U32), U32(23))
+    # at most 2**-126: the integer product
+    res = select(lax.le(fast, lax.add(U32(IMPLICIT), lowered)), tiny, lax.sub(fast, lowered))
+    zero = lax.bitwise_or(lax.eq(lax.bitwise_and(a, U32(ABS)), U32(0)), lax.eq(b, U32(0)))
+    return lax.bitwise_or(select(zero, U32(0), res), lax.bitwise_and(a, U32(SIGN)))
 
 
 def _products(a: jnp.ndarray, b: jnp.ndarray, shift: Any) -> tuple[jnp.ndarray, jnp.ndarray]:
     """The two candidate magnitudes of `mul_normal` and `mul_scale` for a normal ``b`` that stands for
     ``b * 2**-shift``: the float product of ``|a|`` and ``b`` (bits, not shifted), and the integer
     product of the significands rounded at float32's subnormal quantum 2**-149 (shifted)."""
-    fast = to_bits(from_bits(a & U32(ABS)) * from_bits(b))
-    ea = ((a >> U32(23)) & U32(0xFF)).astype(I32)  # biased: a = (a's top 8 significand bits) * 2**(ea - 134)
-    eb = ((b >> U32(23)) & U32(0xFF)).astype(I32) - shift  # b * 2**-shift = sig_b * 2**(eb - 150)
-    p = (((a & U32(MANT)) | U32(IMPLICIT)) >> U32(16)) * ((b & U32(MANT)) | U32(IMPLICIT))  # exact: 8 x 24 bits
-    return fast, rne_shift(p, 135 - ea - eb)  # p * 2**(ea + eb - 284) in units of 2**-149
+    fast = to_bits(lax.mul(from_bits(lax.bitwise_and(a, U32(ABS))), from_bits(b)))
+    # biased: a = (a's top 8 significand bits) * 2**(ea - 134)
+    ea = lax.bitwise_and(lax.shift_right_logical(a, U32(23)), U32(0xFF)).astype(I32)
+    # b * 2**-shift = sig_b * 2**(eb - 150)
+    eb = lax.sub(
+        lax.bitwise_and(lax.shift_right_logical(b, U32(23)), U32(0xFF)).astype(I32),
+        I32(shift) if isinstance(shift, int) else shift,
+    )
+    sig_a = lax.shift_right_logical(lax.bitwise_or(lax.bitwise_and(a, U32(MANT)), U32(IMPLICIT)), U32(16))
+    p = lax.mul(sig_a, lax.bitwise_or(lax.bitwise_and(b, U32(MANT)), U32(IMPLICIT)))  # exact: 8 x 24 bits
+    return fast, rne_shift(p, lax.sub(lax.sub(I32(135), ea), eb))  # p * 2**(ea + eb - 284) in units of 2**-149
 
 
 def reciprocal(p: jnp.ndarray) -> jnp.ndarray:
     """``1 / p`` rounded to float32 for a non-negative finite ``p`` whose reciprocal is normal or
     overflows (``p <= 2**126``), subnormal ``p`` included; ``1 / 0`` is inf. Returns a float32 array."""
-    sub = (p < U32(IMPLICIT)) & (p != U32(0))
+    sub = lax.bitwise_and(lax.lt(p, U32(IMPLICIT)), lax.ne(p, U32(0)))
     fa = to_bits(select(sub, p, U32(1)).astype(jnp.float32))  # p * 2**149, normal
-    scaled = from_bits(fa - U32(117 << 23))  # p * 2**32: normal, exactly
+    scaled = from_bits(lax.sub(fa, U32(117 << 23)))  # p * 2**32: normal, exactly
     # one division, the last operation (XLA copies the chain before a division into each division's
     # loop, and the operations after it into each consumer's): 1 / p, or 2**32 / (p * 2**32) for
     # subnormal p, the same as (1 / (p * 2**32)) * 2**32: scaling by a power of two commutes with
     # rounding where the result is normal or overflows (1 / p >= 2**126 here)
-    return select(sub, np.float32(2.0**32), np.float32(1)) / select(sub, scaled, from_bits(p))
+    return lax.div(select(sub, np.float32(2.0**32), np.float32(1)), select(sub, scaled, from_bits(p)))
 
 
 def mul_flushing(x: jnp.ndarray, m: jnp.ndarray, *, nonnegative: bool = False) -> jnp.ndarray:
@@ -249,13 +272,13 @@ def mul_flushing(x: jnp.ndarray, m: jnp.ndarray, *, nonnegative: bool = False) -
     modes they allow give zero for both. ``nonnegative``: the caller guarantees ``x``'s sign bit is
     clear (a group's amax), and the sign is not carried.
     """
-    a = x if nonnegative else x & U32(ABS)
-    sub = (a - U32(1)) < U32(IMPLICIT - 1)  # a nonzero subnormal (0 wraps around to the top)
+    a = x if nonnegative else lax.bitwise_and(x, U32(ABS))
+    sub = lax.lt(lax.sub(a, U32(1)), U32(IMPLICIT - 1))  # a nonzero subnormal (0 wraps around to the top)
     fa = to_bits(a.astype(jnp.float32))  # |x| * 2**149 where sub (exact, below 2**23); unused elsewhere
-    scaled = fa - U32(125 << 23)  # |x| * 2**24, normal
-    xs = from_bits(scaled if nonnegative else scaled | (x & U32(SIGN)))
-    small = (xs * m) * np.float32(2.0**-24)
-    return select(sub, small, from_bits(x) * m)
+    scaled = lax.sub(fa, U32(125 << 23))  # |x| * 2**24, normal
+    xs = from_bits(scaled if nonnegative else lax.bitwise_or(scaled, lax.bitwise_and(x, U32(SIGN))))
+    small = lax.mul(lax.mul(xs, m), np.float32(2.0**-24))
+    return select(sub, small, lax.mul(from_bits(x), m))
 
 
 def reciprocal_of_product(d: jnp.ndarray, g: jnp.ndarray, precision: int) -> jnp.ndarray:
@@ -274,13 +297,17 @@ def reciprocal_of_product(d: jnp.ndarray, g: jnp.ndarray, precision: int) -> jnp
     inf. One division, the last operation, as in `reciprocal`.
     """
     assert 1 <= precision <= 6, precision
-    fast = to_bits(from_bits(d) * from_bits(g))
-    tiny = (fast <= U32(IMPLICIT)) & (d != U32(0))
-    ed = (d >> U32(23)).astype(I32)  # biased: d = sig_d * 2**(ed - 127 - (precision - 1)), d >= 0
-    eg = (g >> U32(23)).astype(I32)  # g = sig_g * 2**(eg - 150)
-    sig_d = ((d & U32(MANT)) | U32(IMPLICIT)) >> U32(24 - precision)  # exact: d has <= precision bits
-    p = sig_d * ((g & U32(MANT)) | U32(IMPLICIT))  # exact: below 2**(precision + 24) <= 2**30
+    fast = to_bits(lax.mul(from_bits(d), from_bits(g)))
+    tiny = lax.bitwise_and(lax.le(fast, U32(IMPLICIT)), lax.ne(d, U32(0)))
+    ed = lax.shift_right_logical(d, U32(23)).astype(I32)  # biased: d = sig_d * 2**(ed - 127 - (precision - 1)), d >= 0
+    eg = lax.shift_right_logical(g, U32(23)).astype(I32)  # g = sig_g * 2**(eg - 150)
+    # exact: d has <= precision bits
+    sig_d = lax.shift_right_logical(lax.bitwise_or(lax.bitwise_and(d, U32(MANT)), U32(IMPLICIT)), U32(24 - precision))
+    p = lax.mul(
+        sig_d, lax.bitwise_or(lax.bitwise_and(g, U32(MANT)), U32(IMPLICIT))
+    )  # exact: below 2**(precision + 24) <= 2**30
     # d * g = p * 2**(ed + eg - 276 - precision) = (p / 2**sh) * 2**-149, sh >= 0 where tiny
-    r = rne_shift(p, clamp(127 + precision - ed - eg, 0, 31), max_shift=31)  # past 30 bits: 0 anyway
-    scaled = r.astype(jnp.float32) * np.float32(2.0**-23)  # exact: r < 2**24
-    return select(tiny, np.float32(2.0**126), np.float32(1)) / select(tiny, scaled, from_bits(fast))
+    sh = clamp(lax.sub(lax.sub(I32(127 + precision), ed), eg), 0, 31)
+    r = rne_shift(p, sh, max_shift=31)  # past 30 bits: 0 anyway
+    scaled = lax.mul(r.astype(jnp.float32), np.float32(2.0**-23))  # exact: r < 2**24
+    return lax.div(select(tiny, np.float32(2.0**126), np.float32(1)), select(tiny, scaled, from_bits(fast)))

@@ -11,6 +11,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from fpemu._core.modes import Rounding, StochasticVariant
 from fpemu._core.registry import get_format
@@ -41,7 +42,7 @@ _FP32 = get_format("fp32")
 
 
 def _is_nan_bits(b: jnp.ndarray) -> jnp.ndarray:
-    return (b & U32(ABS)) > U32(INF)
+    return lax.gt(lax.bitwise_and(b, U32(ABS)), U32(INF))
 
 
 def encode(
@@ -78,16 +79,18 @@ def encode(
         k, nan = _pow2_scales(bits, block_format, layout, scale)
         y = _bits.from_bits(_bits.scale_down(xb, w.per_element(k)))
         if block_format.scale_kind == "pow2":
-            scale_leaf = select(nan, jnp.uint8(s_fmt.nan_code), (k + s_fmt.bias).astype(jnp.uint8))
+            scale_leaf = select(nan, jnp.uint8(s_fmt.nan_code), lax.add(k, I32(s_fmt.bias)).astype(jnp.uint8))
         else:
             scale_leaf = _bits.from_bits(select(nan, U32(NAN), _bits.pow2_bits(k)))
     elif block_format.scale_kind == "fp32":
         if scale is None:
-            enc, nan = float_encode_scale(group_max(bits & U32(ABS), layout), block_format)
+            enc, nan = float_encode_scale(group_max(lax.bitwise_and(bits, U32(ABS)), layout), block_format)
             # the encode scale and the decode scale (NaN for a non-finite group) in one kernel, not three
-            enc, scale_leaf = computed_together(enc, select(nan, F32(jnp.nan), F32(1) / enc))
+            enc, scale_leaf = computed_together(enc, select(nan, F32(jnp.nan), lax.div(F32(1), enc)))
         else:
-            scale_leaf, enc = computed_together(scale, _bits.reciprocal(_bits.to_bits(scale) & U32(ABS)))
+            scale_leaf, enc = computed_together(
+                scale, _bits.reciprocal(lax.bitwise_and(_bits.to_bits(scale), U32(ABS)))
+            )
         y = _bits.mul_flushing(xb, w.per_element(enc))
     else:
         d, g, enc_b, nan = _narrow_scales(bits, block_format, layout, probe)
@@ -101,7 +104,7 @@ def encode(
     )  # fmt: skip
     values = element_quantize.round_checked(y, spec, key, random)
     if block_format.element.twos_complement:  # symmetric saturation: the most negative code (-2.0) is never produced
-        values = jnp.maximum(values, F32(-block_format.element.max))
+        values = lax.max(values, F32(-block_format.element.max))
     if current and nan is not None:  # every branch sets nan under current scaling
         values = select(w.per_element(nan), F32(0), values)
     return values, scale_leaf, global_leaf
@@ -114,8 +117,8 @@ def _narrow_scales(bits: jnp.ndarray, block_format: BlockFormat, layout: Layout,
     operations per block) would otherwise be copied into each of its consumers' loops (the encode
     scale, the table or the codes, the elements' loop), which costs more compile time than the
     materialization's conditional, also on arrays below `fpemu._ops.fusion.MATERIALIZE_MIN_SIZE`."""
-    amax_block = group_max(bits & U32(ABS), layout)
-    finite = select(amax_block < U32(INF), amax_block, U32(0))  # blocks with NaN/inf do not count
+    amax_block = group_max(lax.bitwise_and(bits, U32(ABS)), layout)
+    finite = select(lax.lt(amax_block, U32(INF)), amax_block, U32(0))  # blocks with NaN/inf do not count
     amax_tensor = magnitude_max(finite, tuple(range(bits.ndim)))
     # a predicate that repeats no chain: the GEMM's shared probe, else the tensor amax
     once = lambda *arrays: materialize(arrays, probe=amax_tensor if probe is None else probe)
@@ -149,17 +152,22 @@ def _qdq_by_table(
     if split:  # each element's value times its block's d: exact (normal), as the table's entries are
         nan, enc_b, d = w.broadcast(nan, enc_b, d)  # d is materialized; enc_b and nan in the elements' loop
         y = _bits.to_bits(_bits.mul_flushing(bits, enc_b))
-        v = _round_element(y & U32(ABS), block_format.element)
-        out = _bits.to_bits(_bits.from_bits(v) * _bits.from_bits(d)) | (y & U32(SIGN))
+        v = _round_element(lax.bitwise_and(y, U32(ABS)), block_format.element)
+        out = lax.bitwise_or(
+            _bits.to_bits(lax.mul(_bits.from_bits(v), _bits.from_bits(d))), lax.bitwise_and(y, U32(SIGN))
+        )
         return _bits.from_bits(select(nan, U32(NAN), out)), g
     nan, enc_b = w.materialized(nan, enc_b)
     values = np.array(_table.positive_values(block_format.element), np.float32)
-    products = d[None] * values.reshape((-1,) + (1,) * d.ndim)  # exact, normal
+    products = lax.mul(d[None], values.reshape((-1,) + (1,) * d.ndim))  # exact, normal
     products = _bits.mul_normal(_bits.to_bits(products), _bits.to_bits(g)[None])
     (table,) = w.materialized(products)
     *entries, nan, enc_b = w.broadcast(*(table[i] for i in range(len(values))), nan, enc_b)
     y = _bits.to_bits(_bits.mul_flushing(bits, enc_b))
-    out = _table.round_to_table(y & U32(ABS), entries, block_format.element) | (y & U32(SIGN))
+    out = lax.bitwise_or(
+        _table.round_to_table(lax.bitwise_and(y, U32(ABS)), entries, block_format.element),
+        lax.bitwise_and(y, U32(SIGN)),
+    )
     return _bits.from_bits(select(nan, U32(NAN), out))
 
 
@@ -170,7 +178,7 @@ def _round_element(magnitude: jnp.ndarray, fmt) -> jnp.ndarray:
     `_rne.round_clamped` where it applies (a dozen operations instead of a comparison and a selection
     per value), else the table of ``fmt``'s values."""
     if _rne.clamped_applies(fmt):
-        return _rne.round_clamped(jnp.minimum(magnitude, U32(_bits.constant_bits(fmt.max))), fmt)
+        return _rne.round_clamped(lax.min(magnitude, U32(_bits.constant_bits(fmt.max))), fmt)
     constants = np.array(_table.positive_values(fmt), np.float32).view(np.uint32)
     return _table.round_to_table(magnitude, [U32(c) for c in constants.tolist()], fmt)
 
@@ -217,10 +225,12 @@ def _qdq_stochastic(
     vb = stochastic.round_stochastic(
         y, block_format.element, saturate=bool(spec.saturate), random=words, k=spec.random_bits
     )
-    out = _bits.to_bits(_bits.from_bits(vb) * d)  # exact: `_products_are_normal`
+    out = _bits.to_bits(lax.mul(_bits.from_bits(vb), d))  # exact: `_products_are_normal`
     if not split:
         out = _bits.mul_normal(out, _bits.to_bits(g))
-    out = select((vb & U32(ABS)) >= U32(INF), vb, out)  # inf and NaN elements pass through, as in `decode`
+    out = select(
+        lax.ge(lax.bitwise_and(vb, U32(ABS)), U32(INF)), vb, out
+    )  # inf and NaN elements pass through, as in `decode`
     out = _bits.from_bits(select(nan, U32(NAN), out))
     return (out, g) if split else out
 
@@ -260,11 +270,15 @@ def _pow2_scales(
     """(k, NaN mask) per group: from the amax (current scaling; the largest exponent field where
     `_from_field`) or from given power-of-two scales."""
     if _from_field(block_format, scale):
-        return pow2_exponent_of_field(group_max((bits & U32(ABS)) >> U32(FIELD_SHIFT), layout), block_format)
+        return pow2_exponent_of_field(
+            group_max(lax.shift_right_logical(lax.bitwise_and(bits, U32(ABS)), U32(FIELD_SHIFT)), layout), block_format
+        )
     if scale is None:
-        return pow2_exponent(group_max(bits & U32(ABS), layout), block_format)
+        return pow2_exponent(group_max(lax.bitwise_and(bits, U32(ABS)), layout), block_format)
     sb = _bits.to_bits(scale)
-    return ((sb >> U32(23)) & U32(0xFF)).astype(I32) - 127, _is_nan_bits(sb)
+    return lax.sub(
+        lax.bitwise_and(lax.shift_right_logical(sb, U32(23)), U32(0xFF)).astype(I32), I32(127)
+    ), _is_nan_bits(sb)
 
 
 def _rne_on_grid(xb: jnp.ndarray, k: jnp.ndarray, block_format: BlockFormat, w: Work) -> jnp.ndarray:
@@ -366,7 +380,7 @@ def mark_nan_groups(
     For element formats without a NaN code (FP4, FP6, INT8), this is how a NaN element survives
     storage: OCP MX's NaN scale makes every element of its block NaN.
     """
-    nan = group_max(_bits.to_bits(values.astype(F32)) & U32(ABS), layout) > U32(INF)
+    nan = lax.gt(group_max(lax.bitwise_and(_bits.to_bits(values.astype(F32)), U32(ABS)), layout), U32(INF))
     return select(nan, nan_scale_leaf(block_format, (), scale_leaf.dtype), scale_leaf)
 
 
@@ -374,9 +388,11 @@ def exponents(scale_leaf: jnp.ndarray, block_format: BlockFormat) -> tuple[jnp.n
     """(k, NaN mask) of power-of-two scales."""
     if block_format.scale_kind == "pow2":
         codes = scale_leaf.astype(I32)
-        return codes - block_format.scale_format.bias, jnp.equal(codes, _scale_nan_code(block_format))
+        return lax.sub(codes, I32(block_format.scale_format.bias)), lax.eq(codes, I32(_scale_nan_code(block_format)))
     sb = _bits.to_bits(scale_leaf.astype(F32))
-    return ((sb >> U32(23)) & U32(0xFF)).astype(I32) - 127, _is_nan_bits(sb)
+    return lax.sub(
+        lax.bitwise_and(lax.shift_right_logical(sb, U32(23)), U32(0xFF)).astype(I32), I32(127)
+    ), _is_nan_bits(sb)
 
 
 def decode(
@@ -401,7 +417,7 @@ def decode(
     else:
         sb, nan = scale_bits(scale_leaf, block_format)
         if block_format.scale_kind == "narrow" and _products_are_normal(block_format):  # exact in float32
-            out = _bits.to_bits(_bits.from_bits(vb) * _bits.from_bits(w.per_element(sb)))
+            out = _bits.to_bits(lax.mul(_bits.from_bits(vb), _bits.from_bits(w.per_element(sb))))
         elif _elements_are_normal(block_format):  # float32 scales: mul_exact's bits, at about half the cost
             out = _bits.mul_scale(vb, w.per_element(sb))
         else:
@@ -410,7 +426,7 @@ def decode(
             by_float = computed_global and _tensor_products_are_normal(block_format)
             mul = _bits.mul_normal if by_float else _bits.mul_exact
             out = mul(out, _bits.to_bits(global_leaf.astype(F32)))  # (1,) * ndim: broadcasts
-        out = select((vb & U32(ABS)) >= U32(INF), vb, out)  # inf and NaN elements pass through
+        out = select(lax.ge(lax.bitwise_and(vb, U32(ABS)), U32(INF)), vb, out)  # inf and NaN elements pass through
     out = select(w.per_element(nan), U32(NAN), out)
     return _bits.from_bits(out)
 

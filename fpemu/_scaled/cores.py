@@ -176,12 +176,12 @@ def decode_scale_bits(amax: jax.Array, block_format: BlockFormat) -> jax.Array:
         k, _ = pow2_exponent(amax, block_format)
         return _bits.scale_pow2_bits(k)
     enc, _ = float_encode_scale(amax, block_format)
-    return _bits.to_bits(F32(1) / enc)
+    return _bits.to_bits(lax.div(F32(1), enc))
 
 
 def scale_of_amax(amax: jax.Array, block_format: BlockFormat) -> jax.Array:
     """`fpemu.scaled.scale_from_amax` on checked arguments: a float32 ``amax`` and a single-level
     block format (its margin applied). NaN for a NaN or infinite amax, 1 for 0, the sign ignored."""
-    bits = _bits.to_bits(amax) & U32(ABS)  # exact
-    scale = select(bits >= U32(INF), U32(_bits.NAN), decode_scale_bits(bits, block_format))
-    return _bits.from_bits(select(bits == U32(0), _bits.to_bits(F32(1)), scale))
+    bits = lax.bitwise_and(_bits.to_bits(amax), U32(ABS))  # exact
+    scale = select(lax.ge(bits, U32(INF)), U32(_bits.NAN), decode_scale_bits(bits, block_format))
+    return _bits.from_bits(select(lax.eq(bits, U32(0)), _bits.to_bits(F32(1)), scale))

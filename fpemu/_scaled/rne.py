@@ -47,7 +47,7 @@ class Grid(NamedTuple):
     def for_scale(cls, fmt: Format, k: jnp.ndarray, *, k_min: int) -> Grid:
         """The grid ``{v * 2**k : v in fmt}``, for scale exponents ``k >= k_min``."""
         up = lambda value: _bits.scale_up_constant(value, k, k_min)  # exact
-        return cls(k + (fmt.emin + 127), up(fmt.max), up(fmt.min_subnormal), up(fmt.min_subnormal / 2))
+        return cls(lax.add(k, I32(fmt.emin + 127)), up(fmt.max), up(fmt.min_subnormal), up(fmt.min_subnormal / 2))
 
 
 def round_rne(
@@ -61,30 +61,32 @@ def round_rne(
     results into +0.
     """
     mb = fmt.mantissa_bits
-    sign = b & U32(SIGN)
-    a = b & U32(ABS)
-    field = (a >> U32(23)).astype(I32)
+    sign = lax.bitwise_and(b, U32(SIGN))
+    a = lax.bitwise_and(b, U32(ABS))
+    field = lax.convert_element_type(lax.shift_right_logical(a, U32(23)), I32)
     # biased exponent of the leading bit, also for subnormals (whose leading bit sits below 2**-126)
-    lead = select(field == 0, 9 - lax.clz(a).astype(I32), field)
+    lead = select(lax.eq(field, I32(0)), lax.sub(I32(9), lax.convert_element_type(lax.clz(a), I32)), field)
     # rounding position: (grid quantum exponent) - (input quantum exponent)
-    sh = jnp.maximum(lead, grid.e_min_normal) - mb - jnp.maximum(lead, 1) + 23
-    sh = clamp(sh, 0, 23).astype(U32)
-    mask = (U32(1) << sh) - U32(1)
-    lsb = ((a | U32(IMPLICIT)) >> sh) & U32(1)  # the implicit bit is the last kept bit at sh == 23
-    res = (a + ((mask + lsb) >> U32(1))) & ~mask
-    tiny = a < grid.smallest  # below the grid's smallest value: 0 or that value (the tie goes to 0)
-    res = select(tiny, select(a > grid.half_smallest, grid.smallest, U32(0)), res)
+    sh = lax.add(lax.sub(lax.sub(lax.max(lead, grid.e_min_normal), I32(mb)), lax.max(lead, I32(1))), I32(23))
+    sh = lax.convert_element_type(clamp(sh, 0, 23), U32)
+    mask = lax.sub(lax.shift_left(U32(1), sh), U32(1))
+    lsb = lax.bitwise_and(
+        lax.shift_right_logical(lax.bitwise_or(a, U32(IMPLICIT)), sh), U32(1)
+    )  # the implicit bit is the last kept bit at sh == 23
+    res = lax.bitwise_and(lax.add(a, lax.shift_right_logical(lax.add(mask, lsb), U32(1))), lax.bitwise_not(mask))
+    tiny = lax.lt(a, grid.smallest)  # below the grid's smallest value: 0 or that value (the tie goes to 0)
+    res = select(tiny, select(lax.gt(a, grid.half_smallest), grid.smallest, U32(0)), res)
     if saturate or not fmt.has_nan:
         overflow = grid.max
     else:
         overflow = U32(INF) if fmt.has_inf else U32(NAN)
-    res = select(res > grid.max, overflow, res)  # infinities land here too
+    res = select(lax.gt(res, grid.max), overflow, res)  # infinities land here too
     if keep_inf:
-        res = select(a == U32(INF), U32(INF), res)
-    res = res | sign
+        res = select(lax.eq(a, U32(INF)), U32(INF), res)
+    res = lax.bitwise_or(res, sign)
     if not negative_zero:
-        res = select(res == U32(SIGN), U32(0), res)
-    return select(a > U32(INF), b, res)  # NaN inputs come out unchanged
+        res = select(lax.eq(res, U32(SIGN)), U32(0), res)
+    return select(lax.gt(a, U32(INF)), b, res)  # NaN inputs come out unchanged
 
 
 def clamped_applies(fmt: Format) -> bool:
@@ -134,6 +136,6 @@ def round_clamped(b: jnp.ndarray, fmt: Format) -> jnp.ndarray:
     normal = lax.reduce_precision(x, exponent_bits=8, mantissa_bits=mb)
     quantum = np.float32(fmt.min_subnormal)
     assert float(quantum) == fmt.min_subnormal and float(np.float32(1 / fmt.min_subnormal)) == 1 / fmt.min_subnormal
-    k = lax.round(x * np.float32(1 / fmt.min_subnormal), lax.RoundingMethod.TO_NEAREST_EVEN)
-    small = k * quantum
-    return _bits.to_bits(select(b >= U32(_bits.constant_bits(fmt.min_normal)), normal, small))
+    k = lax.round(lax.mul(x, np.float32(1 / fmt.min_subnormal)), lax.RoundingMethod.TO_NEAREST_EVEN)
+    small = lax.mul(k, quantum)
+    return _bits.to_bits(select(lax.ge(b, U32(_bits.constant_bits(fmt.min_normal))), normal, small))

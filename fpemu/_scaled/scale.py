@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from fpemu._core.registry import get_format
 from fpemu._jax.elementwise import clamp, select
@@ -50,21 +51,21 @@ def pow2_exponent(amax: jnp.ndarray, block_format: BlockFormat) -> tuple[jnp.nda
     range after adding the margin; all-zero groups get `zero_exponent`.
     """
     emax, sig_max, mantissa_bits, _ = pow2_constants(block_format)
-    nonfinite = amax >= U32(INF)
-    zero = amax == U32(0)
+    nonfinite = lax.ge(amax, U32(INF))
+    zero = lax.eq(amax, U32(0))
     ex, sig = _bits.unpack(amax)
-    k = ex - emax
+    k = lax.sub(ex, I32(emax))
     rule = block_format.scale_rule
     if rule == "ceil":  # amax > M * 2**(ex - emax): one more
-        k = k + (sig > U32(sig_max)).astype(I32)
+        k = lax.add(k, lax.gt(sig, U32(sig_max)).astype(I32))
     elif rule == "even":  # amax rounded half-up to the element's precision reaches the next binade
-        k = k + (sig + U32(1 << (22 - mantissa_bits)) >= U32(1 << 24)).astype(I32)
+        k = lax.add(k, lax.ge(lax.add(sig, U32(1 << (22 - mantissa_bits))), U32(1 << 24)).astype(I32))
     elif rule == "ceil_log2":  # amax is not a power of two
-        k = k + (sig != U32(IMPLICIT)).astype(I32)
+        k = lax.add(k, lax.ne(sig, U32(IMPLICIT)).astype(I32))
     elif rule != "ocp":
         raise AssertionError(rule)
     lo, hi = pow2_range(block_format)
-    k = clamp(k + block_format.margin, lo, hi)
+    k = clamp(lax.add(k, I32(block_format.margin)), lo, hi)
     return select(zero, I32(zero_exponent(block_format)), k), nonfinite
 
 
@@ -90,23 +91,23 @@ def pow2_exponent_of_field(field: jnp.ndarray, block_format: BlockFormat) -> tup
     recomputes more cheaply than XLA compiles a loop of their own."""
     emax = pow2_constants(block_format)[0]
     lo, hi = pow2_range(block_format)
-    k = clamp(field.astype(I32) - (BIAS + emax - block_format.margin), lo, hi)
-    return k, field == U32(FIELD_MAX)
+    k = clamp(lax.sub(lax.convert_element_type(field, I32), I32(BIAS + emax - block_format.margin)), lo, hi)
+    return k, lax.eq(field, U32(FIELD_MAX))
 
 
 def _const_over(numerator: float, amax: jnp.ndarray) -> jnp.ndarray:
     """float32 ``numerator / amax`` for amax bits (finite, nonzero), rounded once, subnormal amax included."""
-    sub = (amax < U32(IMPLICIT)) & (amax != U32(0))
+    sub = lax.bitwise_and(lax.lt(amax, U32(IMPLICIT)), lax.ne(amax, U32(0)))
     fa = _bits.to_bits(select(sub, amax, U32(1)).astype(F32))  # amax * 2**149
-    scaled = _bits.from_bits(fa - U32(125 << 23))  # amax * 2**24, normal
+    scaled = _bits.from_bits(lax.sub(fa, U32(125 << 23)))  # amax * 2**24, normal
     num = F32(numerator)
-    safe = select(amax >= U32(INF), U32(IMPLICIT), amax)
+    safe = select(lax.ge(amax, U32(INF)), U32(IMPLICIT), amax)
     if numerator * 2.0**24 > float(np.finfo(np.float32).max):  # (num * 2**24 is no float32): two divisions
-        return select(sub, (num / scaled) * F32(2.0**24), num / _bits.from_bits(safe))
+        return select(sub, lax.mul(lax.div(num, scaled), F32(2.0**24)), lax.div(num, _bits.from_bits(safe)))
     # one division, as in `_bits.reciprocal`: num / amax, or (num * 2**24) / (amax * 2**24) (an exact
     # constant), the same as (num / (amax * 2**24)) * 2**24 where the quotient is normal or overflows
     # (for a subnormal amax it exceeds num * 2**126, normal for every positive float32 num)
-    return select(sub, F32(numerator * 2.0**24), num) / select(sub, scaled, _bits.from_bits(safe))
+    return lax.div(select(sub, F32(numerator * 2.0**24), num), select(sub, scaled, _bits.from_bits(safe)))
 
 
 def float_encode_scale(amax: jnp.ndarray, block_format: BlockFormat) -> tuple[jnp.ndarray, jnp.ndarray]:
@@ -115,10 +116,10 @@ def float_encode_scale(amax: jnp.ndarray, block_format: BlockFormat) -> tuple[jn
     ``enc = clip(fl(M / amax) * 2**-margin, 2**-126, 2**126)``, 1 for an all-zero group; the decode
     scale is ``fl(1 / enc)``. ``fl`` rounds to float32 (nearest even, overflow to inf).
     """
-    nonfinite = amax >= U32(INF)
-    zero = amax == U32(0)
-    enc = _const_over(float(np.float32(block_format.element.max)), amax) * F32(2.0**-block_format.margin)
-    enc = jnp.minimum(F32(ENCODE_CAP), jnp.maximum(F32(ENCODE_FLOOR), enc))  # jnp.clip's operations, without its jit
+    nonfinite = lax.ge(amax, U32(INF))
+    zero = lax.eq(amax, U32(0))
+    enc = lax.mul(_const_over(float(np.float32(block_format.element.max)), amax), F32(2.0**-block_format.margin))
+    enc = lax.min(F32(ENCODE_CAP), lax.max(F32(ENCODE_FLOOR), enc))  # jnp.clip's operations
     return select(zero, F32(1), enc), nonfinite
 
 
@@ -159,18 +160,18 @@ def two_level_scales(
       division), else `_bits.mul_normal` or `_bits.mul_exact` and `_bits.reciprocal` (the same bits).
     """
     s_fmt, e_fmt = block_format.scale_format, block_format.element
-    nonfinite = amax_block >= U32(INF)
+    nonfinite = lax.ge(amax_block, U32(INF))
     if block_format.global_scale:
         m_prod = float(np.float32(s_fmt.max) * np.float32(e_fmt.max))
         cap = F32(ENCODE_CAP)
-        s = select(amax_tensor == U32(0), cap, jnp.minimum(_const_over(m_prod, amax_tensor), cap))
-        s, g = computed_together(s, F32(1) / s)  # one kernel for the two scalars, not two
+        s = select(lax.eq(amax_tensor, U32(0)), cap, lax.min(_const_over(m_prod, amax_tensor), cap))
+        s, g = computed_together(s, lax.div(F32(1), s))  # one kernel for the two scalars, not two
     else:
         s = jnp.ones(amax_tensor.shape, F32)
         g = s
-    mult = s * F32(np.float32(1) / np.float32(e_fmt.max))
+    mult = lax.mul(s, F32(np.float32(1) / np.float32(e_fmt.max)))
     block = select(nonfinite, U32(0), amax_block)
-    wanted = _bits.to_bits(jnp.minimum(_bits.mul_flushing(block, mult, nonnegative=True), F32(s_fmt.max)))
+    wanted = _bits.to_bits(lax.min(_bits.mul_flushing(block, mult, nonnegative=True), F32(s_fmt.max)))
     if _rne.clamped_applies(s_fmt):  # wanted: finite, >= +0, <= M_s
         rounded = _rne.round_clamped(wanted, s_fmt)
     else:
@@ -184,5 +185,5 @@ def two_level_scales(
     else:
         mul = _bits.mul_normal if normal else _bits.mul_exact
         recip = _bits.reciprocal(mul(d, _bits.to_bits(g)))
-    enc = jnp.minimum(recip, _bits.from_bits(U32(FLT_MAX)))
+    enc = lax.min(recip, _bits.from_bits(U32(FLT_MAX)))
     return _bits.from_bits(d), g, enc, nonfinite

@@ -249,7 +249,7 @@ def _quantized_product(
         b, tb = quantize_operand_split(
             computed_once(b, probe=probe_b), rc, gemm.rhs, key=key_b, amax=rhs_amax, margin=margin, probe=probe_b
         )
-    quantized = (a if ta is None else a * ta, b if tb is None else b * tb)
+    quantized = (a if ta is None else lax.mul(a, ta), b if tb is None else lax.mul(b, tb))
     if bf16_exact(gemm.lhs) and bf16_exact(gemm.rhs):
         a, b = a.astype(jnp.bfloat16), b.astype(jnp.bfloat16)
     plain = dot_geometry(a.shape, b.shape, dn).plain

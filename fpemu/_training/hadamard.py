@@ -18,6 +18,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from fpemu._args import axis_arg, int_arg, key_arg
 from fpemu._engine import rng
@@ -89,14 +90,15 @@ def _walsh_hadamard(v: jax.Array, n: int, lanes: int) -> jax.Array:
     while h < n:
         if 4 * h <= n:  # stages h and 2h: runs of 4h as quarters q0..q3
             q = v.reshape(rows * (n // (4 * h)), 4, h * lanes)
-            p0, p1 = q[:, 0] + q[:, 1], q[:, 0] - q[:, 1]  # stage h
-            p2, p3 = q[:, 2] + q[:, 3], q[:, 2] - q[:, 3]
-            v = jnp.stack([p0 + p2, p1 + p3, p0 - p2, p1 - p3], axis=1)  # stage 2h
+            # lax.add, lax.sub: jnp's operators trace a jit each (`fpemu._jax.elementwise`)
+            p0, p1 = lax.add(q[:, 0], q[:, 1]), lax.sub(q[:, 0], q[:, 1])  # stage h
+            p2, p3 = lax.add(q[:, 2], q[:, 3]), lax.sub(q[:, 2], q[:, 3])
+            v = jnp.stack([lax.add(p0, p2), lax.add(p1, p3), lax.sub(p0, p2), lax.sub(p1, p3)], axis=1)  # stage 2h
             h *= 4
         else:
             pairs = v.reshape(rows * (n // (2 * h)), 2, h * lanes)
             a, b = pairs[:, 0], pairs[:, 1]
-            v = jnp.stack([a + b, a - b], axis=1)
+            v = jnp.stack([lax.add(a, b), lax.sub(a, b)], axis=1)
             h *= 2
         v = v.reshape(rows, n * lanes)
     return v
@@ -165,13 +167,13 @@ def _hadamard(x: jax.Array, key: jax.Array | None, probe: jax.Array | None, *, a
     # the input computed once: each butterfly output reads several inputs, and XLA would recompute the
     # input's producers (a backward pass's elementwise chain) inside the butterfly loop for each of them
     v = computed_once(x.astype(jnp.float32).reshape(pre, n, post), probe=probe)
-    head = (v[:, :full] if full != n else v).reshape(blocks, size, post) * d.reshape(1, size, 1)
+    head = lax.mul((v[:, :full] if full != n else v).reshape(blocks, size, post), d.reshape(1, size, 1))
     norm = np.float32(1 / math.sqrt(size))
     if post >= _LANES:  # in place: each block's elements are rows of `post` lanes
-        out = _walsh_hadamard(head.reshape(blocks, size * post), size, post) * norm
+        out = lax.mul(_walsh_hadamard(head.reshape(blocks, size * post), size, post), norm)
     else:  # transposed: the blocks' elements leading, all blocks side by side as lanes
         lanes = head.transpose(1, 0, 2).reshape(1, size * blocks * post)
-        out = _walsh_hadamard(lanes, size, blocks * post) * norm
+        out = lax.mul(_walsh_hadamard(lanes, size, blocks * post), norm)
         out = out.reshape(size, blocks, post).transpose(1, 0, 2)
     out = out.reshape(pre, full, post)
     if full != n:

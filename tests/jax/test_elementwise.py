@@ -3,12 +3,16 @@ would change a value, and leave no nested ``jit`` in the jaxpr (the reason they 
 
 from __future__ import annotations
 
+import os
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax._src import core
 
+import fpemu
 from fpemu import quantize, scaled
 from fpemu._jax.elementwise import clamp, select
 
@@ -135,3 +139,76 @@ def test_quantizers_trace_without_where_or_clip_jits(fn):
     """The rounding cores call `select`/`clamp`: no ``_where`` or ``clip`` equation in their jaxprs."""
     names = _nested_jits(fn, jnp.ones((4, 64), jnp.float32))
     assert not {"_where", "where", "clip"} & set(names), names
+
+
+# -- no jnp operator in the rounding cores --------------------------------------------------------------
+
+_JAX_DIR = os.path.dirname(jax.__file__) + os.sep
+_FPEMU_DIR = os.path.dirname(fpemu.__file__)
+#: The modules traced at every quantizer site, which bind `lax` functions rather than jnp's jitted operators
+#: (`fpemu._jax.elementwise`'s docstring).
+ROUNDING_CORES = frozenset(
+    os.path.join(_FPEMU_DIR, *path.split("/"))
+    for path in (
+        "_engine/convert.py", "_engine/stochastic.py", "_engine/rng.py", "_jax/reduce.py",
+        "_scaled/bits.py", "_scaled/rne.py", "_scaled/scale.py", "_scaled/core.py",
+    )
+)  # fmt: skip
+
+
+def _jnp_jit_calls(fn, x, modules) -> list[tuple[str, int]]:
+    """Where ``modules`` call a jitted jnp function (an operator on a tracer, ``jnp.maximum``, ...) while ``fn``
+    is traced: every such call enters jit's Python path (its ``cache_miss``) under a trace; the caller is
+    the nearest frame outside JAX."""
+    calls: list[tuple[str, int]] = []
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code.co_name == "cache_miss" and frame.f_code.co_filename.startswith(_JAX_DIR):
+            caller = frame.f_back
+            while caller is not None and caller.f_code.co_filename.startswith(_JAX_DIR):
+                caller = caller.f_back
+            if caller is not None and caller.f_code.co_filename in modules:
+                calls.append((os.path.basename(caller.f_code.co_filename), caller.f_lineno))
+
+    sys.setprofile(profile)
+    try:
+        jax.make_jaxpr(fn)(x)
+    finally:
+        sys.setprofile(None)
+    return calls
+
+
+_X = jnp.linspace(-3.0, 3.0, 8 * 64, dtype=jnp.float32).reshape(8, 64)
+
+
+def _operators(x):
+    b = jax.lax.bitcast_convert_type(x, jnp.uint32)
+    masked = b & np.uint32(1)
+    small = masked < np.uint32(3)
+    return ~small, jnp.maximum(b, np.uint32(2))
+
+
+def test_the_probe_sees_jnp_operators():
+    """The checks below cannot pass for want of seeing: jnp's ``&``, ``<`` and ``~`` and ``jnp.maximum`` on
+    tracers, called from this module, are found on their lines."""
+    first = _operators.__code__.co_firstlineno
+    calls = _jnp_jit_calls(_operators, _X, {__file__})
+    assert [line - first for _, line in calls] == [2, 3, 4, 4]
+
+
+@pytest.mark.parametrize("name", [f.name for f in fpemu.formats() if f.name != "fp64"])
+def test_quantize_calls_no_jnp_operator_in_the_rounding_cores(name):
+    """`fpemu.quantize` in every rounding mode traces the rounding cores without a jitted jnp call (each would
+    trace a jit of its own per new shape: `fpemu._jax.elementwise`)."""
+    key = jax.random.key(0)
+    for rounding in fpemu.ROUNDING_MODES:
+        fn = lambda x: quantize(x, name, rounding=rounding, key=key if rounding == "stochastic" else None)  # noqa: B023
+        assert _jnp_jit_calls(fn, _X, ROUNDING_CORES) == [], rounding
+
+
+@pytest.mark.parametrize("name", scaled.block_formats())
+@pytest.mark.parametrize("rounding", ["nearest_even", "stochastic"])
+def test_quantize_dequantize_calls_no_jnp_operator_in_the_rounding_cores(name, rounding):
+    key = jax.random.key(0) if rounding == "stochastic" else None
+    fn = lambda x: scaled.quantize_dequantize(x, name, rounding=rounding, key=key)
+    assert _jnp_jit_calls(fn, _X, ROUNDING_CORES) == []
