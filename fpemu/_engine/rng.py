@@ -26,6 +26,9 @@ _MULTIPLIER_1, _MULTIPLIER_2 = np.uint32(0x21F0AAAD), np.uint32(0x735A2D97)
 
 
 _Words = TypeVar("_Words", jax.Array, np.ndarray)
+#: `mix`'s xor, logical right shift and wrapping multiplication of uint32 words, for JAX and for NumPy arrays.
+_JAX_OPS = (lax.bitwise_xor, lax.shift_right_logical, lax.mul)
+_NUMPY_OPS = (np.bitwise_xor, np.right_shift, np.multiply)
 
 
 def mix(h: _Words) -> _Words:
@@ -33,17 +36,13 @@ def mix(h: _Words) -> _Words:
 
     ``h`` may be a JAX array or a NumPy uint32 array (then computed on the host, wrapping modulo 2**32
     as JAX does)."""
-    if isinstance(h, jax.Array):  # `lax` calls: jnp's operators trace a jit each (`fpemu._jax.elementwise`)
-        h = lax.bitwise_xor(h, lax.shift_right_logical(h, _SHIFT_16))
-        h = lax.mul(h, _MULTIPLIER_1)
-        h = lax.bitwise_xor(h, lax.shift_right_logical(h, _SHIFT_15))
-        h = lax.mul(h, _MULTIPLIER_2)
-        return lax.bitwise_xor(h, lax.shift_right_logical(h, _SHIFT_15))
-    h = h ^ (h >> _SHIFT_16)
-    h = h * _MULTIPLIER_1
-    h = h ^ (h >> _SHIFT_15)
-    h = h * _MULTIPLIER_2
-    return h ^ (h >> _SHIFT_15)
+    # a JAX array through `lax` (jnp's operators trace a jit each: `fpemu._jax.elementwise`), NumPy through its own
+    xor, shift, mul = _JAX_OPS if isinstance(h, jax.Array) else _NUMPY_OPS
+    h = xor(h, shift(h, _SHIFT_16))
+    h = mul(h, _MULTIPLIER_1)
+    h = xor(h, shift(h, _SHIFT_15))
+    h = mul(h, _MULTIPLIER_2)
+    return xor(h, shift(h, _SHIFT_15))
 
 
 def mix_int(n: int) -> np.uint32:

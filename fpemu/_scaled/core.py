@@ -25,7 +25,7 @@ from fpemu._ops.fusion import computed_together, materialize
 from fpemu._scaled import bits as _bits
 from fpemu._scaled import rne as _rne
 from fpemu._scaled import table as _table
-from fpemu._scaled.bits import ABS, F32, FIELD_SHIFT, I32, IMPLICIT, INF, NAN, SIGN, U32
+from fpemu._scaled.bits import ABS, BIAS, F32, FIELD_MAX, FIELD_SHIFT, I32, IMPLICIT, INF, NAN, SIGN, U32
 from fpemu._scaled.block_format import BlockFormat
 from fpemu._scaled.layout import Layout, Work, group_max
 from fpemu._scaled.scale import (
@@ -43,6 +43,12 @@ _FP32 = get_format("fp32")
 
 def _is_nan_bits(b: jnp.ndarray) -> jnp.ndarray:
     return lax.gt(lax.bitwise_and(b, U32(ABS)), U32(INF))
+
+
+def _exponent_of_scale_bits(sb: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
+    """(k, NaN mask) of float32 power-of-two scales given as bits: ``k`` the unbiased exponent field."""
+    field = lax.bitwise_and(lax.shift_right_logical(sb, U32(FIELD_SHIFT)), U32(FIELD_MAX)).astype(I32)
+    return lax.sub(field, I32(BIAS)), _is_nan_bits(sb)
 
 
 def encode(
@@ -228,9 +234,8 @@ def _qdq_stochastic(
     out = _bits.to_bits(lax.mul(_bits.from_bits(vb), d))  # exact: `_products_are_normal`
     if not split:
         out = _bits.mul_normal(out, _bits.to_bits(g))
-    out = select(
-        lax.ge(lax.bitwise_and(vb, U32(ABS)), U32(INF)), vb, out
-    )  # inf and NaN elements pass through, as in `decode`
+    # inf and NaN elements pass through, as in `decode`
+    out = select(lax.ge(lax.bitwise_and(vb, U32(ABS)), U32(INF)), vb, out)
     out = _bits.from_bits(select(nan, U32(NAN), out))
     return (out, g) if split else out
 
@@ -276,9 +281,7 @@ def _pow2_scales(
     if scale is None:
         return pow2_exponent(group_max(lax.bitwise_and(bits, U32(ABS)), layout), block_format)
     sb = _bits.to_bits(scale)
-    return lax.sub(
-        lax.bitwise_and(lax.shift_right_logical(sb, U32(23)), U32(0xFF)).astype(I32), I32(127)
-    ), _is_nan_bits(sb)
+    return _exponent_of_scale_bits(sb)
 
 
 def _rne_on_grid(xb: jnp.ndarray, k: jnp.ndarray, block_format: BlockFormat, w: Work) -> jnp.ndarray:
@@ -390,9 +393,7 @@ def exponents(scale_leaf: jnp.ndarray, block_format: BlockFormat) -> tuple[jnp.n
         codes = scale_leaf.astype(I32)
         return lax.sub(codes, I32(block_format.scale_format.bias)), lax.eq(codes, I32(_scale_nan_code(block_format)))
     sb = _bits.to_bits(scale_leaf.astype(F32))
-    return lax.sub(
-        lax.bitwise_and(lax.shift_right_logical(sb, U32(23)), U32(0xFF)).astype(I32), I32(127)
-    ), _is_nan_bits(sb)
+    return _exponent_of_scale_bits(sb)
 
 
 def decode(
