@@ -29,6 +29,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from fpemu._emulate import stats as _stats
 from fpemu._emulate.gemm_roles import Entry, GemmRoles, kept
@@ -191,7 +192,9 @@ def _histories(ctx: Context, recipe: TrainingRecipe, keys: list[tuple[str, str]]
             )
         if state_key not in reduced:
             history = histories[state_key]
-            reduced[state_key] = jnp.max(history) if recipe.amax_compute_algo == "max" else history[0]
+            reduced[state_key] = (
+                lax.reduce_max(history, tuple(range(history.ndim))) if recipe.amax_compute_algo == "max" else history[0]
+            )
         out[operand] = reduced[state_key]
     return out
 

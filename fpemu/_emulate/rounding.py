@@ -206,9 +206,9 @@ def fold_key(key: Any, *data: Any) -> Any:
         if isinstance(d, (int, np.integer)):
             hashed = mix_int(int(d) + _FOLD_TAG)
         else:
-            hashed = mix(jnp.asarray(d).astype(jnp.uint32) + np.uint32(_FOLD_TAG))
-        h0 = mix(key[0] ^ hashed)
-        h1 = mix(key[1] + h0)
+            hashed = mix(lax.add(jnp.asarray(d).astype(jnp.uint32), np.uint32(_FOLD_TAG)))
+        h0 = mix(lax.bitwise_xor(key[0], hashed))
+        h1 = mix(lax.add(key[1], h0))
         key = jnp.stack([h0, h1])
     return key
 
@@ -218,6 +218,6 @@ def fold_keys(key: Any, data: Sequence[int]) -> Any:
     ``i`` is ``fold_key(key, data[i])`` (the same bits). ``key``: one uint32[2] key, or one per integer
     (uint32[len(data), 2], row ``i`` folded with ``data[i]``)."""
     hashed = np.array([mix_int(int(d) + _FOLD_TAG) for d in data], np.uint32)
-    h0 = mix(key[..., 0] ^ hashed)
-    h1 = mix(key[..., 1] + h0)
+    h0 = mix(lax.bitwise_xor(key[..., 0], hashed))
+    h1 = mix(lax.add(key[..., 1], h0))
     return jnp.stack([h0, h1], axis=-1)

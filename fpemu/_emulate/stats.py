@@ -48,7 +48,8 @@ def is_max_site(site: str) -> bool:
 def amax_vector(amax: jax.Array) -> jax.Array:
     """A float32 scalar amax (non-negative or NaN) as a max-kind vector."""
     bits = lax.bitcast_convert_type(jnp.asarray(amax, jnp.float32), jnp.int32)
-    return zeros().at[0].set(bits)
+    # the bits, then zeros: a pad, which XLA fuses into what reads it (``zeros().at[0].set`` was a scatter kernel)
+    return lax.pad(lax.reshape(bits, (1,)), np.int32(0), ((0, len(FIELDS) - 1, 0),))
 
 
 def amax_value(vector: jax.Array) -> jax.Array:
@@ -120,9 +121,9 @@ def merge(into: dict[str, jax.Array], other: dict[str, jax.Array]) -> None:
         if site not in into:
             into[site] = vector
         elif is_max_site(site):
-            into[site] = jnp.maximum(into[site], vector)
+            into[site] = lax.max(into[site], vector)
         else:
-            into[site] = into[site] + vector
+            into[site] = lax.add(into[site], vector)
 
 
 def reduce_stacked(site: str, vector: jax.Array) -> jax.Array:

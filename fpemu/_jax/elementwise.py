@@ -1,5 +1,5 @@
-"""``jnp.where`` and ``jnp.clip`` for the integer-heavy code that is traced once per quantizer call:
-the same results, without a nested ``jit`` per call.
+"""``jnp.where``, ``jnp.clip`` and ``jnp.pad`` for the integer-heavy code that is traced once per quantizer
+call: the same results, without a nested ``jit`` per call.
 
 ``jnp.where`` and ``jnp.clip`` are jitted functions. Under a trace each call goes through ``jit``'s
 Python path, traces a small jaxpr for every new shape and dtype, and leaves a ``jit`` equation that
@@ -28,17 +28,26 @@ time, never a silently different value. tests/jax/test_elementwise.py checks tha
 format, every rounding mode) and `fpemu.scaled.quantize_dequantize` (every block format, nearest even and
 stochastic) call no jitted ``jnp`` function from those modules. Their colder paths (decoding codes, the
 stochastic variants other than ``"floor"``, exact products with wide elements) still use the operators.
+
+A training step under `fpemu.emulate` and any training recipe calls none from the whole package either
+(the same test file): besides the quantizers, the keys folded for each GEMM and site, the amax statistics
+and delayed scaling's histories, the Hadamard transform's signs, the chunked sums' slices, the
+materializations' predicate and the zero padding (`pad_zeros`) bind ``lax`` functions. Where that
+changed the program, it changed only how it is written: ``jnp.pad`` and ``jnp.isinf`` left a nested
+``jit`` that XLA inlines, a chunk's start took three equations to allow negative starts it never has, and
+an amax vector was a scatter instead of a pad (bench/RESULTS_training.md, "twenty-third session").
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import jax
 import numpy as np
 from jax import lax
 
-__all__ = ["clamp", "select"]
+__all__ = ["clamp", "pad_zeros", "select"]
 
 
 def select(cond: Any, on_true: Any, on_false: Any) -> jax.Array:
@@ -88,6 +97,22 @@ def clamp(x: Any, lo: Any, hi: Any) -> jax.Array:
         _, bound = _same_dtype("clamp", x, bound)
         bounds.append(bound)
     return lax.clamp(bounds[0], x, bounds[1])
+
+
+def pad_zeros(x: jax.Array, pads: Sequence[tuple[int, int]]) -> jax.Array:
+    """``jnp.pad(x, pads)`` (zeros of ``x``'s dtype, ``pads`` one ``(before, after)`` pair per axis): one ``pad``
+    equation, where ``jnp.pad`` leaves a nested ``jit`` and traces it for every new shape.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> pad_zeros(jnp.array([[1, 2]], jnp.uint32), [(0, 1), (1, 0)]).tolist()
+      [[0, 1, 2], [0, 0, 0]]
+    """
+    if len(pads) != np.ndim(x):
+        raise ValueError(
+            f"pad_zeros: pads must have one (before, after) pair per axis of x, got {len(pads)} for {np.ndim(x)}"
+        )
+    return lax.pad(x, np.zeros((), x.dtype), [(int(before), int(after), 0) for before, after in pads])
 
 
 def _dtype_of(value: Any) -> np.dtype | None:

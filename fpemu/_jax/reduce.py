@@ -36,6 +36,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from fpemu._jax.elementwise import pad_zeros
+
 __all__ = ["RUN", "SPLIT_MIN_SIZE", "magnitude_max", "run_max"]
 
 #: The length of the runs `magnitude_max` reduces first.
@@ -83,7 +85,7 @@ def magnitude_max(u: jax.Array, axes: Sequence[int]) -> jax.Array:
         n = u.shape[-1]
         padded = -(-n // RUN) * RUN
         if padded != n:  # zeros do not change a maximum
-            u = jnp.pad(u, [(0, 0)] * last + [(0, padded - n)])
+            u = pad_zeros(u, [(0, 0)] * last + [(0, padded - n)])
         return _flip(magnitude_max(_flip(run_max(u, RUN)), axes), u.dtype)
     if u.size >= SPLIT_MIN_SIZE or u.size == 0 or all(u.shape[a] <= RUN for a in axes):
         return lax.expand_dims(_max_or_zero(u, axes), axes)
@@ -120,7 +122,7 @@ def _short_axes_max(u: jax.Array, axes: tuple[int, ...]) -> jax.Array:
                 reduced.append(len(view))
             view.append(size)
     if any(after for _, after in pads):
-        u = jnp.pad(u, pads)
+        u = pad_zeros(u, pads)
     maxima = _max_or_zero(u.reshape(view), tuple(reduced))
     if not runs_of:
         return maxima

@@ -27,7 +27,7 @@ from jax import lax
 
 from fpemu._core.format import Format
 from fpemu._core.modes import Rounding, Saturation
-from fpemu._jax.elementwise import select
+from fpemu._jax.elementwise import pad_zeros, select
 from fpemu._ops.fusion import computed_once
 from fpemu._ops.geometry import Geometry
 from fpemu._ops.matmul_config import (
@@ -182,8 +182,9 @@ def _accumulate_impl(
     acc_shape = (m, n) if batch == 1 else (batch, m, n)
 
     def chunk_sum(acc: jax.Array, index: Any, words: jax.Array) -> jax.Array:
+        # a chunk starts at index * k >= 0: no normalization of negative starts (three scalar equations)
         a_chunk, b_chunk = (
-            _from_bits(lax.dynamic_slice_in_dim(x, index * k, k, axis=axis), dtype)
+            _from_bits(lax.dynamic_slice_in_dim(x, _times(index, k), k, axis=axis, allow_negative_indices=False), dtype)
             for x, axis, dtype in zip((a, b), axes, dtypes, strict=True)
         )
         if cfg.explicit_random:
@@ -204,6 +205,11 @@ def _accumulate_impl(
     return computed_once(acc, probe=probe).reshape(batch, m, n)
 
 
+def _times(index: Any, k: int) -> Any:
+    """``index * k`` for a Python int or a traced int32 scalar (bound as one equation)."""
+    return index * k if isinstance(index, int) else lax.mul(index, np.int32(k))
+
+
 def _result3d_shape(geometry: Geometry) -> tuple[int, ...]:
     """(B, M, N) of the op's result."""
     return jax.eval_shape(geometry.result_to3d, jax.ShapeDtypeStruct(geometry.out_shape, jnp.bool_)).shape
@@ -211,7 +217,7 @@ def _result3d_shape(geometry: Geometry) -> tuple[int, ...]:
 
 def _pad_axis(x: jax.Array, axis: int, pad: int) -> jax.Array:
     """``x`` with ``pad`` zeros after its elements along ``axis``."""
-    return jnp.pad(x, [(0, pad if d == axis else 0) for d in range(x.ndim)])
+    return pad_zeros(x, [(0, pad if d == axis else 0) for d in range(x.ndim)])
 
 
 def _as_bits(x: jax.Array) -> jax.Array:
@@ -309,7 +315,11 @@ def scale_product(lhs_scale: jax.Array | None, rhs_scale: jax.Array | None) -> j
 def times_scale(y: jax.Array, scale: jax.Array) -> jax.Array:
     """``fl(y * scale)`` for a product ``scale`` of per-tensor scales: where that product overflowed to
     inf, an exact zero ``y`` stays zero (its true product is finite) instead of 0 * inf = NaN."""
-    return select(lax.bitwise_and(lax.eq(y, y.dtype.type(0)), jnp.isinf(scale)), y, lax.mul(y, scale))
+    return select(
+        lax.bitwise_and(lax.eq(y, y.dtype.type(0)), lax.eq(lax.abs(scale), scale.dtype.type(np.inf))),
+        y,
+        lax.mul(y, scale),
+    )
 
 
 def times_tensor_scales(y: jax.Array, lhs_scale: jax.Array | None, rhs_scale: jax.Array | None) -> jax.Array:

@@ -17,6 +17,7 @@ from fpemu._core.format import Format
 from fpemu._core.modes import ExponentTies, Rounding, Saturation, StochasticVariant
 from fpemu._core.registry import get_format
 from fpemu._engine import convert as _convert
+from fpemu._jax.elementwise import pad_zeros
 from fpemu._ops.rounding_spec import RoundingSpec, round_bits, rounding_spec, seeds_for
 
 
@@ -246,7 +247,7 @@ def pack_codes(codes: jax.Array, fmt: Format) -> jax.Array:
     group, _ = _group(fmt)
     pad = -codes.shape[-1] % group
     if pad:
-        codes = jnp.pad(codes, [(0, 0)] * (codes.ndim - 1) + [(0, pad)])
+        codes = pad_zeros(codes, [(0, 0)] * (codes.ndim - 1) + [(0, pad)])
     n = codes.shape[-1]
     width = fmt.bits
     codes = codes.astype(fmt.code_dtype) & jnp.asarray((1 << width) - 1, fmt.code_dtype)

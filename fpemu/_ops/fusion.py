@@ -47,6 +47,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 __all__ = [
@@ -105,8 +106,13 @@ def shared_probe(values: Sequence[Any]) -> jnp.ndarray | None:
         if not (jnp.issubdtype(value.dtype, jnp.number) or value.dtype == jnp.bool_):
             continue  # typed PRNG keys and other extended dtypes
         first = lax.stop_gradient(value).reshape(-1)[:1]
-        return first == jnp.zeros((), first.dtype)
+        return lax.eq(first, _zero_of(first))
     return None
+
+
+def _zero_of(a: jnp.ndarray) -> np.ndarray:
+    """A zero of ``a``'s dtype, as a NumPy constant (a `lax` comparison with it binds one equation)."""
+    return np.zeros((), a.dtype)
 
 
 def _sharded_in_type(a: jnp.ndarray) -> bool:
@@ -132,7 +138,7 @@ def _barrier(arrays: tuple[jnp.ndarray, ...], probe_of: jnp.ndarray) -> tuple[jn
 @jax.custom_batching.custom_vmap
 def _conditional(arrays: tuple[jnp.ndarray, ...], probe_of: jnp.ndarray) -> tuple[jnp.ndarray, ...]:
     probe = _xor_zero(probe_of.reshape(-1)[:1])
-    pred = jnp.any(probe.astype(jnp.bool_) if probe.dtype == jnp.bool_ else probe == jnp.zeros((), probe.dtype))
+    pred = lax.reduce_or(probe if probe.dtype == jnp.bool_ else lax.eq(probe, _zero_of(probe)), (0,))
     return lax.platform_dependent(pred, arrays, cpu=_on_cpu, default=_as_they_are)
 
 

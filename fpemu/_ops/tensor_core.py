@@ -42,6 +42,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from fpemu._core.format import Format
+from fpemu._jax.elementwise import pad_zeros
 
 __all__ = ["ACCUMULATOR_MODELS", "GROUP", "TensorCore", "tensor_core", "tensor_core_sum"]
 
@@ -129,8 +130,8 @@ def tensor_core_sum(a3: jax.Array, b3: jax.Array, model: TensorCore) -> jax.Arra
     if groups == 0:
         return acc
     pad = groups * GROUP - k  # zero products take no part
-    a4 = jnp.pad(a3.astype(jnp.float32), ((0, 0), (0, 0), (0, pad))).reshape(batch, m, groups, GROUP)
-    b4 = jnp.pad(b3.astype(jnp.float32), ((0, 0), (0, pad), (0, 0))).reshape(batch, groups, GROUP, n)
+    a4 = pad_zeros(a3.astype(jnp.float32), ((0, 0), (0, 0), (0, pad))).reshape(batch, m, groups, GROUP)
+    b4 = pad_zeros(b3.astype(jnp.float32), ((0, 0), (0, pad), (0, 0))).reshape(batch, groups, GROUP, n)
 
     def step(acc, xs):
         a, b = xs

@@ -260,7 +260,7 @@ def quantize_dequantize_split(
     if global_leaf is not None:
         return decode(values, scale_leaf, None, block_format, layout), global_leaf
     t = scale_leaf.astype(F32).reshape((1,) * x.ndim)  # the one float32 scale, NaN for a NaN group
-    return select(jnp.isnan(t), F32(jnp.nan), values), t
+    return select(lax.ne(t, t), F32(np.nan), values), t
 
 
 def _from_field(block_format: BlockFormat, scale) -> bool:

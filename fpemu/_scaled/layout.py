@@ -69,9 +69,9 @@ def _group_max(u: jnp.ndarray, layout: Layout) -> jnp.ndarray:
     n = u.shape[axis]
     groups = -(-n // block)
     if groups * block != n:  # a shorter last block: zeros do not change its amax
-        pad = [(0, 0)] * u.ndim
-        pad[axis] = (0, groups * block - n)
-        u = jnp.pad(u, pad)
+        pad = [(0, 0, 0)] * u.ndim
+        pad[axis] = (0, groups * block - n, 0)
+        u = lax.pad(u, u.dtype.type(0), pad)
     if axis == u.ndim - 1:
         return run_max(u, block)
     blocked = u.reshape(u.shape[:axis] + (groups, block) + u.shape[axis + 1 :])

@@ -73,7 +73,7 @@ def _signs(key: jax.Array | None, size: int) -> jax.Array:
     if key is None:
         return jnp.asarray(np.array(TE_WGRAD_SIGNS, np.float32))
     bits = rng.random_uint32(rng.seeds_from_key(key), (size,))
-    return select((bits >> np.uint32(31)) == np.uint32(1), np.float32(-1), np.float32(1))
+    return select(lax.eq(lax.shift_right_logical(bits, np.uint32(31)), np.uint32(1)), np.float32(-1), np.float32(1))
 
 
 def _walsh_hadamard(v: jax.Array, n: int, lanes: int) -> jax.Array:

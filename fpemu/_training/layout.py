@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fpemu._args import int_arg
+from fpemu._jax.elementwise import pad_zeros
 
 
 def contracting_dims_arg(dims: Any, ndim: int, name: str = "contracting_dims") -> tuple[int, ...]:
@@ -108,7 +109,7 @@ def tiles(m: jax.Array, b: int) -> jax.Array:
     r, k = m.shape
     rp, kp = -(-r // b) * b, -(-k // b) * b
     if (rp, kp) != (r, k):
-        m = jnp.pad(m, ((0, rp - r), (0, kp - k)))
+        m = pad_zeros(m, ((0, rp - r), (0, kp - k)))
     return m.reshape(rp // b, b, kp // b, b).transpose(0, 2, 1, 3).reshape(rp // b, kp // b, b * b)
 
 

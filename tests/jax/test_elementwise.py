@@ -3,6 +3,7 @@ would change a value, and leave no nested ``jit`` in the jaxpr (the reason they 
 
 from __future__ import annotations
 
+import glob
 import os
 import sys
 
@@ -14,7 +15,7 @@ from jax._src import core
 
 import fpemu
 from fpemu import quantize, scaled
-from fpemu._jax.elementwise import clamp, select
+from fpemu._jax.elementwise import clamp, pad_zeros, select
 
 FLOATS = np.array([0.0, -0.0, 1.5, -2.0, np.inf, -np.inf, np.nan, 1e-45, -3e38], np.float32)
 
@@ -116,6 +117,24 @@ def test_clamp_refuses_what_would_change_a_value(x, lo, hi, message):
         clamp(x, lo, hi)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, jnp.bfloat16, np.uint32, np.int8, np.bool_])
+def test_pad_zeros_is_jnp_pad(dtype):
+    x = np.arange(1, 7).reshape(2, 3).astype(dtype)
+    if np.dtype(dtype).kind == "f" or dtype is jnp.bfloat16:
+        x = np.array([[np.nan, -0.0, np.inf], [-1.5, 3e-39, 2.0]], np.float32).astype(dtype)  # padding keeps each
+    for pads in [[(0, 0), (0, 2)], [(1, 0), (0, 0)], [(2, 1), (3, 0)], ((0, 0), (0, 0))]:
+        got = jax.jit(lambda v, pads=pads: pad_zeros(v, pads))(x)
+        want = jnp.pad(jnp.asarray(x), pads)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(_bits(got), _bits(want))
+    assert _nested_jits(lambda v: pad_zeros(v, [(0, 1), (0, 0)]), x) == []
+
+
+def test_pad_zeros_wants_one_pair_per_axis():
+    with pytest.raises(ValueError, match="one \\(before, after\\) pair per axis of x, got 1 for 2"):
+        pad_zeros(jnp.ones((2, 2)), [(0, 1)])
+
+
 def test_no_nested_jit_where_jnp_leaves_one():
     c, a = jnp.array([True, False]), jnp.ones(2, jnp.int32)
     assert _nested_jits(jnp.where, c, a, a) and _nested_jits(lambda v: jnp.clip(v, 0, 1), a)  # what is avoided
@@ -156,14 +175,16 @@ ROUNDING_CORES = frozenset(
 )  # fmt: skip
 
 
-def _jnp_jit_calls(fn, x, modules) -> list[tuple[str, int]]:
+def _jnp_jit_calls(fn, *args, modules) -> list[tuple[str, int]]:
     """Where ``modules`` call a jitted jnp function (an operator on a tracer, ``jnp.maximum``, ...) while ``fn``
     is traced: every such call enters jit's Python path (its ``cache_miss``) under a trace; the caller is
-    the nearest frame outside JAX."""
+    the nearest frame outside JAX. fpemu's own jitted functions (a quantizer, a GEMM) are not counted."""
     calls: list[tuple[str, int]] = []
 
     def profile(frame, event, arg):
         if event == "call" and frame.f_code.co_name == "cache_miss" and frame.f_code.co_filename.startswith(_JAX_DIR):
+            if not getattr(frame.f_locals.get("fun"), "__module__", "").startswith("jax."):
+                return  # the function jitted is not JAX's
             caller = frame.f_back
             while caller is not None and caller.f_code.co_filename.startswith(_JAX_DIR):
                 caller = caller.f_back
@@ -172,7 +193,7 @@ def _jnp_jit_calls(fn, x, modules) -> list[tuple[str, int]]:
 
     sys.setprofile(profile)
     try:
-        jax.make_jaxpr(fn)(x)
+        jax.make_jaxpr(fn)(*args)
     finally:
         sys.setprofile(None)
     return calls
@@ -192,7 +213,7 @@ def test_the_probe_sees_jnp_operators():
     """The checks below cannot pass for want of seeing: jnp's ``&``, ``<`` and ``~`` and ``jnp.maximum`` on
     tracers, called from this module, are found on their lines."""
     first = _operators.__code__.co_firstlineno
-    calls = _jnp_jit_calls(_operators, _X, {__file__})
+    calls = _jnp_jit_calls(_operators, _X, modules={__file__})
     assert [line - first for _, line in calls] == [2, 3, 4, 4]
 
 
@@ -203,7 +224,7 @@ def test_quantize_calls_no_jnp_operator_in_the_rounding_cores(name):
     key = jax.random.key(0)
     for rounding in fpemu.ROUNDING_MODES:
         fn = lambda x: quantize(x, name, rounding=rounding, key=key if rounding == "stochastic" else None)  # noqa: B023
-        assert _jnp_jit_calls(fn, _X, ROUNDING_CORES) == [], rounding
+        assert _jnp_jit_calls(fn, _X, modules=ROUNDING_CORES) == [], rounding
 
 
 @pytest.mark.parametrize("name", scaled.block_formats())
@@ -211,4 +232,35 @@ def test_quantize_calls_no_jnp_operator_in_the_rounding_cores(name):
 def test_quantize_dequantize_calls_no_jnp_operator_in_the_rounding_cores(name, rounding):
     key = jax.random.key(0) if rounding == "stochastic" else None
     fn = lambda x: scaled.quantize_dequantize(x, name, rounding=rounding, key=key)
-    assert _jnp_jit_calls(fn, _X, ROUNDING_CORES) == []
+    assert _jnp_jit_calls(fn, _X, modules=ROUNDING_CORES) == []
+
+
+#: Every module of the package but `fpemu.tools` (command-line tools and their models: user code).
+PACKAGE = frozenset(
+    path for path in glob.glob(os.path.join(_FPEMU_DIR, "**", "*.py"), recursive=True)
+    if os.path.join(_FPEMU_DIR, "tools") + os.sep not in path
+)  # fmt: skip
+
+
+def _mlp_loss(params, x):
+    h = jax.nn.relu(x @ params["w1"])
+    return jnp.mean((h @ params["w2"]) ** 2)
+
+
+@pytest.mark.parametrize("recipe", fpemu.TRAINING_RECIPES)
+def test_a_recipe_training_step_calls_no_jnp_operator_in_the_package(recipe):
+    """`fpemu.emulate`'s GEMMs under every training recipe (their quantizers, keys, amax statistics and
+    histories, Hadamard transforms, chunked sums, materializations) trace without a jitted jnp call from the
+    package: each would trace a jit of its own per new shape, at every GEMM of every step's trace. The
+    forward product contracts 384 elements (FP8 blockwise's loop over 128-product chunks)."""
+    params = {"w1": jnp.full((384, 32), 0.01, jnp.float32), "w2": jnp.full((32, 4), 0.02, jnp.float32)}
+    step = jax.value_and_grad(_mlp_loss)
+    policy = fpemu.Policy(dot=recipe)
+    key = jax.random.key(0) if policy.stochastic else None  # stochastic rounding: NVFP4's gradients
+    args = (params, jnp.linspace(-3.0, 3.0, 8 * 384, dtype=jnp.float32).reshape(8, 384))
+    if fpemu.training_recipe(recipe).stateful:  # delayed scaling: amax histories
+        fn = fpemu.emulate(step, policy, key=key, state=True)
+        args = (fpemu.init_training_state(step, policy, *args), *args)
+    else:
+        fn = fpemu.emulate(step, policy, key=key)
+    assert _jnp_jit_calls(fn, *args, modules=PACKAGE) == []
