@@ -80,43 +80,47 @@ class _Src:
     def __init__(self, fmt: Format, b: jnp.ndarray, uw: np.dtype):
         self.fmt = fmt
         magnitude_bits = fmt.exponent_bits + fmt.mantissa_bits
-        self.s = b & uw.type(fmt.sign_mask)
-        self.a = b & uw.type((1 << magnitude_bits) - 1)
+        self.s = lax.bitwise_and(b, uw.type(fmt.sign_mask))
+        self.a = lax.bitwise_and(b, uw.type((1 << magnitude_bits) - 1))
         if fmt.twos_complement:  # the magnitude of a negative code is 2**K - code (2**(K-1) for 0x80)
-            self.a = select(self.s != 0, (uw.type(fmt.num_codes) - b) & uw.type(fmt.num_codes - 1), self.a)
+            negative = lax.ne(self.s, uw.type(0))
+            self.a = select(
+                negative, lax.bitwise_and(lax.sub(uw.type(fmt.num_codes), b), uw.type(fmt.num_codes - 1)), self.a
+            )
         all_ones = (1 << magnitude_bits) - 1
         false = jnp.zeros(b.shape, bool)
         if fmt.specials == "ieee":
-            self.is_inf = self.a == uw.type(fmt.inf_code)
-            self.is_nan = self.a > uw.type(fmt.inf_code)
+            self.is_inf = lax.eq(self.a, uw.type(fmt.inf_code))
+            self.is_nan = lax.gt(self.a, uw.type(fmt.inf_code))
         elif fmt.specials == "fn":
-            self.is_inf, self.is_nan = false, self.a == uw.type(all_ones)
+            self.is_inf, self.is_nan = false, lax.eq(self.a, uw.type(all_ones))
         elif fmt.specials == "fnuz":
-            self.is_inf, self.is_nan = false, b == uw.type(fmt.sign_mask)
+            self.is_inf, self.is_nan = false, lax.eq(b, uw.type(fmt.sign_mask))
         elif fmt.specials == "p3109":
-            self.is_inf = self.a == uw.type(fmt.inf_code)
-            self.is_nan = b == uw.type(fmt.nan_code) if fmt.signed else self.a == uw.type(fmt.nan_code)
+            self.is_inf = lax.eq(self.a, uw.type(fmt.inf_code))
+            self.is_nan = lax.eq(b if fmt.signed else self.a, uw.type(fmt.nan_code))
         else:
             self.is_inf, self.is_nan = false, false
-        self.e_field = (self.a >> fmt.mantissa_bits).astype(jnp.int32)
+        self.e_field = lax.shift_right_logical(self.a, uw.type(fmt.mantissa_bits)).astype(jnp.int32)
         implicit = uw.type(1 << fmt.mantissa_bits)
-        mantissa = self.a & uw.type((1 << fmt.mantissa_bits) - 1)
+        mantissa = lax.bitwise_and(self.a, uw.type((1 << fmt.mantissa_bits) - 1))
         if fmt.has_zero:
-            self.is_sub = self.e_field == 0
-            self.sig = select(self.is_sub, self.a, mantissa | implicit)
+            self.is_sub = lax.eq(self.e_field, np.int32(0))
+            self.sig = select(self.is_sub, self.a, lax.bitwise_or(mantissa, implicit))
         else:
-            self.sig = mantissa | implicit
+            self.sig = lax.bitwise_or(mantissa, implicit)
 
     def exponent(self, precise: bool, width: int) -> jnp.ndarray:
         """Exponent of the leading bit. If not ``precise``, subnormals report ``fmt.emin``."""
         fmt = self.fmt
+        normal = lax.sub(self.e_field, np.int32(fmt.bias))
         if not fmt.has_zero:
-            return self.e_field - fmt.bias
-        normal = self.e_field - fmt.bias
+            return normal
         if not precise:
-            return jnp.maximum(normal, fmt.emin)
-        bit_length = width - _clz(self.a)
-        return select(self.is_sub, bit_length - 1 - fmt.mantissa_bits + fmt.emin, normal)
+            return lax.max(normal, np.int32(fmt.emin))
+        bit_length = lax.sub(np.int32(width), _clz(self.a))
+        subnormal = lax.add(lax.sub(lax.sub(bit_length, np.int32(1)), np.int32(fmt.mantissa_bits)), np.int32(fmt.emin))
+        return select(self.is_sub, subnormal, normal)
 
 
 def _clz(x: jnp.ndarray) -> jnp.ndarray:
@@ -124,7 +128,7 @@ def _clz(x: jnp.ndarray) -> jnp.ndarray:
     ``clz`` of int32/int64 (libdevice's ``__nv_clz``) but cannot legalize it for unsigned types."""
     signed = {1: jnp.int8, 2: jnp.int16, 4: jnp.int32, 8: jnp.int64}[x.dtype.itemsize]
     if x.dtype.itemsize < 4:  # widen: 32-bit leading zeros minus the extra width
-        return lax.clz(x.astype(jnp.int32)) - (32 - 8 * x.dtype.itemsize)
+        return lax.sub(lax.clz(x.astype(jnp.int32)), np.int32(32 - 8 * x.dtype.itemsize))
     return lax.clz(lax.bitcast_convert_type(x, signed)).astype(jnp.int32)
 
 
@@ -141,24 +145,27 @@ def _stochastic_up(x, shift, draw, k: int, variant: str, wide: np.dtype) -> jnp.
     """Whether the fraction ``f = x / 2**shift`` (``x < 2**shift``) rounds up with the k random bits
     ``draw``: ``T + draw >= 2**k`` with ``T`` = ``2**k * f`` rounded to an integer by ``variant``."""
     width = wide.itemsize * 8
-    d = shift.astype(jnp.int32) - k  # bits of x below the k that T keeps
-    floor_part = _shift(x, -d, width)  # floor(2**k f) < 2**k
-    one = wide.type(1)
-    guard = _shift(x, 1 - d, width) & one  # the first bit below them (0 when d <= 0: none)
-    sticky = _shift(_shift(x, 1 - d, width), d - 1, width) != x  # any bit below the guard bit
-    guard = select(d >= 1, guard, wide.type(0)) != 0
-    sticky = (d >= 2) & sticky
-    odd = (floor_part & one) != 0
+    d = lax.sub(shift.astype(jnp.int32), np.int32(k))  # bits of x below the k that T keeps
+    floor_part = _shift(x, lax.neg(d), width)  # floor(2**k f) < 2**k
+    one, zero = wide.type(1), wide.type(0)
+    guard = lax.bitwise_and(
+        _shift(x, lax.sub(np.int32(1), d), width), one
+    )  # the first bit below them (0 when d <= 0: none)
+    # any bit below the guard bit
+    sticky = lax.ne(_shift(_shift(x, lax.sub(np.int32(1), d), width), lax.sub(d, np.int32(1)), width), x)
+    guard = lax.ne(select(lax.ge(d, np.int32(1)), guard, zero), zero)
+    sticky = lax.bitwise_and(lax.ge(d, np.int32(2)), sticky)
+    odd = lax.ne(lax.bitwise_and(floor_part, one), zero)
     if variant == "nearest_even":
-        carry = guard & (sticky | odd)
+        carry = lax.bitwise_and(guard, lax.bitwise_or(sticky, odd))
     elif variant == "nearest_odd":
-        carry = guard & (sticky | ~odd)
+        carry = lax.bitwise_and(guard, lax.bitwise_or(sticky, lax.bitwise_not(odd)))
     elif variant == "nearest_away":
         carry = guard
     else:  # pragma: no cover - validated by round_narrow
         raise AssertionError(variant)
-    limit = wide.type((1 << k) - 1) - floor_part  # T + draw >= 2**k, without overflow
-    return (draw > limit) | (carry & (draw == limit))
+    limit = lax.sub(wide.type((1 << k) - 1), floor_part)  # T + draw >= 2**k, without overflow
+    return lax.bitwise_or(lax.gt(draw, limit), lax.bitwise_and(carry, lax.eq(draw, limit)))
 
 
 def round_narrow(
@@ -279,8 +286,10 @@ def round_narrow(
             top = _shift(sig, lax.sub(np.int32(k), sh.astype(jnp.int32)), wide_bits)
             tiny_up = lax.gt(draw, lax.sub(wide.type((1 << k) - 1), top))  # draw + top >= 2**k, without overflow
         else:
-            sig = select(a < u(1 << m_in), a, (a & u((1 << m_in) - 1)) | u(1 << m_in)).astype(wide)
-            up = _stochastic_up((a & mask).astype(wide), sh_c, draw, k, stochastic_variant, wide)
+            subnormal = lax.lt(a, u(1 << m_in))
+            significand = lax.bitwise_or(lax.bitwise_and(a, u((1 << m_in) - 1)), u(1 << m_in))
+            sig = select(subnormal, a, significand).astype(wide)
+            up = _stochastic_up(lax.bitwise_and(a, mask).astype(wide), sh_c, draw, k, stochastic_variant, wide)
             inc = select(up, mask, zero)
             tiny_up = _stochastic_up(sig, sh, draw, k, stochastic_variant, wide)
 
@@ -296,14 +305,14 @@ def round_narrow(
         v_nan, v_inf = u(src.nan_code), u(src.inf_code)
         sign = s
     elif output == "dst_code":
-        sig = select(a < u(1 << m_in), a, (a & u((1 << m_in) - 1)) | u(1 << m_in))
+        sig = select(lax.lt(a, u(1 << m_in)), a, lax.bitwise_or(lax.bitwise_and(a, u((1 << m_in) - 1)), u(1 << m_in)))
         # binades above the smallest normal (ex is set above on this branch)
-        base = (jnp.maximum(ex, dst.emin) - dst.emin).astype(uw)  # type: ignore[arg-type]
-        res = ((sig + inc) >> sh_c) + (base << u(m_t))
+        base = lax.sub(lax.max(ex, np.int32(dst.emin)), np.int32(dst.emin)).astype(uw)  # type: ignore[arg-type]
+        res = lax.add(lax.shift_right_logical(lax.add(sig, inc), sh_c), lax.shift_left(base, u(m_t)))
         if dst.has_zero:
             res = select(tiny, tiny_up.astype(uw), res)
         else:
-            res = select(tiny, u(0), res - u(1 << m_t))
+            res = select(tiny, u(0), lax.sub(res, u(1 << m_t)))
         v_max = u(dst.max_code)
         v_max_neg = u(dst.neg_max_code) if dst.twos_complement else v_max
         v_min_normal = u(1 << m_t if dst.has_zero else 0)
@@ -341,7 +350,8 @@ def round_narrow(
     elif dst.signed and not (dst.twos_complement and output == "dst_code"):
         res = lax.bitwise_or(res, select(lax.ne(res, u(0)), sign, u(0)))  # no -0 (fnuz, p3109): zero results are +0
     elif dst.signed:  # two's complement codes: 2**K - magnitude for negative results
-        res = select(negative & (res != 0), (u(dst.num_codes) - res) & u(dst.num_codes - 1), res)
+        nonzero_negative = lax.bitwise_and(negative, lax.ne(res, u(0)))
+        res = select(nonzero_negative, lax.bitwise_and(lax.sub(u(dst.num_codes), res), u(dst.num_codes - 1)), res)
 
     is_nan = lax.gt(a, u(src.inf_code))
     if output == "src_bits":
@@ -384,18 +394,22 @@ def widen(bits: jnp.ndarray, *, src: Format, dst: Format) -> jnp.ndarray:
     b = bits.astype(uw)
     x = _Src(src, b, uw)
     ex = x.exponent(precise=dst.emin < src.emin, width=width)
-    sh = (jnp.maximum(ex, dst.emin) - dst.mantissa_bits) - (jnp.maximum(ex, src.emin) - src.mantissa_bits)
-    q = x.sig << (-sh).astype(uw)  # sh <= 0: exact
-    base = (jnp.maximum(ex, dst.emin) - dst.emin).astype(uw)
-    res = q + (base << u(dst.mantissa_bits))
+    i32 = np.int32
+    sh = lax.sub(
+        lax.sub(lax.max(ex, i32(dst.emin)), i32(dst.mantissa_bits)),
+        lax.sub(lax.max(ex, i32(src.emin)), i32(src.mantissa_bits)),
+    )
+    q = lax.shift_left(x.sig, lax.neg(sh).astype(uw))  # sh <= 0: exact
+    base = lax.sub(lax.max(ex, i32(dst.emin)), i32(dst.emin)).astype(uw)
+    res = lax.add(q, lax.shift_left(base, u(dst.mantissa_bits)))
     if not dst.has_zero:
-        res = res - u(1 << dst.mantissa_bits)
+        res = lax.sub(res, u(1 << dst.mantissa_bits))
     if src.has_zero:
-        res = select(x.a == 0, u(0), res)
+        res = select(lax.eq(x.a, u(0)), u(0), res)
     if dst.has_inf:
         res = select(x.is_inf, u(dst.inf_code), res)
-    negative = x.s != 0
-    res = res | select(negative, u(dst.sign_mask), u(0))
+    negative = lax.ne(x.s, u(0))
+    res = lax.bitwise_or(res, select(negative, u(dst.sign_mask), u(0)))
     if dst.has_nan:
         signed_nan = u(dst.nan_code | dst.sign_mask) if dst.specials in ("ieee", "fn") else u(dst.nan_code)  # type: ignore[operator]  # dst.has_nan: nan_code is an int
         nan = select(negative, signed_nan, u(dst.nan_code))

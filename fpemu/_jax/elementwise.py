@@ -24,18 +24,20 @@ therefore binds ``lax`` functions with NumPy scalar constants of the operand's d
 bit (the jaxprs of 366 programs compared as text on jax 0.10.2 and 0.12), and 15-40% less tracing of a
 recipe's training step (bench/RESULTS_training.md, "twenty-second session"). ``lax`` does no dtype
 promotion and broadcasts only dimensions of size 1 of equal ranks: a mismatch is a TypeError at trace
-time, never a silently different value. tests/jax/test_elementwise.py checks that `fpemu.quantize` (every
-format, every rounding mode) and `fpemu.scaled.quantize_dequantize` (every block format, nearest even and
-stochastic) call no jitted ``jnp`` function from those modules. Their colder paths (decoding codes, the
-stochastic variants other than ``"floor"``, exact products with wide elements) still use the operators.
+time, never a silently different value.
 
-A training step under `fpemu.emulate` and any training recipe calls none from the whole package either
-(the same test file): besides the quantizers, the keys folded for each GEMM and site, the amax statistics
-and delayed scaling's histories, the Hadamard transform's signs, the chunked sums' slices, the
-materializations' predicate and the zero padding (`pad_zeros`) bind ``lax`` functions. Where that
-changed the program, it changed only how it is written: ``jnp.pad`` and ``jnp.isinf`` left a nested
-``jit`` that XLA inlines, a chunk's start took three equations to allow negative starts it never has, and
-an amax vector was a scatter instead of a pad (bench/RESULTS_training.md, "twenty-third session").
+The package's whole quantization path is written so: `fpemu.quantize` in every rounding mode and
+stochastic variant, `fpemu.encode` and `fpemu.decode`, `fpemu.scaled.quantize_dequantize` and
+`fpemu.scaled.BlockArray` (its values, decode scales and codes) for every block format, and a training
+step under `fpemu.emulate` with any training recipe (besides the quantizers: the keys folded for each GEMM
+and site, amax statistics and delayed scaling's histories, the Hadamard transform's signs, the chunked
+sums' slices, the materializations' predicate, zero padding by `pad_zeros`). tests/jax/test_elementwise.py
+checks that none of them calls a jitted ``jnp`` function from the package while traced. Where the
+rewrite changed a program, it changed only how it is written: ``jnp.pad`` and ``jnp.isinf`` left a
+nested ``jit`` that XLA inlines, a chunk's start took three equations to allow negative starts it never
+has, and an amax vector was a scatter rather than a pad (bench/RESULTS_training.md, "twenty-third
+session"). Paths that still use the operators: the counts of ``with_stats``, `fpemu.find_nonfinite`,
+`fpemu.scalify`, the error metrics, and the tensor-core accumulator of `fpemu.matmul`.
 """
 
 from __future__ import annotations

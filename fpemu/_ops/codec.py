@@ -17,7 +17,7 @@ from fpemu._core.format import Format
 from fpemu._core.modes import ExponentTies, Rounding, Saturation, StochasticVariant
 from fpemu._core.registry import get_format
 from fpemu._engine import convert as _convert
-from fpemu._jax.elementwise import pad_zeros
+from fpemu._jax.elementwise import pad_zeros, select
 from fpemu._ops.rounding_spec import RoundingSpec, round_bits, rounding_spec, seeds_for
 
 
@@ -80,11 +80,14 @@ def encode(
 
 @functools.partial(jax.jit, static_argnums=(1, 2))
 def _decode_jit(codes: jax.Array, fmt: Format, out: Format) -> jax.Array:
-    invalid = codes >= fmt.num_codes if fmt.bits < codes.dtype.itemsize * 8 else jnp.zeros(codes.shape, bool)
+    code = codes.dtype.type
+    invalid = (
+        lax.ge(codes, code(fmt.num_codes)) if fmt.bits < codes.dtype.itemsize * 8 else jnp.zeros(codes.shape, bool)
+    )
     if jnp.issubdtype(codes.dtype, jnp.signedinteger):
-        invalid = invalid | (codes < 0)
+        invalid = lax.bitwise_or(invalid, lax.lt(codes, code(0)))
     bits = _convert.widen(codes.astype(fmt.code_dtype), src=fmt, dst=out)
-    bits = jnp.where(invalid, jnp.asarray(out.nan_code, bits.dtype), bits)
+    bits = select(invalid, bits.dtype.type(out.nan_code), bits)
     return lax.bitcast_convert_type(bits.astype(out.code_dtype), out.dtype)  # type: ignore[arg-type]  # an input format (float16..float64) always has a dtype
 
 

@@ -62,7 +62,7 @@ def pow2_bits(k: jnp.ndarray) -> jnp.ndarray:
 
 def scale_pow2_bits(k: jnp.ndarray) -> jnp.ndarray:
     """Bits of the float32 ``2**k`` for k in [-127, 127]: E8M0's range, whose ``2**-127`` is subnormal."""
-    return select(k >= -126, pow2_bits(jnp.maximum(k, -126)), U32(IMPLICIT >> 1))
+    return select(lax.ge(k, I32(-126)), pow2_bits(lax.max(k, I32(-126))), U32(IMPLICIT >> 1))
 
 
 def unpack(a: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
@@ -176,20 +176,22 @@ def mul_exact(a: jnp.ndarray, b: jnp.ndarray) -> jnp.ndarray:
 
     ``a`` must have at most 8 significant bits (so the exact product fits 32 bits); both finite.
     """
-    sign = (a ^ b) & U32(SIGN)
-    aa, ab = a & U32(ABS), b & U32(ABS)
+    sign = lax.bitwise_and(lax.bitwise_xor(a, b), U32(SIGN))
+    aa, ab = lax.bitwise_and(a, U32(ABS)), lax.bitwise_and(b, U32(ABS))
     exa, siga = unpack(aa)
     exb, sigb = unpack(ab)
-    p = (siga >> U32(16)) * sigb  # exact: 8 x 24 bits, in [2**30, 2**32)
-    base = exa + exb - 30  # p * 2**base is the product
-    lead = select(p >= U32(1 << 31), I32(31), I32(30))
-    qe = jnp.maximum(base + lead - 23, -149)  # exponent of the result's last bit
-    r = rne_shift(p, qe - base)
-    field = qe + 149
-    res = (clamp(field, 0, 255).astype(U32) << U32(23)) + r  # a carry out of r bumps the exponent
-    overflow = field + (r >> U32(23)).astype(I32) >= 255  # the biased exponent of the result
+    p = lax.mul(lax.shift_right_logical(siga, U32(16)), sigb)  # exact: 8 x 24 bits, in [2**30, 2**32)
+    base = lax.sub(lax.add(exa, exb), I32(30))  # p * 2**base is the product
+    lead = select(lax.ge(p, U32(1 << 31)), I32(31), I32(30))
+    qe = lax.max(lax.sub(lax.add(base, lead), I32(23)), I32(-149))  # exponent of the result's last bit
+    r = rne_shift(p, lax.sub(qe, base))
+    field = lax.add(qe, I32(149))
+    res = lax.add(lax.shift_left(clamp(field, 0, 255).astype(U32), U32(23)), r)  # a carry out of r bumps the exponent
+    # the biased exponent of the result
+    overflow = lax.ge(lax.add(field, lax.shift_right_logical(r, U32(23)).astype(I32)), I32(255))
     res = select(overflow, U32(INF), res)
-    return select((aa == U32(0)) | (ab == U32(0)), U32(0), res) | sign
+    zero = lax.bitwise_or(lax.eq(aa, U32(0)), lax.eq(ab, U32(0)))
+    return lax.bitwise_or(select(zero, U32(0), res), sign)
 
 
 def mul_normal(a: jnp.ndarray, b: jnp.ndarray) -> jnp.ndarray:

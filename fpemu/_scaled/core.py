@@ -359,9 +359,9 @@ def scale_bits(scale_leaf: jnp.ndarray, block_format: BlockFormat) -> tuple[jnp.
     if kind == "pow2":
         s_fmt = block_format.scale_format
         codes = scale_leaf.astype(I32)
-        nan = jnp.equal(codes, _scale_nan_code(block_format))
+        nan = lax.eq(codes, I32(_scale_nan_code(block_format)))
         # E8M0 codes are biased exponents; 2**-127 (code 0) is a float32 subnormal
-        k = codes - s_fmt.bias
+        k = lax.sub(codes, I32(s_fmt.bias))
         sb = _bits.scale_pow2_bits(k)
         return sb, nan
     sb = _bits.to_bits(codec.decode(scale_leaf, block_format.scale_format))
@@ -468,9 +468,9 @@ def grad_scale(scale_leaf: jnp.ndarray, global_leaf: jnp.ndarray | None, block_f
         sb, nan = scale_bits(scale_leaf, block_format)
         if block_format.scale_kind == "narrow" and global_leaf is not None:
             sb = _bits.mul_exact(sb, _bits.to_bits(global_leaf.astype(F32)))
-        sb = sb & U32(ABS)
-        nan = nan | (sb == U32(0)) | (sb >= U32(INF))
-        sb = jnp.maximum(sb, U32(IMPLICIT))
+        sb = lax.bitwise_and(sb, U32(ABS))
+        nan = lax.bitwise_or(lax.bitwise_or(nan, lax.eq(sb, U32(0))), lax.ge(sb, U32(INF)))
+        sb = lax.max(sb, U32(IMPLICIT))
     return _bits.from_bits(select(nan, _bits.to_bits(F32(1)), sb))
 
 

@@ -23,6 +23,7 @@ import functools
 
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from fpemu._core.format import Format
 from fpemu._jax.elementwise import select
@@ -61,6 +62,6 @@ def round_to_table(magnitude: jnp.ndarray, table: list[jnp.ndarray], fmt: Format
     assert all(float(m) == (lo + hi) / 2 for m, lo, hi in zip(midpoints, below, values, strict=True))  # exact
     out = jnp.zeros(magnitude.shape, U32)
     for code, (bits, entry) in enumerate(zip(midpoints.view(np.uint32).tolist(), table, strict=True), start=1):
-        passes = magnitude >= U32(bits) if code % 2 == 0 else magnitude > U32(bits)
+        passes = (lax.ge if code % 2 == 0 else lax.gt)(magnitude, U32(bits))
         out = select(passes, entry, out)
     return out

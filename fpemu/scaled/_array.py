@@ -15,6 +15,7 @@ from jax.typing import ArrayLike, DTypeLike
 
 from fpemu._core.format import Format
 from fpemu._core.modes import Rounding, Saturation, StochasticVariant
+from fpemu._jax.elementwise import select
 from fpemu._ops import codec
 from fpemu._scaled import core as _core
 from fpemu._scaled import layout as _layout
@@ -185,7 +186,7 @@ class BlockArray:
         E8M0's ``2**-127`` (code 0) is returned exactly, as a float32 subnormal.
         """
         bits, nan = _core.scale_bits(self.scale, self.block_format)
-        return jnp.where(nan, jnp.float32(jnp.nan), lax.bitcast_convert_type(bits, F32))
+        return select(nan, np.float32(np.nan), lax.bitcast_convert_type(bits, F32))
 
     def codes(self) -> jax.Array:
         """The element codes, ``values``' shape: ``element.code_dtype`` (`fpemu.encode`'s codes), or,
@@ -455,7 +456,7 @@ class BlockArray:
 def _signed_codes(codes: jax.Array, fmt: Format) -> jax.Array:
     """Two's-complement codes (unsigned) as the signed integers they hold (int8 for 8 bits)."""
     k = codes.astype(jnp.int32)
-    k = jnp.where(k >= fmt.num_codes // 2, k - fmt.num_codes, k)
+    k = select(lax.ge(k, np.int32(fmt.num_codes // 2)), lax.sub(k, np.int32(fmt.num_codes)), k)
     return k.astype(jnp.dtype(f"int{fmt.code_dtype.itemsize * 8}"))
 
 

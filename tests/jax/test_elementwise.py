@@ -15,6 +15,7 @@ from jax._src import core
 
 import fpemu
 from fpemu import quantize, scaled
+from fpemu._core.modes import STOCHASTIC_VARIANTS
 from fpemu._jax.elementwise import clamp, pad_zeros, select
 
 FLOATS = np.array([0.0, -0.0, 1.5, -2.0, np.inf, -np.inf, np.nan, 1e-45, -3e38], np.float32)
@@ -164,14 +165,10 @@ def test_quantizers_trace_without_where_or_clip_jits(fn):
 
 _JAX_DIR = os.path.dirname(jax.__file__) + os.sep
 _FPEMU_DIR = os.path.dirname(fpemu.__file__)
-#: The modules traced at every quantizer site, which bind `lax` functions rather than jnp's jitted operators
-#: (`fpemu._jax.elementwise`'s docstring).
-ROUNDING_CORES = frozenset(
-    os.path.join(_FPEMU_DIR, *path.split("/"))
-    for path in (
-        "_engine/convert.py", "_engine/stochastic.py", "_engine/rng.py", "_jax/reduce.py",
-        "_scaled/bits.py", "_scaled/rne.py", "_scaled/scale.py", "_scaled/core.py",
-    )
+#: Every module of the package but `fpemu.tools` (command-line tools and their models: user code).
+PACKAGE = frozenset(
+    path for path in glob.glob(os.path.join(_FPEMU_DIR, "**", "*.py"), recursive=True)
+    if os.path.join(_FPEMU_DIR, "tools") + os.sep not in path
 )  # fmt: skip
 
 
@@ -218,28 +215,34 @@ def test_the_probe_sees_jnp_operators():
 
 
 @pytest.mark.parametrize("name", [f.name for f in fpemu.formats() if f.name != "fp64"])
-def test_quantize_calls_no_jnp_operator_in_the_rounding_cores(name):
-    """`fpemu.quantize` in every rounding mode traces the rounding cores without a jitted jnp call (each would
-    trace a jit of its own per new shape: `fpemu._jax.elementwise`)."""
+def test_quantize_calls_no_jnp_operator_in_the_package(name):
+    """`fpemu.quantize` in every rounding mode and stochastic variant, and `fpemu.encode` and `fpemu.decode`,
+    trace without a jitted jnp call from the package (each would trace a jit of its own per new shape:
+    `fpemu._jax.elementwise`)."""
     key = jax.random.key(0)
     for rounding in fpemu.ROUNDING_MODES:
         fn = lambda x: quantize(x, name, rounding=rounding, key=key if rounding == "stochastic" else None)  # noqa: B023
-        assert _jnp_jit_calls(fn, _X, modules=ROUNDING_CORES) == [], rounding
+        assert _jnp_jit_calls(fn, _X, modules=PACKAGE) == [], rounding
+    for variant in STOCHASTIC_VARIANTS:
+        fn = lambda x: quantize(x, name, rounding="stochastic", key=key, stochastic_variant=variant)  # noqa: B023
+        assert _jnp_jit_calls(fn, _X, modules=PACKAGE) == [], variant
+    assert _jnp_jit_calls(lambda x: fpemu.decode(fpemu.encode(x, name), name), _X, modules=PACKAGE) == []
+    codes = np.arange(-3, 300, dtype=np.int32)  # out of range too: NaN
+    assert _jnp_jit_calls(lambda c: fpemu.decode(c, name), codes, modules=PACKAGE) == []
 
 
-@pytest.mark.parametrize("name", scaled.block_formats())
-@pytest.mark.parametrize("rounding", ["nearest_even", "stochastic"])
-def test_quantize_dequantize_calls_no_jnp_operator_in_the_rounding_cores(name, rounding):
+@pytest.mark.parametrize(
+    ("name", "rounding"),
+    [
+        (name, rounding)
+        for name in scaled.block_formats()
+        for rounding in scaled.get_block_format(name).allowed_roundings
+    ],
+)
+def test_quantize_dequantize_calls_no_jnp_operator_in_the_package(name, rounding):
     key = jax.random.key(0) if rounding == "stochastic" else None
     fn = lambda x: scaled.quantize_dequantize(x, name, rounding=rounding, key=key)
-    assert _jnp_jit_calls(fn, _X, modules=ROUNDING_CORES) == []
-
-
-#: Every module of the package but `fpemu.tools` (command-line tools and their models: user code).
-PACKAGE = frozenset(
-    path for path in glob.glob(os.path.join(_FPEMU_DIR, "**", "*.py"), recursive=True)
-    if os.path.join(_FPEMU_DIR, "tools") + os.sep not in path
-)  # fmt: skip
+    assert _jnp_jit_calls(fn, _X, modules=PACKAGE) == []
 
 
 def _mlp_loss(params, x):
@@ -264,3 +267,12 @@ def test_a_recipe_training_step_calls_no_jnp_operator_in_the_package(recipe):
     else:
         fn = fpemu.emulate(step, policy, key=key)
     assert _jnp_jit_calls(fn, *args, modules=PACKAGE) == []
+
+
+@pytest.mark.parametrize("name", scaled.block_formats())
+def test_a_block_array_decodes_without_a_jnp_operator_in_the_package(name):
+    """`fpemu.scaled.BlockArray`'s dequantized values, decode scales (exact products with a tensor scale, E8M0's
+    subnormal ``2**-127``) and signed codes: no jitted jnp call from the package."""
+    for read in (lambda a: a.dequantize(), lambda a: a.scale_values(), lambda a: a.codes()):
+        fn = lambda x: read(scaled.BlockArray.from_array(x, name))  # noqa: B023
+        assert _jnp_jit_calls(fn, _X, modules=PACKAGE) == []
