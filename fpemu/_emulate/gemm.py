@@ -141,7 +141,7 @@ def operand_counts(x: jax.Array, dims: tuple[int, ...], q: Quantizer, key: Any, 
     its scale, and the element it became); ``elements`` is ``x``'s size."""
     scaled, values = operand_elements(x, dims, q, key, amax, margin)
     counts = _stats.counts(scaled, values, q.element)
-    return counts.at[0].set(x.size)
+    return lax.concatenate([np.full((1,), x.size, np.int32), lax.slice_in_dim(counts, 1, counts.shape[0])], 0)
 
 
 # -- the rule ------------------------------------------------------------------------------------------

@@ -59,7 +59,7 @@ def amax_value(vector: jax.Array) -> jax.Array:
 
 def _magnitude_bits(x: jax.Array, container: Format) -> jax.Array:
     bits = lax.bitcast_convert_type(x, jnp.dtype(container.code_dtype))
-    return bits & jnp.asarray(container.sign_mask ^ ((1 << container.bits) - 1), bits.dtype)
+    return lax.bitwise_and(bits, np.asarray(container.sign_mask ^ ((1 << container.bits) - 1), bits.dtype))
 
 
 def counts(x: jax.Array, y: jax.Array, fmt: Format) -> jax.Array:
@@ -79,24 +79,33 @@ def counts(x: jax.Array, y: jax.Array, fmt: Format) -> jax.Array:
     container = get_format(x.dtype)
     mx = _magnitude_bits(x, container)
     my = _magnitude_bits(y, container)
+    # bound as `lax` calls, as the quantizers are (`fpemu._jax.elementwise`): a statistics site per rounding site
+    zero = np.zeros((), mx.dtype)
     if container.has_inf:  # IEEE dtypes: every class is a comparison of magnitude bits
-        inf = jnp.asarray(container.inf_code, mx.dtype)
-        finite_x, finite_y, nan_x = mx < inf, my < inf, mx > inf
-        inf_y, nan_y = my == inf, my > inf
-    else:  # float8 containers without infinity
-        finite_x, finite_y, nan_x = jnp.isfinite(x), jnp.isfinite(y), jnp.isnan(x)
-        inf_y, nan_y = jnp.isinf(y), jnp.isnan(y)
-    masks = [finite_x & ~finite_y, None, (mx != 0) & (my == 0), None, inf_y, nan_y]
+        inf = np.asarray(container.inf_code, mx.dtype)
+        finite_x, finite_y, nan_x = lax.lt(mx, inf), lax.lt(my, inf), lax.gt(mx, inf)
+        inf_y, nan_y = lax.eq(my, inf), lax.gt(my, inf)
+    else:  # float8 containers without infinity: none is infinite
+        finite_x, finite_y, nan_x = lax.is_finite(x), lax.is_finite(y), lax.ne(x, x)
+        inf_y, nan_y = jnp.zeros(y.shape, jnp.bool_), lax.ne(y, y)
+    masks = [
+        lax.bitwise_and(finite_x, lax.bitwise_not(finite_y)),
+        None,
+        lax.bitwise_and(lax.ne(mx, zero), lax.eq(my, zero)),
+        None,
+        inf_y,
+        nan_y,
+    ]
     if fmt.max < container.max:  # fmt's max is a value of the container
-        max_bits = jnp.asarray(value_bits(fmt.max, container), mx.dtype)
-        masks[1] = ~nan_x & (mx > max_bits) & (my == max_bits)
+        max_bits = np.asarray(value_bits(fmt.max, container), mx.dtype)
+        masks[1] = lax.bitwise_and(lax.bitwise_and(lax.bitwise_not(nan_x), lax.gt(mx, max_bits)), lax.eq(my, max_bits))
     if fmt.has_subnormals and fmt.min_normal > container.min_subnormal:  # a power of two the container holds
-        normal_bits = jnp.asarray(value_bits(fmt.min_normal, container), my.dtype)
-        masks[3] = (my - jnp.ones((), my.dtype)) < (normal_bits - jnp.ones((), my.dtype))  # 0 < my < normal
+        below_normal = np.asarray(value_bits(fmt.min_normal, container) - 1, my.dtype)
+        masks[3] = lax.lt(lax.sub(my, np.ones((), my.dtype)), below_normal)  # 0 < my < normal (0 - 1 wraps around)
     # One reduction for all the counters (XLA compiles one fused loop, not six).
     never = jnp.zeros(mx.shape, jnp.bool_)
     rows = jnp.stack([(never if m is None else m).reshape(-1) for m in masks])
-    sums = jnp.sum(rows.astype(jnp.int32), axis=1, dtype=jnp.int32)
+    sums = lax.reduce_sum(rows.astype(jnp.int32), (1,))
     return jnp.concatenate([jnp.full((1,), x.size, jnp.int32), sums])
 
 

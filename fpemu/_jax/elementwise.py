@@ -28,16 +28,17 @@ time, never a silently different value.
 
 The package's whole quantization path is written so: `fpemu.quantize` in every rounding mode and stochastic
 variant, `fpemu.encode` and `fpemu.decode`, `fpemu.scaled.quantize_dequantize` and `fpemu.scaled.BlockArray`
-(its values, decode scales and codes) for every block format, and a training step under `fpemu.emulate` with
-any training recipe (besides the quantizers: the keys folded for each GEMM and site, amax statistics and
-delayed scaling's histories, the Hadamard transform's signs, the chunked sums' slices, the materializations'
-predicate, zero padding by `pad_zeros`). tests/jax/test_elementwise.py checks that none of them calls a jitted
-``jnp`` function from the package while traced. Where the rewrite changed a program, it changed only how it is
-written: ``jnp.pad``, ``jnp.isinf`` and ``jnp.where`` left a nested ``jit`` that XLA inlines, a chunk's start
-took three equations to allow negative starts it never has, and an amax vector was a scatter rather than a pad
-(bench/RESULTS_training.md, "twenty-third session"). Paths that still use the operators: the counts of
-``with_stats``, `fpemu.find_nonfinite`, `fpemu.scalify`, the error metrics, and the tensor-core accumulator of
-`fpemu.matmul`.
+(its values, decode scales and codes) for every block format, `fpemu.matmul`'s accumulators (the FP8 tensor
+core's too), and a training step under `fpemu.emulate` with any training recipe, with or without
+``with_stats`` (besides the quantizers: the keys folded for each GEMM and site, amax statistics and delayed
+scaling's histories, the counts of the statistics, the Hadamard transform's signs, the chunked sums' slices,
+the materializations' predicate, zero padding by `pad_zeros`). tests/jax/test_elementwise.py checks that none
+of them calls a jitted ``jnp`` function from the package while traced. Where the rewrite changed a program, it
+changed only how it is written: ``jnp.pad``, ``jnp.isinf`` and ``jnp.where`` left a nested ``jit`` that XLA
+inlines, a chunk's start took three equations to allow negative starts it never has, and an amax vector and an
+operand's element count were scatters rather than a pad and a concatenation (bench/RESULTS_training.md,
+"twenty-third session"). Paths that still use the operators: `fpemu.find_nonfinite` (which runs eagerly),
+`fpemu.scalify`, and the error metrics (`fpemu.scaled.qsnr`, `fpemu.scaled.relative_error`).
 """
 
 from __future__ import annotations

@@ -39,10 +39,11 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from fpemu._core.format import Format
-from fpemu._jax.elementwise import pad_zeros
+from fpemu._jax.elementwise import pad_zeros, select
 
 __all__ = ["ACCUMULATOR_MODELS", "GROUP", "TensorCore", "tensor_core", "tensor_core_sum"]
 
@@ -50,6 +51,7 @@ ACCUMULATOR_MODELS = ("hopper_fp8",)  # the names `accumulate=` takes besides fo
 GROUP = 32  # products per fused step (one wgmma's K for FP8)
 _FRACTION_BITS = 13  # bits kept below the alignment exponent, and below the sum's leading bit
 _OPERAND_FORMATS = ("e4m3fn", "e5m2")  # the FP8 formats the hardware multiplies
+_U32, _I32, _F32 = np.uint32, np.int32, np.float32  # constants: NumPy scalars of the operand's dtype
 _NONE = -(1 << 20)  # the exponent of a term that takes no part in the alignment
 
 
@@ -86,38 +88,51 @@ def tensor_core(name: str, lhs: Format, rhs: Format, every: int | None, work: Fo
 
 def _exponent(x: jax.Array, emin: int) -> jax.Array:
     """The exponent field's value of each FP8 value held in float32 (a subnormal counts as ``emin``)."""
-    e = ((lax.bitcast_convert_type(x, jnp.uint32) >> 23) & 0xFF).astype(jnp.int32) - 127
-    return jnp.maximum(e, emin)
+    return lax.max(_unbiased_exponent(x), _I32(emin))
+
+
+def _unbiased_exponent(x: jax.Array) -> jax.Array:
+    """The float32 exponent field of ``x`` less the bias (int32)."""
+    field = lax.bitwise_and(lax.shift_right_logical(lax.bitcast_convert_type(x, jnp.uint32), _U32(23)), _U32(0xFF))
+    return lax.sub(field.astype(jnp.int32), _I32(127))
+
+
+def _trunc(x: jax.Array) -> jax.Array:
+    """``jnp.trunc`` of float32 ``x``: toward zero."""
+    return select(lax.lt(x, _F32(0)), lax.ceil(x), lax.floor(x))
 
 
 def _truncate_14_bits(x: jax.Array) -> jax.Array:
     """``x`` (float32, normal or zero) truncated toward zero to 14 significant bits; a zero is +0."""
-    bits = lax.bitcast_convert_type(x, jnp.uint32) & jnp.uint32(0xFFFFFC00)
-    bits = jnp.where((bits & jnp.uint32(0x7FFFFFFF)) == 0, jnp.uint32(0), bits)
+    bits = lax.bitwise_and(lax.bitcast_convert_type(x, jnp.uint32), _U32(0xFFFFFC00))
+    bits = select(lax.eq(lax.bitwise_and(bits, _U32(0x7FFFFFFF)), _U32(0)), _U32(0), bits)
     return lax.bitcast_convert_type(bits, jnp.float32)
 
 
 def _group_step(acc: jax.Array, a: jax.Array, b: jax.Array, model: TensorCore) -> jax.Array:
-    """``acc`` (B, M, N) after one fused step over the products of ``a`` (B, M, g) and ``b`` (B, g, N)."""
-    p = a[:, :, :, None] * b[:, None, :, :]  # (B, M, g, N): exact (FP8 products)
-    finite = jnp.isfinite(p)
-    live = finite & (p != 0)
-    e = _exponent(a, model.lhs_emin)[:, :, :, None] + _exponent(b, model.rhs_emin)[:, None, :, :]
-    emax = jnp.max(jnp.where(live, e, _NONE), axis=2)
-    acc_live = jnp.isfinite(acc) & (acc != 0)
-    acc_e = ((lax.bitcast_convert_type(acc, jnp.uint32) >> 23) & 0xFF).astype(jnp.int32) - 127
-    emax = jnp.maximum(emax, jnp.where(acc_live, acc_e, _NONE))
+    """``acc`` (B, M, N) after one fused step over the products of ``a`` (B, M, g) and ``b`` (B, g, N).
+
+    Bound as `lax` calls, as the quantizers are (`fpemu._jax.elementwise`); size-1 axes broadcast."""
+    p = lax.mul(lax.expand_dims(a, (3,)), lax.expand_dims(b, (1,)))  # (B, M, g, N): exact (FP8 products)
+    finite = lax.is_finite(p)
+    live = lax.bitwise_and(finite, lax.ne(p, _F32(0)))
+    e = lax.add(
+        lax.expand_dims(_exponent(a, model.lhs_emin), (3,)), lax.expand_dims(_exponent(b, model.rhs_emin), (1,))
+    )
+    emax = lax.reduce_max(select(live, e, _I32(_NONE)), (2,))
+    acc_live = lax.bitwise_and(lax.is_finite(acc), lax.ne(acc, _F32(0)))
+    emax = lax.max(emax, select(acc_live, _unbiased_exponent(acc), _I32(_NONE)))
     # The terms in units of 2**(emax - 13); emax lies in [-28, 127], so both powers of two are normal.
-    shift = jnp.where(emax == _NONE, 0, _FRACTION_BITS - emax)
-    up = lax.bitcast_convert_type(((shift + 127) << 23).astype(jnp.uint32), jnp.float32)
-    down = lax.bitcast_convert_type(((127 - shift) << 23).astype(jnp.uint32), jnp.float32)
-    units = jnp.trunc(jnp.where(live, p, 0.0) * up[:, :, None, :])
-    acc_units = jnp.trunc(jnp.where(acc_live, acc, 0.0) * up)
-    total = jnp.sum(units, axis=2) + acc_units  # integers below 2**21: exact in any order
-    finite_sum = _truncate_14_bits(total * down)
+    shift = select(lax.eq(emax, _I32(_NONE)), _I32(0), lax.sub(_I32(_FRACTION_BITS), emax))
+    up = lax.bitcast_convert_type(lax.shift_left(lax.add(shift, _I32(127)), _I32(23)).astype(jnp.uint32), jnp.float32)
+    down = lax.bitcast_convert_type(lax.shift_left(lax.sub(_I32(127), shift), _I32(23)).astype(jnp.uint32), jnp.float32)
+    units = _trunc(lax.mul(select(live, p, _F32(0)), lax.expand_dims(up, (2,))))
+    acc_units = _trunc(lax.mul(select(acc_live, acc, _F32(0)), up))
+    total = lax.add(lax.reduce_sum(units, (2,)), acc_units)  # integers below 2**21: exact in any order
+    finite_sum = _truncate_14_bits(lax.mul(total, down))
     # NaN and infinities: the IEEE float32 sum of the non-finite terms (0 when there are none).
-    special = jnp.sum(jnp.where(finite, 0.0, p), axis=2) + jnp.where(jnp.isfinite(acc), 0.0, acc)
-    return jnp.where(special == 0, finite_sum, special)
+    special = lax.add(lax.reduce_sum(select(finite, _F32(0), p), (2,)), select(lax.is_finite(acc), _F32(0), acc))
+    return select(lax.eq(special, _F32(0)), finite_sum, special)
 
 
 def tensor_core_sum(a3: jax.Array, b3: jax.Array, model: TensorCore) -> jax.Array:

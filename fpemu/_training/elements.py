@@ -28,10 +28,10 @@ def operand_elements(x: jax.Array, dims: tuple[int, ...], q: Quantizer, key: Any
     sa = scaled_operand(x, key if stochastic else None, amax, q=q, dims=dims, margin=margin)
     scale = sa.scale_values()
     if sa.global_scale is not None:
-        scale = scale * sa.global_scale
+        scale = lax.mul(scale, sa.global_scale)
     block = q.block_format.block_size if q.scaling in ("row", "block") else None  # block_2d: a tile is a group
     if axis is not None and block is not None and scale.shape[axis] > 1:
         scale = lax.slice_in_dim(jnp.repeat(scale, block, axis=axis), 0, view.shape[axis], axis=axis)
     scale = jnp.broadcast_to(scale, view.shape)
-    values = select(jnp.isnan(scale), jnp.nan, sa.values)
-    return select(scale == 0, F32(0), view / scale), values
+    values = select(lax.ne(scale, scale), jnp.nan, sa.values)  # NaN where the scale is
+    return select(lax.eq(scale, F32(0)), F32(0), lax.div(view, scale)), values

@@ -251,22 +251,30 @@ def _mlp_loss(params, x):
 
 
 @pytest.mark.parametrize("recipe", fpemu.TRAINING_RECIPES)
-def test_a_recipe_training_step_calls_no_jnp_operator_in_the_package(recipe):
-    """`fpemu.emulate`'s GEMMs under every training recipe (their quantizers, keys, amax statistics and
-    histories, Hadamard transforms, chunked sums, materializations) trace without a jitted jnp call from the
-    package: each would trace a jit of its own per new shape, at every GEMM of every step's trace. The
-    forward product contracts 384 elements (FP8 blockwise's loop over 128-product chunks)."""
+@pytest.mark.parametrize("with_stats", [False, True])
+def test_a_recipe_training_step_calls_no_jnp_operator_in_the_package(recipe, with_stats):
+    """`fpemu.emulate`'s GEMMs under every training recipe (their quantizers, keys, amax histories, Hadamard
+    transforms, chunked sums, materializations, and with ``with_stats`` the statistics of their operands) trace
+    without a jitted jnp call from the package: each would trace a jit of its own per new shape, at every GEMM
+    of every step's trace. The forward product contracts 384 elements (FP8 blockwise's loop over 128-product
+    chunks)."""
     params = {"w1": jnp.full((384, 32), 0.01, jnp.float32), "w2": jnp.full((32, 4), 0.02, jnp.float32)}
     step = jax.value_and_grad(_mlp_loss)
     policy = fpemu.Policy(dot=recipe)
     key = jax.random.key(0) if policy.stochastic else None  # stochastic rounding: NVFP4's gradients
     args = (params, jnp.linspace(-3.0, 3.0, 8 * 384, dtype=jnp.float32).reshape(8, 384))
     if fpemu.training_recipe(recipe).stateful:  # delayed scaling: amax histories
-        fn = fpemu.emulate(step, policy, key=key, state=True)
+        fn = fpemu.emulate(step, policy, key=key, state=True, with_stats=with_stats)
         args = (fpemu.init_training_state(step, policy, *args), *args)
     else:
-        fn = fpemu.emulate(step, policy, key=key)
+        fn = fpemu.emulate(step, policy, key=key, with_stats=with_stats)
     assert _jnp_jit_calls(fn, *args, modules=PACKAGE) == []
+
+
+def test_a_hopper_accumulator_calls_no_jnp_operator_in_the_package():
+    """`fpemu.matmul`'s FP8 tensor-core accumulator (``accumulate="hopper_fp8"``), in its loop over groups."""
+    fn = lambda a: fpemu.matmul(a, a.T, lhs="e4m3fn", rhs="e5m2", accumulate="hopper_fp8", accumulate_every=32)
+    assert _jnp_jit_calls(fn, _X, modules=PACKAGE) == []
 
 
 @pytest.mark.parametrize("name", scaled.block_formats())
