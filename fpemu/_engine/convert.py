@@ -148,9 +148,8 @@ def _stochastic_up(x, shift, draw, k: int, variant: str, wide: np.dtype) -> jnp.
     d = lax.sub(shift.astype(jnp.int32), np.int32(k))  # bits of x below the k that T keeps
     floor_part = _shift(x, lax.neg(d), width)  # floor(2**k f) < 2**k
     one, zero = wide.type(1), wide.type(0)
-    guard = lax.bitwise_and(
-        _shift(x, lax.sub(np.int32(1), d), width), one
-    )  # the first bit below them (0 when d <= 0: none)
+    # the first bit below them (0 when d <= 0: none)
+    guard = lax.bitwise_and(_shift(x, lax.sub(np.int32(1), d), width), one)
     # any bit below the guard bit
     sticky = lax.ne(_shift(_shift(x, lax.sub(np.int32(1), d), width), lax.sub(d, np.int32(1)), width), x)
     guard = lax.ne(select(lax.ge(d, np.int32(1)), guard, zero), zero)
