@@ -43,6 +43,7 @@ import numpy as np
 from jax import lax
 
 from fpemu._core.format import Format
+from fpemu._core.registry import get_format
 from fpemu._jax.elementwise import pad_zeros, select
 
 __all__ = ["ACCUMULATOR_MODELS", "GROUP", "TensorCore", "tensor_core", "tensor_core_sum"]
@@ -52,6 +53,10 @@ GROUP = 32  # products per fused step (one wgmma's K for FP8)
 _FRACTION_BITS = 13  # bits kept below the alignment exponent, and below the sum's leading bit
 _OPERAND_FORMATS = ("e4m3fn", "e5m2")  # the FP8 formats the hardware multiplies
 _U32, _I32, _F32 = np.uint32, np.int32, np.float32  # constants: NumPy scalars of the operand's dtype
+# float32's fields, read from the registry: the exponent field's shift, width mask and bias, the magnitude bits
+_FP32 = get_format("fp32")
+_FIELD_SHIFT, _FIELD_MAX, _BIAS = _FP32.mantissa_bits, (1 << _FP32.exponent_bits) - 1, _FP32.bias
+_ABS = _FP32.sign_mask - 1
 _NONE = -(1 << 20)  # the exponent of a term that takes no part in the alignment
 
 
@@ -93,8 +98,14 @@ def _exponent(x: jax.Array, emin: int) -> jax.Array:
 
 def _unbiased_exponent(x: jax.Array) -> jax.Array:
     """The float32 exponent field of ``x`` less the bias (int32)."""
-    field = lax.bitwise_and(lax.shift_right_logical(lax.bitcast_convert_type(x, jnp.uint32), _U32(23)), _U32(0xFF))
-    return lax.sub(field.astype(jnp.int32), _I32(127))
+    bits = lax.bitcast_convert_type(x, jnp.uint32)
+    field = lax.bitwise_and(lax.shift_right_logical(bits, _U32(_FIELD_SHIFT)), _U32(_FIELD_MAX))
+    return lax.sub(field.astype(jnp.int32), _I32(_BIAS))
+
+
+def _pow2_field(biased: jax.Array) -> jax.Array:
+    """The float32 bits of ``2**(biased - bias)`` for a biased exponent in [1, 254] (int32 in, uint32 out)."""
+    return lax.shift_left(biased, _I32(_FIELD_SHIFT)).astype(jnp.uint32)
 
 
 def _trunc(x: jax.Array) -> jax.Array:
@@ -104,8 +115,9 @@ def _trunc(x: jax.Array) -> jax.Array:
 
 def _truncate_14_bits(x: jax.Array) -> jax.Array:
     """``x`` (float32, normal or zero) truncated toward zero to 14 significant bits; a zero is +0."""
-    bits = lax.bitwise_and(lax.bitcast_convert_type(x, jnp.uint32), _U32(0xFFFFFC00))
-    bits = select(lax.eq(lax.bitwise_and(bits, _U32(0x7FFFFFFF)), _U32(0)), _U32(0), bits)
+    kept = ~((1 << (_FIELD_SHIFT - _FRACTION_BITS)) - 1) & 0xFFFFFFFF  # sign, exponent, 13 fraction bits
+    bits = lax.bitwise_and(lax.bitcast_convert_type(x, jnp.uint32), _U32(kept))
+    bits = select(lax.eq(lax.bitwise_and(bits, _U32(_ABS)), _U32(0)), _U32(0), bits)
     return lax.bitcast_convert_type(bits, jnp.float32)
 
 
@@ -124,8 +136,8 @@ def _group_step(acc: jax.Array, a: jax.Array, b: jax.Array, model: TensorCore) -
     emax = lax.max(emax, select(acc_live, _unbiased_exponent(acc), _I32(_NONE)))
     # The terms in units of 2**(emax - 13); emax lies in [-28, 127], so both powers of two are normal.
     shift = select(lax.eq(emax, _I32(_NONE)), _I32(0), lax.sub(_I32(_FRACTION_BITS), emax))
-    up = lax.bitcast_convert_type(lax.shift_left(lax.add(shift, _I32(127)), _I32(23)).astype(jnp.uint32), jnp.float32)
-    down = lax.bitcast_convert_type(lax.shift_left(lax.sub(_I32(127), shift), _I32(23)).astype(jnp.uint32), jnp.float32)
+    up = lax.bitcast_convert_type(_pow2_field(lax.add(shift, _I32(_BIAS))), jnp.float32)
+    down = lax.bitcast_convert_type(_pow2_field(lax.sub(_I32(_BIAS), shift)), jnp.float32)
     units = _trunc(lax.mul(select(live, p, _F32(0)), lax.expand_dims(up, (2,))))
     acc_units = _trunc(lax.mul(select(acc_live, acc, _F32(0)), up))
     total = lax.add(lax.reduce_sum(units, (2,)), acc_units)  # integers below 2**21: exact in any order

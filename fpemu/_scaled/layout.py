@@ -15,6 +15,7 @@ from typing import NamedTuple
 import jax.numpy as jnp
 from jax import lax
 
+from fpemu._jax.elementwise import pad_zeros
 from fpemu._jax.reduce import magnitude_max, run_max
 from fpemu._ops.fusion import MATERIALIZE_MIN_SIZE, materialize
 
@@ -69,9 +70,9 @@ def _group_max(u: jnp.ndarray, layout: Layout) -> jnp.ndarray:
     n = u.shape[axis]
     groups = -(-n // block)
     if groups * block != n:  # a shorter last block: zeros do not change its amax
-        pad = [(0, 0, 0)] * u.ndim
-        pad[axis] = (0, groups * block - n, 0)
-        u = lax.pad(u, u.dtype.type(0), pad)
+        pad = [(0, 0)] * u.ndim
+        pad[axis] = (0, groups * block - n)
+        u = pad_zeros(u, pad)
     if axis == u.ndim - 1:
         return run_max(u, block)
     blocked = u.reshape(u.shape[:axis] + (groups, block) + u.shape[axis + 1 :])
