@@ -37,8 +37,10 @@ of them calls a jitted ``jnp`` function from the package while traced. Where the
 changed only how it is written: ``jnp.pad``, ``jnp.isinf`` and ``jnp.where`` left a nested ``jit`` that XLA
 inlines, a chunk's start took three equations to allow negative starts it never has, and an amax vector and an
 operand's element count were scatters rather than a pad and a concatenation (bench/RESULTS_training.md,
-"twenty-third session"). Paths that still use the operators: `fpemu.find_nonfinite` (which runs eagerly),
-`fpemu.scalify`, and the error metrics (`fpemu.scaled.qsnr`, `fpemu.scaled.relative_error`).
+"twenty-third session"). `fpemu.scalify`'s rules compute their scales on NumPy values (static) and JAX arrays
+alike, through `fpemu.scalify._arith`'s functions, which bind ``lax`` for JAX arrays in the same way. Paths that
+still use the operators: `fpemu.find_nonfinite` (which runs eagerly) and the error metrics
+(`fpemu.scaled.qsnr`, `fpemu.scaled.relative_error`).
 """
 
 from __future__ import annotations

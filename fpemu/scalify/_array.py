@@ -9,7 +9,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fpemu.scalify._pow2 import Pow2RoundMode, is_numpy, pow2_decompose
+from fpemu.scalify._arith import is_numpy, mul
+from fpemu.scalify._pow2 import Pow2RoundMode, pow2_decompose
 
 __all__ = [
     "ScaledArray",
@@ -125,7 +126,7 @@ class ScaledArray:
         dtype = self.dtype if dtype is None else np.dtype(dtype)
         wide = wide_dtype(self.dtype, np.dtype(self.scale.dtype))
         with np.errstate(over="ignore", invalid="ignore"):  # NumPy leaves: overflow gives inf, as in JAX
-            return (self.data.astype(wide) * self.scale.astype(wide)).astype(dtype)
+            return mul(self.data.astype(wide), self.scale.astype(wide)).astype(dtype)
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         return np.asarray(self.to_array(dtype))

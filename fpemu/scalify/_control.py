@@ -29,6 +29,7 @@ from fpemu._jax.interpret import (
     switch_agreeing,
     while_parts,
 )
+from fpemu.scalify._arith import add, mul
 from fpemu.scalify._array import ScaledArray
 from fpemu.scalify._config import get_scalify_config
 from fpemu.scalify._helpers import is_float, rescaled, safe_div, unscale
@@ -155,9 +156,9 @@ def _stack_outputs(ys: list) -> list:
         if not isinstance(y, ScaledArray):
             outs.append(y)
             continue
-        scale = jnp.max(y.scale)
-        ratio = safe_div(y.scale, scale).astype(y.dtype).reshape((-1,) + (1,) * (y.data.ndim - 1))
-        outs.append(ScaledArray(y.data * ratio, scale))
+        scale = lax.reduce_max(y.scale, tuple(range(y.scale.ndim)))
+        ratio = safe_div(y.scale, scale).astype(y.dtype)
+        outs.append(ScaledArray(lax.mul(y.data, lax.broadcast_in_dim(ratio, y.data.shape, (0,))), scale))
     return outs
 
 
@@ -260,7 +261,7 @@ def _tangent_in(primal: Any, tangent: Any) -> Any:
         return tangent
     d, s = primal.data, primal.scale
     wide = jnp.float64 if primal.dtype == np.float64 else jnp.float32
-    data = tangent.data.astype(wide) + d.astype(wide) * safe_div(tangent.scale, s).astype(wide)
+    data = add(tangent.data.astype(wide), mul(d.astype(wide), safe_div(tangent.scale, s).astype(wide)))
     return ScaledArray(data.astype(primal.dtype), s)
 
 
@@ -325,8 +326,9 @@ def _cotangent_in(primal: Any, cotangent: Any) -> Any:
         return unscale(cotangent) if cotangent is not None else None
     g = cotangent.to_array(jnp.float32) if isinstance(cotangent, ScaledArray) else cotangent.astype(jnp.float32)
     s, d = primal.scale, primal.data
-    return ScaledArray((g * jnp.asarray(s).astype(jnp.float32)).astype(primal.dtype),
-                       jnp.sum(g * d.astype(jnp.float32)).astype(s.dtype))  # fmt: skip
+    product = mul(g, d.astype(jnp.float32))
+    return ScaledArray(mul(g, jnp.asarray(s).astype(jnp.float32)).astype(primal.dtype),
+                       lax.reduce_sum(product, tuple(range(product.ndim))).astype(s.dtype))  # fmt: skip
 
 
 @register_jaxpr_rule("custom_vjp_call", kind="custom derivative")

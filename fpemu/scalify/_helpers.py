@@ -9,8 +9,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from fpemu.scalify._arith import broadcast_arrays, is_numpy, mul
 from fpemu.scalify._array import ScaledArray, is_static_anyscale, wide_dtype
-from fpemu.scalify._pow2 import is_numpy, pow2_divide
+from fpemu.scalify._pow2 import pow2_divide
 
 _FLOAT_ORDER = ("float8", "bfloat16", "float16", "float32", "float64")
 
@@ -68,7 +69,8 @@ def safe_div(lhs: Any, rhs: Any) -> Any:
         lhs, rhs = np.asarray(lhs), np.asarray(rhs)
         return np.divide(lhs, rhs, out=np.zeros(np.broadcast_shapes(lhs.shape, rhs.shape), rhs.dtype), where=rhs != 0)
     rhs = jnp.asarray(rhs)
-    lhs, rhs = jnp.broadcast_arrays(jnp.asarray(lhs).astype(rhs.dtype), rhs)
+    lhs = jnp.asarray(lhs).astype(rhs.dtype)
+    lhs, rhs = broadcast_arrays(lhs, rhs)
     zero = lax.eq(rhs, lax.full_like(rhs, 0))
     return lax.select(zero, lax.full_like(rhs, 0), lax.div(lhs, lax.select(zero, lax.full_like(rhs, 1), rhs)))
 
@@ -109,9 +111,8 @@ def rescaled(value: ScaledArray, scale: Any, dtype: Any = None, *, pow2: bool = 
         ratio = safe_div(value.scale, scale)
     if is_numpy(ratio) and np.all(ratio == 1):
         return value.data if value.dtype == dtype else value.data.astype(dtype)
-    xp = api(ratio)
     wide = wide_dtype(dtype, value.dtype, ratio.dtype)
-    return (value.data.astype(wide) * xp.asarray(ratio).astype(wide)).astype(dtype)
+    return mul(value.data.astype(wide), api(ratio).asarray(ratio).astype(wide)).astype(dtype)
 
 
 def max_scale(values: Sequence[ScaledArray]) -> Any:

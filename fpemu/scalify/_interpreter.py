@@ -23,10 +23,10 @@ from fpemu._args import key_arg
 from fpemu._engine.rng import seeds_from_key
 from fpemu._jax.compat import Jaxpr, Literal, bind
 from fpemu._jax.interpret import evaluate
+from fpemu.scalify._arith import is_numpy
 from fpemu.scalify._array import ScaledArray, is_scaled_leaf, is_static_zero, make_scaled_scalar
 from fpemu.scalify._config import get_scalify_config
 from fpemu.scalify._helpers import is_float, rescaled, scale_dtype_of
-from fpemu.scalify._pow2 import is_numpy
 from fpemu.scalify._registry import (
     FALLBACK,
     JAXPR_RULES,

@@ -86,19 +86,25 @@ def _rebalanced(arr: Any, norm: Any, scale: Any) -> Any:
 
 def _rescale_max(arr: Any) -> Any:
     data, scale = get_data_scale(arr)
-    return _rebalanced(arr, jnp.max(jnp.abs(jnp.asarray(data))), scale)
+    data = jnp.asarray(data)
+    return _rebalanced(arr, lax.reduce_max(lax.abs(data), tuple(range(data.ndim))), scale)
 
 
 def _rescale_l1(arr: Any) -> Any:
     data, scale = get_data_scale(arr)
-    wide = jnp.abs(jnp.asarray(data).astype(jnp.float32))
-    return _rebalanced(arr, jnp.sum(wide) / np.float32(max(wide.size, 1)), scale)
+    wide = lax.abs(jnp.asarray(data).astype(jnp.float32))
+    return _rebalanced(arr, lax.div(_sum(wide), np.float32(max(wide.size, 1))), scale)
 
 
 def _rescale_l2(arr: Any) -> Any:
     data, scale = get_data_scale(arr)
     wide = jnp.asarray(data).astype(jnp.float32)
-    return _rebalanced(arr, jnp.sqrt(jnp.sum(wide * wide) / np.float32(max(wide.size, 1))), scale)
+    return _rebalanced(arr, lax.sqrt(lax.div(_sum(lax.mul(wide, wide)), np.float32(max(wide.size, 1)))), scale)
+
+
+def _sum(wide: Any) -> Any:
+    """The sum of every element of a float32 array (what ``jnp.sum`` records for it)."""
+    return lax.reduce_sum(wide, tuple(range(wide.ndim)))
 
 
 def _is_live(tree: Any) -> bool:

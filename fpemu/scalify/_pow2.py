@@ -19,6 +19,7 @@ from jax import lax
 
 from fpemu._args import key_arg
 from fpemu._engine.rng import random_uint32, seeds_from_key
+from fpemu.scalify._arith import bitwise_and, is_numpy
 
 __all__ = [
     "Pow2RoundMode",
@@ -53,11 +54,6 @@ _F64 = (
     np.uint64(0x7FF0000000000000),
     np.uint64(0x000FFFFFFFFFFFFF),
 )
-
-
-def is_numpy(value: Any) -> bool:
-    """Whether ``value`` is a NumPy array or scalar (a static value: JAX arrays never are)."""
-    return isinstance(value, (np.ndarray, np.generic))
 
 
 def _api(*values: Any) -> Any:
@@ -97,19 +93,18 @@ def _down(value: Any) -> Any:
     """``|value|`` rounded down to a power of two, in the work dtype (0 -> 0, inf and NaN -> inf)."""
     work = _work(value.dtype)
     _, bits = _bits(value, work)
-    return _from_bits(bits & work[2], work)
+    return _from_bits(bitwise_and(bits, work[2]), work)
 
 
 def _stochastic_up(value: Any, key: Any) -> Any:
     """Whether each ``|value|`` rounds up under stochastic pow2 rounding (its mantissa bits beat random bits)."""
     work = _work(value.dtype)
     _, bits = _bits(jnp.asarray(value), work)
-    fraction = (bits & work[3]).astype(jnp.uint64 if work is _F64 else jnp.uint32)
+    fraction = lax.bitwise_and(bits, work[3])
     random = random_uint32(seeds_from_key(key), jnp.shape(value))
     if work is _F64:  # compare the 32 leading fraction bits (of 52)
-        fraction = (fraction >> jnp.uint64(20)).astype(jnp.uint32)
-        return random < fraction
-    return (random >> jnp.uint32(9)) < fraction
+        return lax.lt(random, lax.shift_right_logical(fraction, np.uint64(20)).astype(jnp.uint32))
+    return lax.lt(lax.shift_right_logical(random, np.uint32(9)), fraction)
 
 
 # Bits of the reciprocal of a power of two: (2 * bias) << mantissa bits, minus the power's bits.
@@ -151,7 +146,7 @@ def pow2_divide(num: Any, den: Any) -> Any:
     wide, bits = _bits(den, work)
     top = lax.eq(bits, _RECIPROCAL_BASE[work[0]])  # 2**127: its reciprocal is not a normal number
     smallest = work[1].type(1 << (23 if work is _F32 else 52))  # bits of the smallest normal power
-    inverse = _from_bits(lax.select(top, smallest, _RECIPROCAL_BASE[work[0]] - bits), work)
+    inverse = _from_bits(lax.select(top, smallest, lax.sub(_RECIPROCAL_BASE[work[0]], bits)), work)
     zero = lax.full_like(wide, 0)
     inverse = lax.select(lax.eq(bits, work[2]), zero, inverse)  # den = inf: num * 0
     half = lax.select(top, lax.full_like(wide, 0.5), lax.full_like(wide, 1))
@@ -204,7 +199,7 @@ def pow2_round(val: Any, mode: Pow2RoundMode = Pow2RoundMode.DOWN, *, key: Any =
         return pow2_round_up(val)
     val = jnp.asarray(_float_arg(val, "val"))
     down = _down(val)
-    return jnp.where(_stochastic_up(val, key), down * down.dtype.type(2), down).astype(val.dtype)
+    return lax.select(_stochastic_up(val, key), lax.mul(down, down.dtype.type(2)), down).astype(val.dtype)
 
 
 def pow2_mode_arg(mode: Any, name: str = "mode") -> Pow2RoundMode:

@@ -15,6 +15,7 @@ from jax.interpreters import ad, batching, mlir
 
 from fpemu._args import format_arg
 from fpemu._ops.quantize import quantize
+from fpemu.scalify._arith import mul
 from fpemu.scalify._array import ScaledArray, asarray, is_static_one_scalar
 from fpemu.scalify._config import get_scalify_config
 from fpemu.scalify._helpers import common_float_dtype, float_dtype, is_float, rescaled
@@ -198,7 +199,7 @@ def rebalance(values: Any, rebalance_scale: Any) -> Any:
     _, scale = get_data_scale(values)
     rebalance_scale = _scale_value(rebalance_scale)
     dtype = common_float_dtype(scale.dtype, rebalance_scale.dtype)
-    return set_scaling(values, scale.astype(dtype) * rebalance_scale.astype(dtype))
+    return set_scaling(values, mul(scale.astype(dtype), rebalance_scale.astype(dtype)))
 
 
 # -- quantize_data: round the data (not the value) to a format ----------------------------------------

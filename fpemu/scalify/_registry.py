@@ -23,8 +23,9 @@ from jax.extend.core import Primitive
 
 from fpemu._engine.rng import hash_index
 from fpemu._jax.primitives import check_kind, names_of
+from fpemu.scalify._arith import is_numpy
 from fpemu.scalify._config import get_scalify_config
-from fpemu.scalify._pow2 import Pow2RoundMode, is_numpy, pow2_round
+from fpemu.scalify._pow2 import Pow2RoundMode, pow2_round
 
 __all__ = [
     "ScaledPrimitiveType",
@@ -220,7 +221,7 @@ def _stochastic_key(value: Any) -> jax.Array:
     bits = bits.reshape(-1)[0] if bits.ndim else bits
     site_word = jnp.uint32(site * 0x85EBCA6B % 2**32)
     seeds = jnp.asarray(seeds, jnp.uint32)
-    return jnp.stack([hash_index(seeds, bits ^ site_word), hash_index(seeds, bits + site_word)])
+    return jnp.stack([hash_index(seeds, lax.bitwise_xor(bits, site_word)), hash_index(seeds, lax.add(bits, site_word))])
 
 
 def round_scale(value: Any) -> Any:

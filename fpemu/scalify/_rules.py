@@ -12,10 +12,10 @@ import numpy as np
 from jax import lax
 
 from fpemu._jax.compat import lax_primitive
+from fpemu.scalify._arith import add, div, is_numpy, mul, sqrt
 from fpemu.scalify._array import ScaledArray
 from fpemu.scalify._config import get_scalify_config
 from fpemu.scalify._helpers import (
-    api,
     bind,
     maximum,
     minimum,
@@ -24,7 +24,7 @@ from fpemu.scalify._helpers import (
     safe_div,
     static_size,
 )
-from fpemu.scalify._pow2 import Pow2RoundMode, is_numpy, pow2_round_down
+from fpemu.scalify._pow2 import Pow2RoundMode, pow2_round_down
 from fpemu.scalify._registry import register_rule, round_scale, round_static
 
 # -- add, sub: sqrt(sa**2 + sb**2), rounded -----------------------------------------------------------
@@ -42,8 +42,8 @@ def add_scale(sa: Any, sb: Any) -> Any:
     step compiled to an XLA program of 14 times the plain one's instructions (bench/RESULTS_scalify.md)."""
     high, low = maximum(sa, sb), minimum(sa, sb)
     ratio = safe_div(low, high)
-    square = ratio * ratio + ratio.dtype.type(1)  # in [1, 2], or NaN
-    scale = round_scale(high * api(ratio).sqrt(square))
+    square = add(mul(ratio, ratio), ratio.dtype.type(1))  # in [1, 2], or NaN
+    scale = round_scale(mul(high, sqrt(square)))
     if is_numpy(scale):
         return scale
     one = lax.min(pow2_round_down(square), lax.full_like(square, 1))
@@ -76,14 +76,14 @@ def scaled_sub(A: ScaledArray, B: ScaledArray, **params: Any) -> ScaledArray:
 def scaled_mul(lhs: ScaledArray, rhs: ScaledArray, **params: Any) -> ScaledArray:
     """``s = sa * sb``, ``data = da * db``."""
     lhs, rhs = promote_scales(lhs, rhs)
-    return ScaledArray(lax.mul(lhs.data, rhs.data), lhs.scale * rhs.scale)
+    return ScaledArray(lax.mul(lhs.data, rhs.data), mul(lhs.scale, rhs.scale))
 
 
 @register_rule("div", kind="rule")
 def scaled_div(lhs: ScaledArray, rhs: ScaledArray, **params: Any) -> ScaledArray:
     """``s = sa / sb``, ``data = da / db``."""
     lhs, rhs = promote_scales(lhs, rhs)
-    return ScaledArray(lax.div(lhs.data, rhs.data), lhs.scale / rhs.scale)
+    return ScaledArray(lax.div(lhs.data, rhs.data), div(lhs.scale, rhs.scale))
 
 
 def _power(scale: Any, y: int) -> Any:
@@ -110,15 +110,14 @@ def scaled_square(A: ScaledArray, **params: Any) -> ScaledArray:
 def scaled_sqrt(val: ScaledArray, **params: Any) -> ScaledArray:
     """``s = sqrt(sa)``, ``data = sqrt(da)``."""
     (val,) = promote_scales(val)
-    return ScaledArray(lax.sqrt(val.data), api(val.scale).sqrt(val.scale))
+    return ScaledArray(lax.sqrt(val.data), sqrt(val.scale))
 
 
 @register_rule("rsqrt", kind="rule")
 def scaled_rsqrt(A: ScaledArray, **params: Any) -> ScaledArray:
     """``s = 1 / sqrt(sa)``, ``data = rsqrt(da)``."""
     (A,) = promote_scales(A)
-    xp = api(A.scale)
-    return ScaledArray(lax.rsqrt(A.data), A.scale.dtype.type(1) / xp.sqrt(A.scale))
+    return ScaledArray(lax.rsqrt(A.data), div(A.scale.dtype.type(1), sqrt(A.scale)))
 
 
 # -- matmuls: s = sa * sb * pow2(sqrt(K)), data divided by the same factor ------------------------------
@@ -134,8 +133,8 @@ def _matmul(lhs: ScaledArray, rhs: ScaledArray, size: int, compute) -> ScaledArr
     factor = _unit_factor(size, lhs.scale.dtype)
     data = compute(lhs.data, rhs.data)
     if factor != 1:
-        data = data / factor.astype(data.dtype)
-    return ScaledArray(data, lhs.scale * rhs.scale * factor)
+        data = div(data, factor.astype(data.dtype))
+    return ScaledArray(data, mul(mul(lhs.scale, rhs.scale), factor))
 
 
 @register_rule("dot_general", kind="rule")
@@ -185,8 +184,8 @@ def scaled_reduce_sum(val: ScaledArray, axes: Any, **params: Any) -> ScaledArray
     axes = tuple(axes)
     data = bind(lax.reduce_sum_p, val.data, axes=axes, **params)
     if factor != 1:
-        data = data / factor.astype(data.dtype)
-    return ScaledArray(data, val.scale * factor)
+        data = div(data, factor.astype(data.dtype))
+    return ScaledArray(data, mul(val.scale, factor))
 
 
 @register_rule("cumsum", kind="rule")
@@ -196,8 +195,8 @@ def scaled_cumsum(val: ScaledArray, axis: int, **params: Any) -> ScaledArray:
     factor = _unit_factor(val.shape[axis], val.scale.dtype)
     data = lax.cumsum_p.bind(val.data, axis=axis, **params)
     if factor != 1:
-        data = data / factor.astype(data.dtype)
-    return ScaledArray(data, val.scale * factor)
+        data = div(data, factor.astype(data.dtype))
+    return ScaledArray(data, mul(val.scale, factor))
 
 
 @register_rule("reduce_prod", kind="rule")

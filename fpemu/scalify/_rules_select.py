@@ -206,7 +206,7 @@ def scaled_sign(val: ScaledArray, **params: Any) -> ScaledArray:
 @register_rule("is_finite", kind="data")
 def scaled_is_finite(val: ScaledArray, **params: Any) -> Any:
     """``is_finite(da) & is_finite(sa)``: an unscaled bool array."""
-    return jnp.logical_and(lax.is_finite(val.data), jnp.isfinite(val.scale))
+    return lax.bitwise_and(lax.is_finite(val.data), lax.is_finite(jnp.asarray(val.scale)))
 
 
 def _compare(prim):
@@ -229,8 +229,8 @@ for _prim in (lax.eq_p, lax.ne_p, lax.lt_p, lax.le_p, lax.gt_p, lax.ge_p):
 @register_rule("log", kind="rule")
 def scaled_log(val: ScaledArray, **params: Any) -> ScaledArray:
     """``data = log(da) + log(sa)``, ``s = 1``."""
-    log_scale = jnp.log(jnp.asarray(val.scale)).astype(val.dtype)
-    return ScaledArray(bind(lax.log_p, val.data, **params) + log_scale, ones_scale(val.scale.dtype))
+    log_scale = lax.log(jnp.asarray(val.scale)).astype(val.dtype)
+    return ScaledArray(lax.add(bind(lax.log_p, val.data, **params), log_scale), ones_scale(val.scale.dtype))
 
 
 def unscale_compute(prim, operands: list, params: dict, *, fill: bool = False) -> list:

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fpemu.scalify._pow2 import is_numpy
+from fpemu.scalify._arith import is_numpy
 
 __all__ = ["as_e8m0", "from_e8m0", "pow2_truncate"]
 
