@@ -10,7 +10,7 @@ import numpy as np
 from jax import lax
 
 from fpemu.scalify._arith import broadcast_arrays, is_numpy, mul
-from fpemu.scalify._array import ScaledArray, is_static_anyscale, wide_dtype
+from fpemu.scalify._array import ScaledArray, all_static_anyscale, wide_dtype
 from fpemu.scalify._pow2 import pow2_divide
 
 _FLOAT_ORDER = ("float8", "bfloat16", "float16", "float32", "float64")
@@ -118,7 +118,7 @@ def rescaled(value: ScaledArray, scale: Any, dtype: Any = None, *, pow2: bool = 
 def max_scale(values: Sequence[ScaledArray]) -> Any:
     """The largest scale of ``values``, ignoring those known to be 0 or ±inf (the ``0`` of
     ``max(x, 0)``: a static zero or infinity has any scale), unless all are."""
-    candidates = [v for v in values if not np.all(is_static_anyscale(v))] or list(values)
+    candidates = [v for v in values if not all_static_anyscale(v)] or list(values)
     out = candidates[0].scale
     for v in candidates[1:]:
         out = maximum(out, v.scale)

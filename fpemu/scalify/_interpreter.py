@@ -24,7 +24,7 @@ from fpemu._engine.rng import seeds_from_key
 from fpemu._jax.compat import Jaxpr, Literal, bind
 from fpemu._jax.interpret import evaluate
 from fpemu.scalify._arith import is_numpy
-from fpemu.scalify._array import ScaledArray, is_scaled_leaf, is_static_zero, make_scaled_scalar
+from fpemu.scalify._array import ScaledArray, all_static_zero, is_scaled_leaf, make_scaled_scalar
 from fpemu.scalify._config import get_scalify_config
 from fpemu.scalify._helpers import is_float, rescaled, scale_dtype_of
 from fpemu.scalify._registry import (
@@ -83,7 +83,7 @@ def track(value: Any, scalar: bool = False, zero: bool | None = None) -> Tracked
     """Wrap a value; NumPy zeros are detected; a zero `ScaledArray` gets a static zero scale."""
     value = _plain_numpy(value)
     if zero is None:
-        zero = bool(np.all(is_static_zero(value))) if (is_numpy(value) or isinstance(value, ScaledArray)) else False
+        zero = all_static_zero(value) if (is_numpy(value) or isinstance(value, ScaledArray)) else False
     scalar = scalar or zero or int(np.prod(np.shape(value), dtype=np.int64)) == 1
     if zero and isinstance(value, ScaledArray) and not is_numpy(value.scale):
         value = ScaledArray(value.data, np.zeros((), value.scale.dtype))

@@ -12,6 +12,7 @@ from jax import lax
 
 import fpemu.scalify as jsa
 from fpemu.scalify import _arith
+from fpemu.scalify import _array as jsa_array
 from fpemu.scalify import ops as scalify_ops
 from fpemu.tools.models import TransformerBlock
 from tests.jax.test_elementwise import PACKAGE, _jnp_jit_calls, _nested_jits
@@ -161,3 +162,35 @@ def test_scalify_rules_trace_without_jnp_operators(mode):
     a, b = jsa.as_scaled_array(data, scale=np.float32(0.25)), jsa.as_scaled_array(data, scale=np.float32(2))
     with jsa.ScalifyConfig(rounding_mode=mode):
         assert _jnp_jit_calls(jsa.scalify(_rules), a, b, modules=PACKAGE) == []
+
+
+# -- the static facts the rules ask: np.all of the masks, without building them ----------------------------
+
+_STATIC_CASES = [
+    np.zeros(3),
+    np.array([0.0, np.inf, -np.inf]),
+    np.array([0.0, 1.0]),
+    np.float32(0),
+    0.0,
+    np.inf,
+    2,
+    jnp.zeros(3),  # traced or not, a JAX array is never static
+    jnp.zeros((0, 2)),  # an empty array: np.all of an empty mask is True
+    jsa.ScaledArray(jnp.ones((2, 3)), np.float32(0)),  # a static zero scale
+    jsa.ScaledArray(jnp.ones((2, 3)), np.float32(np.inf)),
+    jsa.ScaledArray(jnp.ones((2, 3)), np.float32(2)),
+    jsa.ScaledArray(jnp.ones((2, 0)), np.float32(2)),
+    jsa.ScaledArray(np.zeros((2, 3), np.float32), jnp.float32(2)),  # static zero data, a traced scale
+    jsa.ScaledArray(np.array([0.0, np.inf], np.float32), jnp.float32(2)),
+    jsa.ScaledArray(np.array([0.0, 1.0], np.float32), jnp.float32(2)),
+    jsa.ScaledArray(np.array([0.0, 1.0], np.float32), np.float32(3)),  # both static
+    jsa.ScaledArray(np.array([1.0, 1.0], np.float32), np.float32(0)),
+    jsa.ScaledArray(jnp.zeros(2), jnp.float32(0)),  # nothing static
+]
+
+
+@pytest.mark.parametrize("case", range(len(_STATIC_CASES)))
+def test_all_static_is_np_all_of_the_mask(case):
+    val = _STATIC_CASES[case]
+    assert jsa_array.all_static_zero(val) is bool(np.all(jsa_array.is_static_zero(val)))
+    assert jsa_array.all_static_anyscale(val) is bool(np.all(jsa_array.is_static_anyscale(val)))
