@@ -7,8 +7,8 @@ trace each call enters jit's Python path, and each new combination of shapes and
 small jaxpr of its own (the bench transformer block's scalified step made 469 such calls). The
 functions here give:
 
-- for NumPy operands only: NumPy's result, as the operator gives it (NaN, ±inf, -0 and overflow as
-  NumPy computes them);
+- for NumPy operands only (or Python scalars: no JAX array): NumPy's result, as the operator gives
+  it (NaN, ±inf, -0 and overflow as NumPy computes them);
 - for JAX operands (or a mix) of one dtype, of equal shapes or one of them of rank 0: the `lax`
   operation, the one equation jax.numpy's operator records for them (the same program and bits);
 - for anything else (two dtypes, another broadcast): jax.numpy's operator, whose promotion and
@@ -21,6 +21,7 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -35,7 +36,7 @@ def is_numpy(value: Any) -> bool:
 
 def _binary(numpy_op: Callable[[Any, Any], Any], lax_op: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
     def apply(a: Any, b: Any) -> Any:
-        if is_numpy(a) and is_numpy(b):
+        if not isinstance(a, jax.Array) and not isinstance(b, jax.Array):  # static: NumPy (or Python) values
             return numpy_op(a, b)
         x, y = jnp.asarray(a), jnp.asarray(b)
         if x.dtype == y.dtype and (x.shape == y.shape or x.ndim == 0 or y.ndim == 0):
@@ -65,9 +66,9 @@ def broadcast_arrays(*arrays: Any) -> list[Any]:
 
 
 def sqrt(a: Any) -> Any:
-    """``np.sqrt(a)`` for a NumPy value, ``lax.sqrt`` for a floating JAX array (what ``jnp.sqrt`` records
-    for it), else ``jnp.sqrt`` (which converts integers to float first)."""
-    if is_numpy(a):
+    """``np.sqrt(a)`` for a NumPy value (or a Python scalar), ``lax.sqrt`` for a floating JAX array (what
+    ``jnp.sqrt`` records for it), else ``jnp.sqrt`` (which converts integers to float first)."""
+    if not isinstance(a, jax.Array):
         return np.sqrt(a)
     x = jnp.asarray(a)
     return lax.sqrt(x) if jnp.issubdtype(x.dtype, jnp.floating) else jnp.sqrt(x)

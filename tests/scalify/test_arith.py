@@ -43,6 +43,7 @@ def test_numpy_values_give_numpy_results(fn, op):
     np.testing.assert_array_equal(_bits(got), _bits(want))  # NaN, ±inf, -0 and overflow as NumPy gives them
     assert isinstance(scalar, np.float32) and _bits(scalar) == _bits(scalar_want)  # NumPy scalars stay NumPy scalars
     assert isinstance(_arith.bitwise_and(np.uint32(0x7F80_0001), np.uint32(0x7F80_0000)), np.uint32)
+    assert isinstance(fn(np.float32(3), 2), np.float32) and isinstance(fn(3.0, 2.0), float)  # no JAX array: static
 
 
 @pytest.mark.parametrize(("fn", "op"), OPS, ids=["add", "sub", "mul", "div"])
