@@ -38,9 +38,9 @@ changed only how it is written: ``jnp.pad``, ``jnp.isinf`` and ``jnp.where`` lef
 inlines, a chunk's start took three equations to allow negative starts it never has, and an amax vector and an
 operand's element count were scatters rather than a pad and a concatenation (bench/RESULTS_training.md,
 "twenty-third session"). `fpemu.scalify`'s rules compute their scales on NumPy values (static) and JAX arrays
-alike, through `fpemu.scalify._arith`'s functions, which bind ``lax`` for JAX arrays in the same way. Paths that
-still use the operators: `fpemu.find_nonfinite` (which runs eagerly) and the error metrics
-(`fpemu.scaled.qsnr`, `fpemu.scaled.relative_error`).
+alike, through `fpemu.scalify._arith`'s functions, which bind ``lax`` for JAX arrays in the same way; so do the
+error metrics `fpemu.scaled.qsnr` and `fpemu.scaled.relative_error` (bench/RESULTS_training.md, "twenty-fifth
+session"). The one path that still uses the operators is `fpemu.find_nonfinite`, which runs eagerly.
 """
 
 from __future__ import annotations

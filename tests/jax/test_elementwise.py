@@ -284,3 +284,14 @@ def test_a_block_array_decodes_without_a_jnp_operator_in_the_package(name):
     for read in (lambda a: a.dequantize(), lambda a: a.scale_values(), lambda a: a.codes()):
         fn = lambda x: read(scaled.BlockArray.from_array(x, name))  # noqa: B023
         assert _jnp_jit_calls(fn, _X, modules=PACKAGE) == []
+
+
+@pytest.mark.parametrize("axis", [None, 0, -1, (0, 1)])
+def test_the_error_metrics_call_no_jnp_operator_in_the_package(axis):
+    """`fpemu.scaled.qsnr` and `fpemu.scaled.relative_error` in each norm: no jitted jnp call from the package
+    (a metric traced in a loop over formats or steps traces none of jnp's jits)."""
+    y = _X + np.float32(0.01)
+    fns = [lambda x: scaled.qsnr(x, y, axis=axis)]
+    fns += [lambda x, o=o: scaled.relative_error(x, y, ord=o, axis=axis) for o in (1, 2, np.inf)]
+    for fn in fns:
+        assert _jnp_jit_calls(fn, _X, modules=PACKAGE) == []

@@ -51,9 +51,43 @@ def test_relative_error(ord):
     np.testing.assert_allclose(float(scaled.relative_error(x, y, ord=ord)), expected, rtol=1e-5)
     assert float(scaled.relative_error(x, x, ord=ord)) == 0
     assert float(scaled.relative_error(np.zeros(3, np.float32), np.ones(3, np.float32), ord=ord)) == np.inf
+    with_nan = x.copy()
+    with_nan[7] = np.nan
+    assert np.isnan(float(scaled.relative_error(with_nan, x, ord=ord)))
+    assert np.isnan(float(scaled.relative_error(x, with_nan, ord=ord)))
+
+
+@pytest.mark.parametrize("axis", [(0, 2), [2, 0], (-1, 0), (1,), -2])
+def test_metrics_over_several_axes_match_float64(axis):
+    """A tuple or list of axes (negative ones counted from the end) reduces over each of them, as NumPy does."""
+    x = RNG.standard_normal((4, 6, 32)).astype(np.float32)
+    y = np.asarray(scaled.quantize_dequantize(jnp.asarray(x), "mxfp6_e2m3", axis=-1))
+    x64, y64, ax = x.astype(np.float64), y.astype(np.float64), tuple(axis) if isinstance(axis, list) else axis
+    expected = 10 * np.log10(np.sum(x64**2, ax) / np.sum((x64 - y64) ** 2, ax))
+    np.testing.assert_allclose(np.asarray(scaled.qsnr(x, y, axis=axis)), expected, atol=1e-3)
+    d, a = np.abs(x64 - y64), np.abs(x64)
+    for ord, norm in ((1, np.sum), (np.inf, np.max)):
+        got = np.asarray(scaled.relative_error(x, y, ord=ord, axis=axis))
+        np.testing.assert_allclose(got, norm(d, ax) / norm(a, ax), rtol=1e-5)
+
+
+def test_relative_error_inf_of_an_empty_reduction_is_zero():
+    """No element: no error (jnp.max's ``initial=0``), not -inf or NaN."""
+    empty = np.zeros((3, 0), np.float32)
+    assert np.asarray(scaled.relative_error(empty, empty, ord=np.inf, axis=1)).tolist() == [0.0, 0.0, 0.0]
 
 
 def test_errors():
+    with pytest.raises(ValueError, match=r"axis=2 is out of range for x of rank 2 \(valid: -2..1\)"):
+        scaled.qsnr(jnp.ones((3, 4)), jnp.ones((3, 4)), axis=2)
+    with pytest.raises(ValueError, match="axis must name each axis once"):
+        scaled.relative_error(jnp.ones((3, 4)), jnp.ones((3, 4)), axis=(1, -1))
+    with pytest.raises(TypeError, match="axis must be an int"):
+        scaled.qsnr(jnp.ones(3), jnp.ones(3), axis=0.0)
+    with pytest.raises(ValueError, match="ord must be 1, 2 or inf, got True"):
+        scaled.relative_error(jnp.ones(3), jnp.ones(3), ord=True)
+    with pytest.raises(ValueError, match="ord must be 1, 2 or inf, got '2'"):
+        scaled.relative_error(jnp.ones(3), jnp.ones(3), ord="2")
     with pytest.raises(ValueError, match="same shape"):
         scaled.qsnr(jnp.ones(3), jnp.ones(4))
     with pytest.raises(TypeError, match="float array"):
