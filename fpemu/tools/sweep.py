@@ -20,7 +20,8 @@ the same round. The allocator settings (``GLIBC_TUNABLES``) and ``XLA_FLAGS`` ar
 machine: on CPU a step whose buffer of intermediate values (``temp MiB``, XLA's
 ``memory_analysis().temp_size_in_bytes``) exceeds glibc's largest mmap threshold (32 MiB) pays a page
 fault per 4 KiB of it at every call, so each row also shows the process's minor page faults per call
-(``faults``, from ``getrusage`` where the platform has it).
+(``faults``, from ``getrusage`` where the platform has it), and `faults_note` names below the table the rows
+that fault in 4 MiB or more per call, with the ``GLIBC_TUNABLES`` setting that keeps the memory.
 
 ``fpemu sweep`` turns JAX's persistent compilation cache off for its process, before its first compile
 (JAX decides once per process whether it uses the cache): a compile that the cache served from disk, from
@@ -60,12 +61,22 @@ __all__ = [
     "add_sweep_parser",
     "cmd_sweep",
     "entry_kernels",
+    "faults_note",
     "program_size",
     "row",
     "row_name",
     "rows_for",
     "run",
+    "table",
 ]
+
+#: A row with at least this many minor page faults per call (4 MiB of 4 KiB pages) is named below the table.
+FAULTS_NOTED = 1024
+#: glibc's setting that keeps a step's buffer in the process (docs/training.md, "Page faults").
+KEEP_MEMORY = (
+    "GLIBC_TUNABLES=glibc.malloc.mmap_threshold=268435456:glibc.malloc.trim_threshold=1073741824"
+    ":glibc.malloc.arena_max=1"
+)
 
 #: The models, by the name ``--model`` takes.
 MODELS: dict[str, Callable[[], tuple[Callable[..., Any], tuple]]] = {
@@ -329,6 +340,32 @@ def table(rows: list[SweepRow]) -> str:
     return text_table(body, header, align="l" + "r" * (len(header) - 1), markdown=True)
 
 
+def faults_note(rows: list[SweepRow]) -> str | None:
+    """The line printed below the table that names the rows faulting in `FAULTS_NOTED` pages or more per call
+    (None where none does): their step times include the faults, which come from the allocator, not from the
+    row's arithmetic.
+
+    Example:
+      >>> quiet = SweepRow(name="mxfp8", trace_s=0.1, lower_s=0.1, xla_s=1.0, compile_vs_fp32=3.0, kernels=90,
+      ...                  instructions=3000, temp_mib=30.0, faults=3.0, step_ms=20.0, step_vs_emulated_bf16=1.1)
+      >>> faults_note([quiet]) is None
+      True
+      >>> print(faults_note([quiet, dataclasses.replace(quiet, name="nvfp4", temp_mib=35.1, faults=9773.0)]))
+      ... # doctest: +ELLIPSIS
+      note: page faults per call: nvfp4 9773 (temp 35.1 MiB); these step times include them. On Linux...
+    """
+    noted = [r for r in rows if r.faults >= FAULTS_NOTED]
+    if not noted:
+        return None
+    each = ", ".join(f"{r.name} {r.faults:.0f} (temp {r.temp_mib:.1f} MiB)" for r in noted)
+    return (
+        f"note: page faults per call: {each}; these step times include them. On Linux, glibc's malloc maps an "
+        "allocation above 32 MiB (such as a step's buffer of intermediate values) afresh at every call, and the "
+        f"call faults its pages in; to time the arithmetic alone, start Python with {KEEP_MEMORY} "
+        '(docs/training.md, "Page faults").'
+    )
+
+
 # -- the command -----------------------------------------------------------------------------------
 
 
@@ -402,6 +439,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         progress = lambda name: print(f"compiling: {name}", file=sys.stderr, flush=True)
     rows = run(args.model, recipes, forms, rounds=args.rounds, compiles=args.compiles, progress=progress)
     print(table(rows))
+    note = faults_note(rows)
+    if note is not None:
+        print(note)
     if args.json is not None:
         meta = {k: v for k, v in environment().items() if k != "schema"}  # the machine, as fpemu bench's JSON
         meta |= {"model": args.model, "recipes": recipes, "forms": forms, "rounds": args.rounds}

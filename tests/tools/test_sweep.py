@@ -147,7 +147,7 @@ def test_a_run_prints_the_machine_the_table_and_writes_the_json(capsys, tmp_path
     )
     assert lines[2].startswith("| row | trace s | lower s | XLA s | compile vs fp32 |")
     assert lines[-1] == f"wrote {path}"
-    rows = [line.split(" | ") for line in lines[4:-1]]
+    rows = [line.split(" | ") for line in lines[4:-1] if line.startswith("| ")]  # not a page-fault note
     assert [r[0].lstrip("| ") for r in rows] == ["fp32", "emulated bf16", "fp8_current", "fp8_delayed"]
     assert rows[0][4] == "1.00x"  # fp32's compile is the unit
     assert rows[1][-1] == "1.00x |"  # emulated bf16's step is the unit
@@ -164,3 +164,37 @@ def test_a_run_prints_the_machine_the_table_and_writes_the_json(capsys, tmp_path
         assert cells[5] == str(row["kernels"]) and cells[6] == str(row["instructions"])
         assert 0 < row["kernels"] <= row["instructions"]
         assert min(row["trace_s"], row["lower_s"], row["xla_s"], row["step_ms"], row["temp_mib"]) >= 0
+
+
+def _row(name: str, faults: float, temp_mib: float = 30.0) -> sweep.SweepRow:
+    return sweep.SweepRow(
+        name=name, trace_s=0.1, lower_s=0.1, xla_s=1.0, compile_vs_fp32=2.0, kernels=90, instructions=3000,
+        temp_mib=temp_mib, faults=faults, step_ms=20.0, step_vs_emulated_bf16=1.1,
+    )  # fmt: skip
+
+
+def test_the_faults_note_names_each_row_at_or_over_the_threshold_in_order():
+    """Rows faulting in 4 MiB of pages per call or more are named with their faults and buffer; fewer, none."""
+    assert sweep.FAULTS_NOTED == 1024
+    assert sweep.faults_note([_row("fp32", 0), _row("mxfp8", 1023.4)]) is None
+    note = sweep.faults_note([_row("fp32", 11511, 38.0), _row("mxfp8", 3), _row("nvfp4", 1024, 35.1)])
+    assert note is not None
+    assert note.startswith("note: page faults per call: fp32 11511 (temp 38.0 MiB), nvfp4 1024 (temp 35.1 MiB); ")
+    assert "mxfp8" not in note and note.endswith('(docs/training.md, "Page faults").')
+
+
+def test_the_faults_note_gives_the_allocator_setting_of_the_docs():
+    """One setting, the one docs/training.md's "Page faults" gives (and docs/benchmarks.md points to)."""
+    note = sweep.faults_note([_row("nvfp4", 9773)])
+    assert note is not None and sweep.KEEP_MEMORY in note
+    assert f"`{sweep.KEEP_MEMORY}`" in (ROOT / "docs" / "training.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize(("faults", "noted"), [(0.0, False), (9773.0, True)])
+def test_the_command_prints_the_faults_note_below_the_table(monkeypatch, capsys, faults, noted):
+    rows = [_row("fp32", 0), _row("emulated bf16", 0), _row("nvfp4", faults)]
+    monkeypatch.setattr(sweep, "run", lambda *args, **kwargs: rows)
+    assert main(["sweep", "--model", "mlp", "--recipes", "nvfp4", "--forms", "dot", "--rounds", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    last_row = max(i for i, line in enumerate(lines) if line.startswith("| nvfp4 |"))
+    assert lines[last_row + 1 :] == ([sweep.faults_note(rows)] if noted else [])
