@@ -5,7 +5,7 @@ error already computed on the host (the matmul accuracy benchmark sums in float6
 
 `qsnr` and `relative_error` bind ``lax`` directly, as the quantizers do (`fpemu._jax.elementwise`): the
 same equations as ``jnp.sum``, ``jnp.where`` and ``jnp.log10`` bind, without a jitted ``jnp`` function
-traced per call (a traced metric: about 5 ms -> 1 ms on the 2-core machines).
+traced per call (tracing a metric: 4-6 ms -> 1-2 ms on the 2-core machines).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def _ratio(num: jax.Array, den: jax.Array, where_den_zero: float) -> jax.Array:
     return lax.div(num, select(lax.eq(den, F32(0)), F32(where_den_zero), den))
 
 
-def qsnr(x: ArrayLike, y: ArrayLike, *, axis: int | tuple[int, ...] | None = None) -> jax.Array:
+def qsnr(x: ArrayLike, y: ArrayLike, *, axis: int | tuple[int, ...] | list[int] | None = None) -> jax.Array:
     """Quantization signal-to-noise ratio in dB: ``10 * log10(sum(x**2) / sum((x - y)**2))``.
 
     Special values first: a perfect ``y`` gives +inf (also for an all-zero ``x``), an all-zero ``x``
@@ -91,7 +91,7 @@ def qsnr(x: ArrayLike, y: ArrayLike, *, axis: int | tuple[int, ...] | None = Non
 
 
 def relative_error(
-    x: ArrayLike, y: ArrayLike, *, ord: float = 2, axis: int | tuple[int, ...] | None = None
+    x: ArrayLike, y: ArrayLike, *, ord: float = 2, axis: int | tuple[int, ...] | list[int] | None = None
 ) -> jax.Array:
     """``norm(x - y) / norm(x)`` for ``ord`` 2 (root-sum-square, the default), 1, or ``inf``
     (largest absolute error over the largest magnitude), over ``axis`` (as `qsnr` takes it; all axes by
