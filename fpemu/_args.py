@@ -97,6 +97,18 @@ def axis_arg(value: Any, ndim: int, name: str = "axis", *, of: str) -> int:
     return axis % ndim
 
 
+def axes_arg(value: Any, ndim: int, name: str = "axis", *, of: str) -> tuple[int, ...]:
+    """Reduction axes of an array of rank ``ndim``: every axis for None, else an axis (`axis_arg`) or a
+    tuple or list of distinct axes, made non-negative in the order given."""
+    if value is None:
+        return tuple(range(ndim))
+    items = value if isinstance(value, (tuple, list)) else (value,)
+    axes = tuple(axis_arg(a, ndim, name, of=of) for a in items)
+    if len(set(axes)) != len(axes):
+        raise ValueError(f"{name} must name each axis once, got {value!r}")
+    return axes
+
+
 # -- formats ----------------------------------------------------------------------------------------
 
 

@@ -19,7 +19,7 @@ import numpy as np
 from jax import lax
 from jax.typing import ArrayLike
 
-from fpemu._args import axis_arg
+from fpemu._args import axes_arg
 from fpemu._jax.elementwise import select
 
 F32 = np.float32
@@ -34,22 +34,6 @@ def _pair(x: Any, y: Any) -> tuple[jax.Array, jax.Array]:
         if not jnp.issubdtype(a.dtype, jnp.floating):
             raise TypeError(f"{name} must be a float array, got dtype {a.dtype}")
     return x.astype(F32), y.astype(F32)
-
-
-def _axes(axis: Any, ndim: int) -> tuple[int, ...]:
-    """The reduction's axes: every axis for None, else an axis or a sequence of distinct axes of an array of
-    rank ``ndim`` (negative ones count from the end), made non-negative."""
-    if axis is None:
-        return tuple(range(ndim))
-    of = f"x of rank {ndim}"
-    axes = (
-        tuple(axis_arg(a, ndim, of=of) for a in axis)
-        if isinstance(axis, (tuple, list))
-        else (axis_arg(axis, ndim, of=of),)
-    )
-    if len(set(axes)) != len(axes):
-        raise ValueError(f"axis must name each axis once, got {axis!r}")
-    return axes
 
 
 def _sum(v: jax.Array, axes: tuple[int, ...]) -> jax.Array:
@@ -83,7 +67,7 @@ def qsnr(x: ArrayLike, y: ArrayLike, *, axis: int | tuple[int, ...] | list[int] 
       26.99
     """
     x, y = _pair(x, y)
-    axes = _axes(axis, x.ndim)
+    axes = axes_arg(axis, x.ndim, of=f"x of rank {x.ndim}")
     signal = _sum(lax.mul(x, x), axes)
     noise = _sum(lax.mul(lax.sub(x, y), lax.sub(x, y)), axes)
     ratio = select(lax.eq(noise, F32(0)), F32(np.inf), _ratio(signal, noise, 1))
@@ -119,7 +103,7 @@ def relative_error(
     ):
         raise ValueError(f"ord must be 1, 2 or inf, got {ord!r}")
     x, y = _pair(x, y)
-    axes = _axes(axis, x.ndim)
+    axes = axes_arg(axis, x.ndim, of=f"x of rank {x.ndim}")
     d = lax.abs(lax.sub(x, y))
     ax = lax.abs(x)
     if ord == 2:

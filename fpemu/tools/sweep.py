@@ -67,7 +67,6 @@ __all__ = [
     "row_name",
     "rows_for",
     "run",
-    "table",
 ]
 
 #: A row with at least this many minor page faults per call (4 MiB of 4 KiB pages) is named below the table.
