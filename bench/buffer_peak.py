@@ -2,7 +2,7 @@
 
 Usage::
 
-    PYTHONPATH=. python3 bench/buffer_peak.py [--model mlp|transformer|transformer4] [--top 25] ROW [ROW ...]
+    PYTHONPATH=. python3 bench/buffer_peak.py [--model mlp|transformer|transformer4|transformer4-scan] [--top 25] ROW [ROW ...]
 
 A ROW is a row of `fpemu sweep` (docs/benchmarks.md): ``fp32``, ``emulated bf16``, a training recipe
 (``Policy(dot=recipe)``) or ``bf16+recipe`` (``Policy(default="bf16", dot=recipe)``). For each, the

@@ -14,15 +14,14 @@ bench/test_scalify.py). The first row is the base: each row's step time is the m
 each round calling every row once in a shuffled order (a fixed seed), of the row's time over the
 base's in the same round; the first call (trace and compile) is timed once per row, and shown
 against the base's and, where the ``fp32`` row runs, against fp32's (issue 31's compile measure).
-Each row also shows its compiled program's size: the top-level instructions that launch work
-(``kernels``: fusions, library calls, loops and the like, on a GPU about one launch each; not
-parameters, constants, tuples or bitcasts) and all its instructions. ``--hlo DIR`` writes each
-row's optimized HLO there, to read what a row launches. ``--profile ROW,...`` traces ten steps of
-each of those rows with `jax.profiler` after the timing and prints where the device's time went
-(before the summary, which comes last):
-the 15 largest entries of each timeline of the device (the GPU's "XLA Ops" and its streams'
-kernels), in microseconds per step. XLA:CPU records no such timeline, so on a CPU the profile says
-so and shows nothing.
+Each row also shows its compiled program's size: the instructions that launch work, in the entry
+computation and in its loops' and conditionals' computations (``kernels``: fusions, library calls,
+loops and the like, on a GPU about one launch each; not parameters, constants, tuples or bitcasts)
+and all its instructions. ``--hlo DIR`` writes each row's optimized HLO there, to read what a row
+launches. ``--profile ROW,...`` traces ten steps of each of those rows with `jax.profiler` after the
+timing and prints where the device's time went (before the summary, which comes last): the 15 largest
+entries of each timeline of the device (the GPU's "XLA Ops" and its streams' kernels), in microseconds
+per step. XLA:CPU records no such timeline, so on a CPU the profile says so and shows nothing.
 """
 
 from __future__ import annotations

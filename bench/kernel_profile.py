@@ -2,7 +2,7 @@
 
 Usage::
 
-    PYTHONPATH=. python3 bench/kernel_profile.py [--model mlp|transformer|transformer4] [--top 12] [--calls 10] ROW [ROW ...]
+    PYTHONPATH=. python3 bench/kernel_profile.py [--model mlp|transformer|transformer4|transformer4-scan] [--top 12] [--calls 10] ROW [ROW ...]
 
 A ROW is a row of `fpemu sweep` (docs/benchmarks.md): ``fp32``, ``emulated bf16``, a training recipe
 (``Policy(dot=recipe)``) or ``bf16+recipe`` (``Policy(default="bf16", dot=recipe)``). For each, the
@@ -86,9 +86,9 @@ def family(kernel: str) -> str:
 
 
 def program_kernels(hlo: str) -> dict[str, Kernel]:
-    """The kernels of an optimized HLO module's text (`fpemu.tools.sweep.entry_kernels`: the entry computation's
-    instructions that launch work), by name, with their result types and shortened ``op_name`` (without the
-    outer ``jit(...)/``; empty where XLA kept none).
+    """The kernels of an optimized HLO module's text (`fpemu.tools.sweep.hlo_kernels`: the instructions that
+    launch work, in the entry computation and in its loops' and conditionals' computations), by name, with
+    their result types and shortened ``op_name`` (without the outer ``jit(...)/``; empty where XLA kept none).
 
     Example:
       >>> text = "\\n".join([
@@ -101,7 +101,7 @@ def program_kernels(hlo: str) -> dict[str, Kernel]:
       {'neg_fusion': Kernel(name='neg_fusion', type='f32[2]{0}', op_name='neg')}
     """
     kernels = {}
-    for name, (result, line) in sweep.entry_kernels(hlo).items():
+    for name, (result, line) in sweep.hlo_kernels(hlo).items():
         op = _OP_NAME.search(line)
         op_name = re.sub(r"^jit\([^/]*\)/", "", op.group(1)).replace("\\'", "'") if op else ""
         kernels[name] = Kernel(name=name, type=result, op_name=op_name)

@@ -1,4 +1,4 @@
-"""The two small training steps that ``fpemu sweep`` (and bench/training_sweep.py) times.
+"""The small training steps that ``fpemu sweep`` (and bench/training_sweep.py) times.
 
 - `mlp_model`: the digits MLP 64-128-128-10 (ReLU), batch 64, softmax cross-entropy and one Adam step
   (`adam_update`: optax's ``adam(1e-3)``, operation for operation, so that no optional dependency is
@@ -7,6 +7,9 @@
   128, d 256 by default), ``jax.value_and_grad`` of a scalar loss and an SGD update.
 - `transformer_stack_model`: four such blocks in a row, each with its own parameters: what grows with a
   model's depth (its residual stream and the gradient's chain of sums).
+- `transformer_scan_model`: the same four blocks, their parameters stacked along a leading axis and the
+  blocks run by ``jax.lax.scan``, as scanned-layer models are written (Flax's ``nn.scan``): the program
+  holds one block, whatever the depth.
 
 All take float32 parameters and are plain JAX: ``fpemu.emulate`` runs them under a policy.
 """
@@ -28,6 +31,7 @@ __all__ = [
     "adam_update",
     "mlp_model",
     "transformer_model",
+    "transformer_scan_model",
     "transformer_stack_model",
 ]
 
@@ -202,8 +206,7 @@ def transformer_stack_model(blocks: int = 4) -> tuple[Callable[..., Any], tuple]
     Raises:
       ValueError: for ``blocks`` that is not a positive integer.
     """
-    if isinstance(blocks, bool) or not isinstance(blocks, int) or blocks < 1:
-        raise ValueError(f"transformer_stack_model blocks must be a positive integer, got {blocks!r}")
+    _check_blocks(blocks, "transformer_stack_model")
     model = TransformerBlock()
     params, x = model.make_inputs()
 
@@ -218,3 +221,38 @@ def transformer_stack_model(blocks: int = 4) -> tuple[Callable[..., Any], tuple]
 
     stack = [{name: jnp.array(value) for name, value in params.items()} for _ in range(blocks)]
     return step, (stack, jnp.asarray(x))
+
+
+def transformer_scan_model(blocks: int = 4) -> tuple[Callable[..., Any], tuple]:
+    """`transformer_stack_model`'s blocks run by ``jax.lax.scan``, and the stack's arguments (each parameter
+    of every block stacked along a new leading axis of length ``blocks``, x) as JAX arrays: the same blocks
+    with the same starting parameters, the same loss and SGD update, in a program that holds one block
+    (the loop's body) instead of ``blocks`` copies of it.
+
+    Raises:
+      ValueError: for ``blocks`` that is not a positive integer.
+
+    Example:
+      >>> step, (stacked, x) = transformer_scan_model(2)
+      >>> stacked["w_qkv"].shape, x.shape
+      ((2, 256, 768), (8, 128, 256))
+    """
+    _check_blocks(blocks, "transformer_scan_model")
+    model = TransformerBlock()
+    params, x = model.make_inputs()
+
+    def loss(stacked: dict[str, Any], x: jax.Array) -> jax.Array:
+        x, _ = jax.lax.scan(lambda x, block_params: (model.block(block_params, x), None), x, stacked)
+        return jnp.mean(jnp.square(x))
+
+    def step(stacked: dict[str, Any], x: jax.Array) -> tuple[Any, Any]:
+        value, grads = jax.value_and_grad(loss)(stacked, x)
+        return value, jax.tree_util.tree_map(lambda p, g: p - model.lr * g, stacked, grads)
+
+    stacked = {name: jnp.asarray(np.stack([value] * blocks)) for name, value in params.items()}
+    return step, (stacked, jnp.asarray(x))
+
+
+def _check_blocks(blocks: Any, what: str) -> None:
+    if isinstance(blocks, bool) or not isinstance(blocks, int) or blocks < 1:
+        raise ValueError(f"{what} blocks must be a positive integer, got {blocks!r}")

@@ -2,12 +2,12 @@
 beside fp32 and emulated bf16 (docs/benchmarks.md, "fpemu sweep").
 
 The models are `fpemu.tools.models`' digits MLP (``mlp``: 64-128-128-10, batch 64, one Adam step),
-transformer block (``transformer``: batch 8, sequence 128, d 256, one SGD step) and four such blocks in
-a row (``transformer4``). The rows: ``fp32`` (not emulated), ``emulated bf16`` (``emulate(step,
-"bf16")``) and, per recipe, the step under ``Policy(dot=recipe)`` (form ``dot``, row ``RECIPE``) and
-``Policy(default="bf16", dot=recipe)`` (form ``bf16+dot``, row ``bf16+RECIPE``). A stochastic recipe
-gets ``jax.random.key(0)``; a recipe with delayed scaling runs as ``emulate(step, policy, state=True)``
-from `fpemu.init_training_state`.
+transformer block (``transformer``: batch 8, sequence 128, d 256, one SGD step), four such blocks in
+a row (``transformer4``) and the same four blocks run by ``jax.lax.scan`` (``transformer4-scan``). The
+rows: ``fp32`` (not emulated), ``emulated bf16`` (``emulate(step, "bf16")``) and, per recipe, the step
+under ``Policy(dot=recipe)`` (form ``dot``, row ``RECIPE``) and ``Policy(default="bf16", dot=recipe)``
+(form ``bf16+dot``, row ``bf16+RECIPE``). A stochastic recipe gets ``jax.random.key(0)``; a recipe with
+delayed scaling runs as ``emulate(step, policy, state=True)`` from `fpemu.init_training_state`.
 
 **Compile time** is measured per row on a fresh function with every JAX cache cleared, in three
 phases: ``trace`` (JAX's trace, emulate's interpreter included), ``lower`` (to StableHLO) and ``XLA``
@@ -60,8 +60,8 @@ __all__ = [
     "add_row_arguments",
     "add_sweep_parser",
     "cmd_sweep",
-    "entry_kernels",
     "faults_note",
+    "hlo_kernels",
     "program_size",
     "row",
     "row_name",
@@ -82,6 +82,7 @@ MODELS: dict[str, Callable[[], tuple[Callable[..., Any], tuple]]] = {
     "mlp": models.mlp_model,
     "transformer": models.transformer_model,
     "transformer4": models.transformer_stack_model,
+    "transformer4-scan": models.transformer_scan_model,
 }
 #: The rows that are not a recipe's: the step unemulated, and emulated in bf16.
 _BASE_ROWS = ("fp32", "emulated bf16")
@@ -91,43 +92,83 @@ JSON_SCHEMA = "fpemu.sweep/1"
 
 #: Top-level HLO instructions that launch no work.
 _NOT_KERNELS = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "bitcast"})
-#: An HLO instruction's line: its name, its result type and its opcode.
-_INSTRUCTION = re.compile(r"%?([\w.\-]+) = (\([^=]*\)|\S+) ([a-z][a-z0-9-]*)\(")
+#: An HLO instruction's line: its name, its result type (a tuple's may hold ``/*index=5*/`` comments) and its
+#: opcode.
+_INSTRUCTION = re.compile(r"%?([\w.\-]+) = (\(.*?\)|\S+) ([a-z][a-z0-9-]*)\(")
+#: A computation's first line: ``ENTRY`` or not, and its name.
+_COMPUTATION = re.compile(r"^(ENTRY )?%?([\w.\-]+) .*\{$")
+#: Instructions whose computations run as the program's control flow (their kernels are the program's).
+_CONTROL_FLOW = frozenset({"while", "conditional", "call"})
+#: The computations an instruction runs by name: a loop's ``body=`` and ``condition=``, a call's ``to_apply=``,
+#: a two-way conditional's computations; a conditional's ``branch_computations={...}`` list.
+_CALLED = re.compile(r"(?:body|condition|to_apply|true_computation|false_computation)=%?([\w.\-]+)")
+_BRANCHES = re.compile(r"branch_computations=\{([^}]*)\}")
 
 
-def entry_kernels(hlo: str) -> dict[str, tuple[str, str]]:
-    """The kernels of an optimized HLO module's text: the instructions of its entry computation that launch
-    work (not parameters, constants, tuples, tuple elements or bitcasts), by name, each with its result type
-    and its line.
+def _called(line: str) -> list[str]:
+    """The names of the computations the instruction on ``line`` runs."""
+    names = _CALLED.findall(line)
+    for branches in _BRANCHES.findall(line):
+        names += [name.strip().lstrip("%") for name in branches.split(",")]
+    return names
+
+
+def hlo_kernels(hlo: str) -> dict[str, tuple[str, str]]:
+    """The kernels of an optimized HLO module's text: the instructions that launch work (not parameters,
+    constants, tuples, tuple elements or bitcasts) of its entry computation and of the computations it
+    runs as control flow (a ``while`` loop's body and condition, a ``conditional``'s branches, a
+    ``call``'s callee, and theirs in turn), by name, each with its result type and its line. A fused
+    computation is one kernel: its own instructions are not counted.
 
     Example:
       >>> text = "\\n".join([
       ...     "%fused (p: f32[2]) -> f32[2] {",
       ...     "  ROOT %r = f32[2]{0} negate(%p)",
       ...     "}",
+      ...     "%body (c: f32[2]) -> f32[2] {",
+      ...     "  %c = f32[2]{0} parameter(0)",
+      ...     "  ROOT %neg_fusion = f32[2]{0} fusion(%c), kind=kLoop, calls=%fused",
+      ...     "}",
       ...     "ENTRY %main (x: f32[2]) -> f32[2] {",
       ...     "  %x = f32[2]{0} parameter(0)",
-      ...     "  ROOT %neg_fusion = f32[2]{0} fusion(%x), kind=kLoop, calls=%fused",
+      ...     "  ROOT %loop = f32[2]{0} while(%x), condition=%cond, body=%body",
       ...     "}",
       ... ])
-      >>> entry_kernels(text)
-      {'neg_fusion': ('f32[2]{0}', '  ROOT %neg_fusion = f32[2]{0} fusion(%x), kind=kLoop, calls=%fused')}
+      >>> sorted(hlo_kernels(text))
+      ['loop', 'neg_fusion']
     """
-    kernels: dict[str, tuple[str, str]] = {}
-    in_entry = False
+    computations: dict[str, list[str]] = {}
+    entry, current = None, None
     for line in hlo.splitlines():
-        if line.startswith("ENTRY "):
-            in_entry = True
-        elif in_entry and line.startswith("}"):
-            break
-        elif in_entry and (found := _INSTRUCTION.search(line)) and found.group(3) not in _NOT_KERNELS:
+        header = _COMPUTATION.match(line)
+        if header:
+            current = header.group(2)
+            computations[current] = []
+            entry = current if header.group(1) else entry
+        elif line.startswith("}"):
+            current = None
+        elif current is not None:
+            computations[current].append(line)
+    kernels: dict[str, tuple[str, str]] = {}
+    pending, seen = [entry] if entry is not None else [], set()
+    while pending:
+        name = pending.pop()
+        if name in seen or name not in computations:
+            continue
+        seen.add(name)
+        for line in computations[name]:
+            found = _INSTRUCTION.search(line)
+            if found is None or found.group(3) in _NOT_KERNELS:
+                continue
             kernels[found.group(1)] = (found.group(2), line)
+            if found.group(3) in _CONTROL_FLOW:
+                pending.extend(_called(line))
     return kernels
 
 
 def program_size(hlo: str) -> tuple[int, int]:
-    """(kernels, instructions) of an optimized HLO module's text: the instructions of its entry
-    computation that launch work, and the instructions of all its computations.
+    """(kernels, instructions) of an optimized HLO module's text: `hlo_kernels`' count, and the
+    instructions of all its computations.
 
     Example:
       >>> import jax, jax.numpy as jnp
@@ -135,7 +176,7 @@ def program_size(hlo: str) -> tuple[int, int]:
       >>> 1 <= kernels <= instructions
       True
     """
-    return len(entry_kernels(hlo)), sum(_INSTRUCTION.search(line) is not None for line in hlo.splitlines())
+    return len(hlo_kernels(hlo)), sum(_INSTRUCTION.search(line) is not None for line in hlo.splitlines())
 
 
 def rows_for(
@@ -383,8 +424,8 @@ def add_sweep_parser(subcommands: Any) -> argparse.ArgumentParser:
         help="time every training recipe's step on a small model: compile and step beside fp32 and emulated bf16",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Time the training step of a small model (mlp: the digits MLP with Adam; transformer: a\n"
-        "pre-LayerNorm block with SGD; transformer4: four such blocks in a row) unemulated in fp32, emulated\n"
-        "in bf16, and under each training recipe.\n"
+        "pre-LayerNorm block with SGD; transformer4: four such blocks in a row; transformer4-scan: the same\n"
+        "blocks run by jax.lax.scan) unemulated in fp32, emulated in bf16, and under each training recipe.\n"
         "Prints each row's compile time by phase (trace, lower, XLA; a fresh function, every JAX cache\n"
         "cleared) as a multiple of fp32's, its optimized program's kernels, instructions and buffer, and its\n"
         "step time as a multiple of emulated bf16's (medians of interleaved calls), with the machine and the\n"

@@ -125,7 +125,35 @@ def test_a_stack_runs_its_blocks_in_a_row():
         assert not np.array_equal(new["w_o"], old["w_o"])
 
 
+def test_the_scanned_stack_starts_where_the_stack_starts():
+    """`transformer_scan_model`'s arguments: each parameter of the four blocks stacked along a new leading
+    axis, bit for bit `transformer_stack_model`'s, and the same input."""
+    _, (stacked, x) = models.transformer_scan_model()
+    _, (stack, stack_x) = models.transformer_stack_model()
+    assert sorted(stacked) == sorted(stack[0]) and _bits(x) == _bits(stack_x)
+    for name, leaf in stacked.items():
+        assert leaf.shape == (4, *stack[0][name].shape)
+        assert _bits([leaf[i] for i in range(4)]) == _bits([block[name] for block in stack])
+
+
+def test_the_scanned_stack_is_the_stack_run_by_scan():
+    """The scanned stack's step is the unrolled stack's: the same loss and the same SGD step of every block.
+    Two programs (a loop and straight-line code that XLA may fuse otherwise): close, not the same bits."""
+    step, (stacked, x) = models.transformer_scan_model()
+    stack_step, (stack, stack_x) = models.transformer_stack_model()
+    value, new_stacked = jax.jit(step)(stacked, x)
+    stack_value, new_stack = jax.jit(stack_step)(stack, stack_x)
+    np.testing.assert_allclose(value, stack_value, rtol=1e-6)
+    for name, leaf in new_stacked.items():
+        unrolled = np.stack([np.asarray(block[name]) for block in new_stack])
+        np.testing.assert_allclose(leaf, unrolled, rtol=1e-6, atol=1e-7)  # updates of about 1e-3
+        assert not np.array_equal(leaf, stacked[name])  # every block stepped
+    assert "while" in jax.jit(step).lower(stacked, x).as_text()  # one block in the program, in a loop
+
+
+@pytest.mark.parametrize("model", [models.transformer_stack_model, models.transformer_scan_model])
 @pytest.mark.parametrize("blocks", [0, True, 2.0])
-def test_a_stack_refuses_a_bad_number_of_blocks(blocks):
-    with pytest.raises(ValueError, match=re.escape(f"blocks must be a positive integer, got {blocks!r}")):
-        models.transformer_stack_model(blocks)
+def test_a_stack_refuses_a_bad_number_of_blocks(model, blocks):
+    message = f"{model.__name__} blocks must be a positive integer, got {blocks!r}"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        model(blocks)

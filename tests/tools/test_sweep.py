@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent.parent
         (["--compiles", "two"], r"--compiles: must be a positive integer \(fresh builds per row\), got 'two'"),
         (
             ["--model", "cnn"],
-            r"--model: invalid choice: 'cnn' \(choose from '?mlp'?, '?transformer'?, '?transformer4'?\)",
+            r"--model: invalid choice: 'cnn' \(choose from '?mlp'?, '?transformer'?, '?transformer4'?, '?transformer4-scan'?\)",
         ),
     ],
 )
@@ -72,12 +72,75 @@ ENTRY %main (x: f32[4]) -> (f32[4], f32[4]) {
 }
 """
     assert program_size(hlo) == (2, 11)
-    kernels = sweep.entry_kernels(hlo)  # what bench/kernel_profile.py reports on
+    kernels = sweep.hlo_kernels(hlo)  # what bench/kernel_profile.py reports on
     assert {name: result for name, (result, _) in kernels.items()} == {
         "fusion": "f32[4]{0}",
         "custom-call.1": "(f32[4]{0}, s8[16]{0})",
     }
     assert kernels["fusion"][1] == "  %fusion = f32[4]{0} fusion(%x), kind=kLoop, calls=%fused_computation"
+
+
+def test_the_kernels_of_loops_and_conditionals_count_and_their_reducers_do_not():
+    """A scanned model's work runs in a ``while`` loop's body, and a materialization's in a conditional's
+    branches: their instructions that launch work are kernels too (a ``transformer4-scan`` row would show
+    only the loop's driver otherwise), whatever their result types (XLA numbers a long tuple's elements in
+    comments, ``/*index=5*/``); a reduction's reducer (``to_apply`` of a ``reduce``) and a fused
+    computation's instructions are not."""
+    hlo = """HloModule jit_step
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %sum = f32[] add(%a, %b)
+}
+
+%fused_computation (param_0: f32[4]) -> f32[4] {
+  %param_0 = f32[4]{0} parameter(0)
+  ROOT %negate.1 = f32[4]{0} negate(%param_0)
+}
+
+%branch_0 (p0: f32[4]) -> f32[4] {
+  ROOT %p0 = f32[4]{0} parameter(0)
+}
+
+%branch_1 (p1: f32[4]) -> f32[4] {
+  %p1 = f32[4]{0} parameter(0)
+  ROOT %copy.1 = f32[4]{0} copy(%p1)
+}
+
+%body (c: (s32[], f32[4])) -> (s32[], f32[4]) {
+  %c = (s32[], f32[4]{0}) parameter(0)
+  %i = s32[] get-tuple-element(%c), index=0
+  %v = f32[4]{0} get-tuple-element(%c), index=1
+  %neg_fusion = f32[4]{0} fusion(%v), kind=kLoop, calls=%fused_computation
+  %cond.1 = f32[4]{0} conditional(%i, %neg_fusion, %neg_fusion), branch_computations={%branch_0, %branch_1}
+  %one = s32[] constant(1)
+  %next = s32[] add(%i, %one)
+  ROOT %t = (s32[], f32[4]{0}) tuple(%next, %cond.1)
+}
+
+%condition (d: (s32[], f32[4])) -> pred[] {
+  %d = (s32[], f32[4]{0}) parameter(0)
+  %j = s32[] get-tuple-element(%d), index=0
+  %four = s32[] constant(4)
+  ROOT %lt = pred[] compare(%j, %four), direction=LT
+}
+
+ENTRY %main (x: f32[4]) -> f32[] {
+  %x = f32[4]{0} parameter(0)
+  %zero = s32[] constant(0)
+  %init = (s32[], f32[4]{0}) tuple(%zero, %x)
+  %loop = (s32[], f32[4]{0}) while(%init), condition=%condition, body=%body
+  %six = (f32[4]{0}, f32[4]{0}, f32[4]{0}, f32[4]{0}, f32[4]{0}, /*index=5*/f32[4]{0}) custom-call(%x), custom_call_target="six"
+  %out = f32[4]{0} get-tuple-element(%loop), index=1
+  %z = f32[] constant(0)
+  ROOT %total = f32[] reduce(%out, %z), dimensions={0}, to_apply=%add
+}
+"""
+    kernels = sweep.hlo_kernels(hlo)
+    assert sorted(kernels) == ["cond.1", "copy.1", "loop", "lt", "neg_fusion", "next", "six", "total"]
+    assert kernels["six"][0].endswith("/*index=5*/f32[4]{0})")  # a long tuple's type, comment and all
+    assert program_size(hlo)[0] == 8
 
 
 @pytest.mark.parametrize("name", ["fp32", "emulated bf16", "fp8_delayed", "bf16+nvfp4"])
