@@ -2,11 +2,12 @@
 
 Usage::
 
-    PYTHONPATH=. python3 bench/buffer_peak.py [--model mlp|transformer|transformer4|transformer4-scan] [--top 25] ROW [ROW ...]
+    PYTHONPATH=. python3 bench/buffer_peak.py [--model MODEL] [--top 25] ROW [ROW ...]
 
-A ROW is a row of `fpemu sweep` (docs/benchmarks.md): ``fp32``, ``emulated bf16``, a training recipe
-(``Policy(dot=recipe)``) or ``bf16+recipe`` (``Policy(default="bf16", dot=recipe)``). For each, the
-script compiles the step with XLA's dumps on (``--xla_dump_to``, a temporary folder) and prints:
+A MODEL is a model of `fpemu sweep` (``mlp``, ``transformer``, ``transformer4``, ``transformer4-scan``; here
+the default is ``transformer``), a ROW one of its rows (docs/benchmarks.md): ``fp32``, ``emulated bf16``, a
+training recipe (``Policy(dot=recipe)``) or ``bf16+recipe`` (``Policy(default="bf16", dot=recipe)``). For
+each, the script compiles the step with XLA's dumps on (``--xla_dump_to``, a temporary folder) and prints:
 
 - XLA's preallocated temp buffer (what `fpemu sweep` reports as ``temp MiB``) and how far it is from
   32 MiB, glibc's largest mmap threshold: a buffer above it is mapped and unmapped at every call,

@@ -2,11 +2,12 @@
 
 Usage::
 
-    PYTHONPATH=. python3 bench/kernel_profile.py [--model mlp|transformer|transformer4|transformer4-scan] [--top 12] [--calls 10] ROW [ROW ...]
+    PYTHONPATH=. python3 bench/kernel_profile.py [--model MODEL] [--top 12] [--calls 10] ROW [ROW ...]
 
-A ROW is a row of `fpemu sweep` (docs/benchmarks.md): ``fp32``, ``emulated bf16``, a training recipe
-(``Policy(dot=recipe)``) or ``bf16+recipe`` (``Policy(default="bf16", dot=recipe)``). For each, the
-script prints two reports, both from JAX's profiler (`jax.profiler.trace`):
+A MODEL is a model of `fpemu sweep` (``mlp``, ``transformer``, ``transformer4``, ``transformer4-scan``; here
+the default is ``transformer``), a ROW one of its rows (docs/benchmarks.md): ``fp32``, ``emulated bf16``, a
+training recipe (``Policy(dot=recipe)``) or ``bf16+recipe`` (``Policy(default="bf16", dot=recipe)``). For
+each, the script prints two reports, both from JAX's profiler (`jax.profiler.trace`):
 
 - **compile**: the step is compiled under the profiler, and XLA:CPU's ``FusionCompiler::Compile`` events
   give each kernel it generated code for (once per distinct kernel: a kernel the program runs twice, or two
