@@ -18,7 +18,10 @@ training recipe's arrays are the same), with the version it was made with and th
 whose `_sums` are the base's can still sum the recipes' convolutions differently (an AMD EPYC guest with
 AVX2 and no AVX-512: the fp8_current and mxfp8 convolution gradients): its overlay is keyed on the
 longer fingerprint `_extended_version`, which adds the bfloat16 GEMMs of the convolution's three
-products (`_conv_sums`), and is looked up first. Where nothing matches, the test skips, naming both
+products (`_conv_sums`), and is looked up first. Those proxies do not tell every machine apart: an AMD EPYC
+guest with AVX-512 (AVX512-BF16 and VP2INTERSECT) has the AVX2 guest's `_conv_sums` and the base's bits, so an
+overlay made with ``--overlay`` also records the CPU's vector instruction set (`_isa`, which XLA:CPU picks
+its kernels by) and applies only on a CPU with the same. Where nothing matches, the test skips, naming both
 versions. Regenerate with ``python -m tests.training.test_gemm_bits_pinned`` (the base) or ``...
 --overlay`` (this machine's overlay on the base, keyed on `_extended_version`), and say why in the commit.
 """
@@ -133,6 +136,16 @@ def _version() -> str:
     return f"jax {jax.__version__} on {jax.default_backend()}, sums {_sums()}"
 
 
+def _isa() -> str:
+    """The widest x86 vector instruction set of this CPU that XLA:CPU's kernels use (``avx512``, ``avx2``), from
+    Linux's /proc/cpuinfo; ``unknown`` elsewhere."""
+    try:
+        flags = set(pathlib.Path("/proc/cpuinfo").read_text().split())
+    except OSError:
+        return "unknown"
+    return next((isa for isa, flag in (("avx512", "avx512f"), ("avx2", "avx2")) if flag in flags), "unknown")
+
+
 def _extended_version() -> str:
     """`_version` and `_conv_sums`: the key of an overlay made with ``--overlay``."""
     return f"{_version()}, conv sums {_conv_sums()}"
@@ -150,8 +163,8 @@ def _load(path: pathlib.Path) -> dict[str, np.ndarray]:
 
 def _pinned() -> dict[str, np.ndarray]:
     """The pinned arrays for this JAX and machine: the base with this machine's overlay (keyed on
-    `_extended_version`, or on `_version` as the earlier overlays are), else the base where it was made with
-    this `_version`."""
+    `_extended_version`, or on `_version` as the earlier overlays are, and made on a CPU of this `_isa` where
+    it says), else the base where it was made with this `_version`."""
     if not DATA.exists():
         pytest.fail(f"{DATA} is missing: run python -m tests.training.test_gemm_bits_pinned")
     arrays = _load(DATA)
@@ -160,7 +173,12 @@ def _pinned() -> dict[str, np.ndarray]:
     for version in (_extended_version(), here):
         overlay_path = _overlay_path(version)
         overlay = _load(overlay_path) if overlay_path.exists() else {}
-        if str(overlay.pop("__version__", "")) == version and str(overlay.pop("__base__", "")) == made:
+        isa = str(overlay.pop("__isa__", _isa()))  # overlays made before it was recorded: any
+        if (
+            str(overlay.pop("__version__", "")) == version
+            and str(overlay.pop("__base__", "")) == made
+            and isa == _isa()
+        ):
             assert set(overlay) <= set(arrays), sorted(set(overlay) - set(arrays))
             return arrays | overlay
     if made == here:
@@ -216,7 +234,8 @@ def _write(overlay: bool) -> None:
         base = _load(DATA)
         base_version = base.pop("__version__")
         assert set(arrays) == set(base), sorted(set(arrays) ^ set(base))
-        arrays = {k: v for k, v in arrays.items() if not _same_bits(v, base[k])} | {"__base__": base_version}
+        arrays = {k: v for k, v in arrays.items() if not _same_bits(v, base[k])}
+        arrays |= {"__base__": base_version, "__isa__": np.asarray(_isa())}
     version = _extended_version() if overlay else _version()
     path = _overlay_path(version) if overlay else DATA
     np.savez_compressed(path, __version__=np.asarray(version), **arrays)
