@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import re
 
@@ -149,6 +150,17 @@ def test_the_scanned_stack_is_the_stack_run_by_scan():
         np.testing.assert_allclose(leaf, unrolled, rtol=1e-6, atol=1e-7)  # updates of about 1e-3
         assert not np.array_equal(leaf, stacked[name])  # every block stepped
     assert "while" in jax.jit(step).lower(stacked, x).as_text()  # one block in the program, in a loop
+
+
+def test_every_dot_of_the_scanned_stack_is_a_recipe_gemm():
+    """Under a training recipe, the loop body's dots are classified as the unrolled blocks' are: each block
+    has six forward GEMMs, six dgrad and six wgrad, and the scanned program holds one block's."""
+    step, args = models.transformer_scan_model(2)
+    stack_step, stack_args = models.transformer_stack_model(2)
+    scanned = collections.Counter(gemm for _, gemm, _ in fpemu.gemm_roles(step, *args))
+    unrolled = collections.Counter(gemm for _, gemm, _ in fpemu.gemm_roles(stack_step, *stack_args))
+    assert scanned == {"forward": 6, "dgrad": 6, "wgrad": 6}
+    assert unrolled == {gemm: 2 * count for gemm, count in scanned.items()}
 
 
 @pytest.mark.parametrize("model", [models.transformer_stack_model, models.transformer_scan_model])
