@@ -215,12 +215,8 @@ def transformer_stack_model(blocks: int = 4) -> tuple[Callable[..., Any], tuple]
             x = model.block(block_params, x)
         return jnp.mean(jnp.square(x))
 
-    def step(stack: list[dict[str, Any]], x: jax.Array) -> tuple[Any, Any]:
-        value, grads = jax.value_and_grad(loss)(stack, x)
-        return value, jax.tree_util.tree_map(lambda p, g: p - model.lr * g, stack, grads)
-
     stack = [{name: jnp.array(value) for name, value in params.items()} for _ in range(blocks)]
-    return step, (stack, jnp.asarray(x))
+    return _sgd_step(loss, model.lr), (stack, jnp.asarray(x))
 
 
 def transformer_scan_model(blocks: int = 4) -> tuple[Callable[..., Any], tuple]:
@@ -245,12 +241,18 @@ def transformer_scan_model(blocks: int = 4) -> tuple[Callable[..., Any], tuple]:
         x, _ = jax.lax.scan(lambda x, block_params: (model.block(block_params, x), None), x, stacked)
         return jnp.mean(jnp.square(x))
 
-    def step(stacked: dict[str, Any], x: jax.Array) -> tuple[Any, Any]:
-        value, grads = jax.value_and_grad(loss)(stacked, x)
-        return value, jax.tree_util.tree_map(lambda p, g: p - model.lr * g, stacked, grads)
-
     stacked = {name: jnp.asarray(np.stack([value] * blocks)) for name, value in params.items()}
-    return step, (stacked, jnp.asarray(x))
+    return _sgd_step(loss, model.lr), (stacked, jnp.asarray(x))
+
+
+def _sgd_step(loss: Callable[..., jax.Array], lr: float) -> Callable[..., tuple[Any, Any]]:
+    """``step(params, x)``: ``(loss, params after one SGD step)``, as `TransformerBlock.step` computes it."""
+
+    def step(params: Any, x: jax.Array) -> tuple[Any, Any]:
+        value, grads = jax.value_and_grad(loss)(params, x)
+        return value, jax.tree_util.tree_map(lambda p, g: p - lr * g, params, grads)
+
+    return step
 
 
 def _check_blocks(blocks: Any, what: str) -> None:
