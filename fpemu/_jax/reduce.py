@@ -67,16 +67,17 @@ def run_max(u: jax.Array, run: int) -> jax.Array:
     return _last_axis_max(u.reshape((*lead, n // run, run)))
 
 
-def magnitude_max(u: jax.Array, axes: Sequence[int]) -> jax.Array:
-    """The maximum over ``axes`` (non-negative, keepdims; 0 for an empty reduction) of uint32 (or int32)
-    values below 2**31 (magnitude bit patterns, NaN's included), in ``u``'s dtype: in runs first where
-    the last axis is among ``axes``, longer than `RUN`, and the array has `SPLIT_MIN_SIZE` elements or
-    more; in steps over axes of at most `RUN` elements where the array (or its runs' maxima) has fewer.
+def magnitude_max(u: jax.Array, axes: Sequence[int], *, keepdims: bool = True) -> jax.Array:
+    """The maximum over ``axes`` (non-negative; kept as axes of size 1 unless ``keepdims`` is false; 0 for
+    an empty reduction) of uint32 (or int32) values below 2**31 (magnitude bit patterns, NaN's included),
+    in ``u``'s dtype: in runs first where the last axis is among ``axes``, longer than `RUN`, and the
+    array has `SPLIT_MIN_SIZE` elements or more; in steps over axes of at most `RUN` elements where the
+    array (or its runs' maxima) has fewer.
 
     Example:
       >>> import jax.numpy as jnp
       >>> u = jnp.arange(2 * SPLIT_MIN_SIZE, dtype=jnp.uint32).reshape(2, -1)
-      >>> magnitude_max(u, (0, 1)).tolist(), magnitude_max(u, (1,)).ravel().tolist()
+      >>> magnitude_max(u, (0, 1)).tolist(), magnitude_max(u, (1,), keepdims=False).tolist()
       ([[131071]], [65535, 131071])
     """
     axes = tuple(sorted(set(axes)))
@@ -86,11 +87,14 @@ def magnitude_max(u: jax.Array, axes: Sequence[int]) -> jax.Array:
         padded = -(-n // RUN) * RUN
         if padded != n:  # zeros do not change a maximum
             u = pad_zeros(u, [(0, 0)] * last + [(0, padded - n)])
-        return _flip(magnitude_max(_flip(run_max(u, RUN)), axes), u.dtype)
+        return _flip(magnitude_max(_flip(run_max(u, RUN)), axes, keepdims=keepdims), u.dtype)
     if u.size >= SPLIT_MIN_SIZE or u.size == 0 or all(u.shape[a] <= RUN for a in axes):
-        return lax.expand_dims(_max_or_zero(u, axes), axes)
-    kept = tuple(1 if d in axes else size for d, size in enumerate(u.shape))
-    return _short_axes_max(u, axes).reshape(kept)
+        out = _max_or_zero(u, axes)
+    else:
+        out = _short_axes_max(u, axes)
+    if not keepdims:
+        return out
+    return out.reshape(tuple(1 if d in axes else size for d, size in enumerate(u.shape)))
 
 
 def _flip(u: jax.Array, dtype: Any = None) -> jax.Array:
@@ -138,5 +142,6 @@ def _last_axis_max(u: jax.Array) -> jax.Array:
 
 def _max_or_zero(u: jax.Array, axes: tuple[int, ...]) -> jax.Array:
     """The maximum over ``axes`` (not kept), 0 for an empty reduction: ``jnp.max(u, axis=axes,
-    initial=0)``'s equations, bound directly."""
-    return lax.max(jnp.zeros((), u.dtype), lax.reduce_max(u, axes))
+    initial=0)``'s result, bound directly (an unsigned maximum starts at 0: no `max` with 0 needed)."""
+    maxima = lax.reduce_max(u, axes)
+    return maxima if jnp.issubdtype(u.dtype, jnp.unsignedinteger) else lax.max(jnp.zeros((), u.dtype), maxima)

@@ -163,7 +163,9 @@ def scale_up_constant(value: float, k: jnp.ndarray, k_min: int) -> jnp.ndarray:
     if widest_shift > trailing_zeros:
         return scale_up(U32(q), k)
     f = lax.add(k, I32(field))
-    res = lax.bitwise_or(lax.shift_left(lax.convert_element_type(f, U32), U32(23)), U32(mant))
+    res = lax.shift_left(lax.convert_element_type(f, U32), U32(23))
+    if mant:  # a power of two has none
+        res = lax.bitwise_or(res, U32(mant))
     if widest_shift > 0:  # exact: only zero bits are shifted out
         subnormal = lax.lt(f, I32(1))
         shift = lax.convert_element_type(clamp(lax.sub(I32(1), f), 0, 31), U32)

@@ -76,7 +76,7 @@ def _group_max(u: jnp.ndarray, layout: Layout) -> jnp.ndarray:
     if axis == u.ndim - 1:
         return run_max(u, block)
     blocked = u.reshape(u.shape[:axis] + (groups, block) + u.shape[axis + 1 :])
-    return magnitude_max(blocked, (axis + 1,)).reshape(u.shape[:axis] + (groups,) + u.shape[axis + 1 :])
+    return magnitude_max(blocked, (axis + 1,), keepdims=False)
 
 
 def expand(g: jnp.ndarray, layout: Layout, shape: tuple[int, ...]) -> jnp.ndarray:
@@ -94,8 +94,10 @@ def _expand(g: jnp.ndarray, layout: Layout, shape: tuple[int, ...]) -> jnp.ndarr
     axis, block = layout.axis, layout.block
     lead = shape[:axis]
     groups = g.shape[axis]
-    g = jnp.broadcast_to(g, lead + (groups,) + shape[axis + 1 :])  # per-tensor-like leading dims, if any
-    blocked = jnp.broadcast_to(jnp.expand_dims(g, axis + 1), lead + (groups, block) + shape[axis + 1 :])
+    # One broadcast: each group's value to its block (the new axis + 1), and per-tensor-like leading or
+    # trailing dims of size 1, if any, to the elements' sizes.
+    kept = (*range(axis + 1), *range(axis + 2, len(shape) + 1))
+    blocked = lax.broadcast_in_dim(g, lead + (groups, block) + shape[axis + 1 :], kept)
     full = blocked.reshape(lead + (groups * block,) + shape[axis + 1 :])  # a broadcast, not a gather
     if groups * block != shape[axis]:
         full = lax.slice_in_dim(full, 0, shape[axis], axis=axis)

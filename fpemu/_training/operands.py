@@ -42,4 +42,4 @@ def amax_of(x: Any) -> jax.Array:
     bits = lax.bitwise_and(
         lax.bitcast_convert_type(lax.stop_gradient(x).astype(jnp.float32), jnp.uint32), jnp.uint32(0x7FFFFFFF)
     )
-    return lax.bitcast_convert_type(magnitude_max(bits, tuple(range(bits.ndim))).reshape(()), jnp.float32)
+    return lax.bitcast_convert_type(magnitude_max(bits, tuple(range(bits.ndim)), keepdims=False), jnp.float32)

@@ -57,10 +57,11 @@ def test_magnitude_max_is_the_maximum_for_every_set_of_axes(shape):
     u = _magnitudes(shape, seed=len(shape) * 1000 + sum(shape))
     for r in range(1, len(shape) + 1):
         for axes in itertools.combinations(range(len(shape)), r):
-            expected = np.max(u, axis=axes, keepdims=True, initial=0)
-            got = np.asarray(magnitude_max(jnp.asarray(u), axes))
-            assert got.dtype == np.uint32 and got.shape == expected.shape, (axes, got.shape)
-            np.testing.assert_array_equal(got, expected, err_msg=str(axes))
+            for keepdims in (True, False):
+                expected = np.max(u, axis=axes, keepdims=keepdims, initial=0)
+                got = np.asarray(magnitude_max(jnp.asarray(u), axes, keepdims=keepdims))
+                assert got.dtype == np.uint32 and got.shape == expected.shape, (axes, keepdims, got.shape)
+                np.testing.assert_array_equal(got, expected, err_msg=f"{axes}, keepdims={keepdims}")
 
 
 def test_magnitude_max_keeps_int32_input_int32():
@@ -70,6 +71,9 @@ def test_magnitude_max_keeps_int32_input_int32():
         got = magnitude_max(jnp.asarray(u.astype(dtype)), (0, 1))
         assert got.dtype == dtype
         assert got.tolist() == [[int(u.max())]]
+    # an empty int32 reduction is 0, as for uint32 (whose maximum starts at 0), not int32's minimum
+    for dtype in (np.uint32, np.int32):
+        assert magnitude_max(jnp.zeros((3, 0), dtype), (1,), keepdims=False).tolist() == [0, 0, 0]
 
 
 @pytest.mark.parametrize("run", [1, 3, 4, 8, 16, 32, 128])
