@@ -25,7 +25,7 @@ import dataclasses
 import functools
 import itertools
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -277,7 +277,7 @@ def conv_transposes(
             gradient = carried.index(True)
             which = "dgrad" if inner.invars[1 - gradient] in kernel else "wgrad"
             x, y = (read(v) for v in inner.invars)
-            dtype = inner.outvars[0].aval.dtype
+            dtype = cast(Any, inner.outvars[0].aval).dtype  # a ShapedArray (newer JAX types it AbstractValue)
             out = role_conv(recipe, which, x, y, inner.params, gradient, keys[which], amaxes, dtype, probe)
             outs = [out.astype(dtype)]
         else:

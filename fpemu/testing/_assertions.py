@@ -400,6 +400,7 @@ def assert_close(
         if ulps is not None:
             ok |= finite & (ulp_distance(a64, e64, fmt) <= ulps)
         if rtol is not None:
+            assert atol is not None  # set together above
             ok |= finite & (np.abs(a64 - e64) <= atol + rtol * np.abs(e64))
     failed = np.flatnonzero(~ok)
     if failed.size:

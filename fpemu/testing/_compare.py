@@ -198,7 +198,7 @@ def _errors(
         rel_err = np.where(both_finite, rel_err, -1.0)
         ulp_err = abs_err / spacing(scale, fmt)
         for name, err in (("abs", abs_err), ("rel", rel_err), ("ulp", ulp_err)):
-            maxima[name] = float(np.fmax(maxima[name], err.max()))
+            maxima[name] = float(np.fmax(maxima[name], np.max(err)))
         i = int(np.argmax(rel_err))
         if worst is None or (worst[0] != math.inf and rel_err[i] > worst[0]):
             worst = (float(rel_err[i]), k, i)
