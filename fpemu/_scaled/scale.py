@@ -119,7 +119,9 @@ def float_encode_scale(amax: jnp.ndarray, block_format: BlockFormat) -> tuple[jn
     nonfinite = lax.ge(amax, U32(INF))
     zero = lax.eq(amax, U32(0))
     enc = _const_over(float(np.float32(block_format.element.max)), amax)
-    if block_format.margin:  # no product with 1 (enc is never subnormal, and XLA would drop it too)
+    # No product with 1: XLA drops it anyway, and the clip below raises a subnormal enc to ENCODE_FLOOR,
+    # flushed or not.
+    if block_format.margin:
         enc = lax.mul(enc, F32(2.0**-block_format.margin))
     enc = lax.min(F32(ENCODE_CAP), lax.max(F32(ENCODE_FLOOR), enc))  # jnp.clip's operations
     return select(zero, F32(1), enc), nonfinite
