@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from tests.bench_scripts import ROOT, assert_examples_pass, compiled_mlp_row, run
 
 SCRIPT = ROOT / "bench" / "buffer_peak.py"
@@ -21,6 +23,7 @@ def _temp_mib(row: str) -> str:
     return f"{compiled_mlp_row(row).memory_analysis().temp_size_in_bytes / 2**20:.2f}"
 
 
+@pytest.mark.long
 def test_a_run_reports_each_rows_buffer_and_its_peak():
     result = run(str(SCRIPT), "--model", "mlp", "--top", "2", "emulated bf16", "mxfp8")
     assert result.returncode == 0, result.stderr

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from fpemu.tools import sweep
 from tests.bench_scripts import ROOT, assert_examples_pass, compiled_mlp_row, run
 
@@ -28,6 +30,7 @@ def _table(lines: list[str]) -> list[list[str]]:
     return [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:]]
 
 
+@pytest.mark.long
 def test_a_run_reports_each_rows_kernels():
     rows = ["fp32", "mxfp8"]
     result = run(str(SCRIPT), "--model", "mlp", "--top", str(_TOP), "--calls", "2", *rows)

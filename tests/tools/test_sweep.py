@@ -174,6 +174,7 @@ def test_a_row_name_that_is_none_is_a_value_error_naming_the_recipes(name, expec
         sweep.row("mlp", name)
 
 
+@pytest.mark.long
 def test_the_command_compiles_with_the_persistent_cache_off(tmp_path):
     """A compile that JAX's persistent compilation cache serves is not a compile (with a cache directory set,
     the MLP's fp32 row read 0.01 s of XLA). Run as a user runs it, with ``JAX_COMPILATION_CACHE_DIR`` set

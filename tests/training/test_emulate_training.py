@@ -570,6 +570,7 @@ def test_stochastic_recipes_need_a_key():
         emulate(lambda x, w: x @ w, Policy(dot="mxfp8"), key=KEY)
 
 
+@pytest.mark.long
 def test_a_key_passed_through_jit_compiles_once_for_every_seed():
     """docs/training.md, "Sweeps": ``emulate(..., key=key)`` built inside a jitted function whose
     argument is the key is traced once for every seed, and each seed gives the bits of the emulated
